@@ -1,0 +1,94 @@
+"""The command line: parse, call the library, render. Errors become one line and an exit code here."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from regdiag import __version__
+from regdiag.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RegdiagError
+from regdiag.records import RecordError
+
+app = typer.Typer(
+    name="regdiag",
+    help=(
+        "Find out why tokens per second dropped.\n\n"
+        "snapshot the environment, probe per-phase timing (draft / verify / decode) with GPU-synchronized "
+        "timers, compare two runs with statistics that do not cry wolf, explain physics vs regression, "
+        "and bisect commits, package versions and env vars. Locally or over SSH (--host)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# Each module registers its commands on `app`; one module per command family.
+COMMAND_MODULES = [
+    "regdiag.cli.snapshot_cmd",
+    "regdiag.cli.probe_cmd",
+    "regdiag.cli.compare_cmd",
+    "regdiag.cli.hosts_cmd",
+    "regdiag.cli.bisect_cmd",
+    "regdiag.cli.server_cmd",
+    "regdiag.cli.demo_cmd",
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"regdiag {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    pass
+
+
+for _name in COMMAND_MODULES:
+    try:
+        _mod = importlib.import_module(_name)
+    except ModuleNotFoundError as _e:  # a command family not present in this build
+        if _e.name != _name:
+            raise
+        continue
+    _mod.register(app)
+
+
+def _fail(message: str, code: int) -> None:
+    err = sys.stderr
+    err.write(f"regdiag: error: {message}\n")
+    err.flush()
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: every user-facing error is one line on stderr with a documented exit code."""
+    try:
+        rv = app(args=argv, standalone_mode=False)
+    except RegdiagError as e:
+        _fail(str(e), e.exit_code)
+    except RecordError as e:
+        _fail(str(e), EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        _fail("interrupted; everything finished before this point was kept", EXIT_INTERRUPTED)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        _fail("aborted", EXIT_INTERRUPTED)
+    except Exception as e:  # click's usage errors
+        import click
+
+        if isinstance(e, click.exceptions.NoArgsIsHelpError):
+            sys.exit(0)
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(EXIT_BAD_INPUT)
+        raise
+    # In non-standalone mode click returns the code of a `typer.Exit(code)` instead of exiting.
+    sys.exit(rv if isinstance(rv, int) else 0)

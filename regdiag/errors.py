@@ -1,0 +1,44 @@
+"""Errors that reach the user as one line, and the exit codes they map to.
+
+Exit codes (documented in docs/cli.md):
+  0  success; for compare: unchanged or improved; for snapshot --check: fit for benchmarking
+  1  regression found (compare), machine not fit (snapshot --check)
+  2  bad input: unreadable or wrong record, bad option value, unknown preset
+  3  inconclusive (compare, bisect)
+  4  host error: connection, authentication, host key, remote python
+  5  the measured program failed (probe crashed, server died)
+  130 interrupted (Ctrl-C); everything finished before it is kept
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_REGRESSED = 1
+EXIT_BAD_INPUT = 2
+EXIT_INCONCLUSIVE = 3
+EXIT_HOST = 4
+EXIT_PROBE = 5
+EXIT_INTERRUPTED = 130
+
+
+class RegdiagError(Exception):
+    """An error meant for the user: one line, and an exit code."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class BadInput(RegdiagError):
+    exit_code = EXIT_BAD_INPUT
+
+
+class HostError(RegdiagError):
+    exit_code = EXIT_HOST
+
+
+class ProbeError(RegdiagError):
+    exit_code = EXIT_PROBE

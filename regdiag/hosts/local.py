@@ -1,0 +1,132 @@
+"""This machine, through subprocess."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+from regdiag.hosts.base import CommandResult, Host, LineCallback
+
+
+def _pump(stream: IO[bytes], sink: list[bytes] | None, callback: LineCallback | None) -> None:
+    for raw in iter(stream.readline, b""):
+        if sink is not None:
+            sink.append(raw)
+        if callback is not None:
+            callback(raw.decode("utf-8", "replace").rstrip("\n"))
+    stream.close()
+
+
+def kill_tree(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
+    """SIGTERM the process group, then SIGKILL what is left after the grace period."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            # The leader is gone; make sure nothing of its group is left either.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class LocalHost(Host):
+    via = "local"
+
+    def __init__(self, python: str | None = None) -> None:
+        self.name = socket.gethostname()
+        self.python = python or sys.executable
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        on_stdout_line: LineCallback | None = None,
+        on_stderr_line: LineCallback | None = None,
+        keep_output: bool = True,
+    ) -> CommandResult:
+        full_env = dict(os.environ)
+        if env:
+            full_env.update(env)
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=full_env,
+                cwd=cwd,
+                start_new_session=True,  # its own process group, so a timeout kills the whole tree
+            )
+        except FileNotFoundError:
+            return CommandResult(list(argv), 127, b"", f"{argv[0]}: not found\n".encode(), 0.0)
+        except PermissionError:
+            return CommandResult(list(argv), 126, b"", f"{argv[0]}: permission denied\n".encode(), 0.0)
+        out: list[bytes] | None = [] if keep_output else None
+        err: list[bytes] = []
+        assert proc.stdout is not None and proc.stderr is not None
+        threads = [
+            threading.Thread(target=_pump, args=(proc.stdout, out, on_stdout_line), daemon=True),
+            threading.Thread(target=_pump, args=(proc.stderr, err, on_stderr_line), daemon=True),
+        ]
+        for t in threads:
+            t.start()
+        timed_out = False
+        try:
+            if stdin is not None:
+                assert proc.stdin is not None
+                try:
+                    proc.stdin.write(stdin)
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                kill_tree(proc)
+        except BaseException:
+            kill_tree(proc)
+            raise
+        finally:
+            for t in threads:
+                t.join(timeout=5.0)
+        return CommandResult(
+            list(argv),
+            proc.returncode if proc.returncode is not None else -9,
+            b"".join(out or []),
+            b"".join(err),
+            time.monotonic() - t0,
+            timed_out,
+        )
+
+    def make_tempdir(self) -> str:
+        return tempfile.mkdtemp(prefix="regdiag-")  # mkdtemp creates it 0700
+
+    def remove_tree(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+    def put_file(self, local: Path, remote: str) -> None:
+        shutil.copyfile(local, remote)
+        os.chmod(remote, 0o600)
