@@ -1,0 +1,151 @@
+"""Run records on disk: written as launches finish, listed, found by id.
+
+A RunWriter rewrites the whole record atomically after every launch (the records are small: a few
+thousand cycles), so a crash, Ctrl-C or kill -9 at any moment leaves the last complete state on disk.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from regdiag import __version__
+from regdiag.records import RUN, RUN_SCHEMA, RecordError, load_record, save_record
+
+
+def regdiag_home() -> Path:
+    return Path(os.environ.get("REGDIAG_HOME") or Path.home() / ".regdiag")
+
+
+def runs_dir() -> Path:
+    return regdiag_home() / "runs"
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def new_run_id(label: str) -> str:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{label}-{secrets.token_hex(2)}"
+
+
+def new_run(
+    *,
+    kind: str,
+    probe_name: str,
+    probe_version: str,
+    config: dict[str, Any],
+    primary: str,
+    phases: list[str],
+    host: dict[str, str] | None = None,
+    units: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "schema": RUN_SCHEMA,
+        "id": new_run_id(probe_name),
+        "created": now_iso(),
+        "regdiag_version": __version__,
+        "status": "running",
+        "kind": kind,
+        "probe": {"name": probe_name, "version": probe_version, "config": config},
+        "primary": primary,
+        "phases": list(phases),
+        "units": units or {},
+        "host": host or {},
+        "snapshot_before": None,
+        "snapshot_after": None,
+        "launches": [],
+    }
+
+
+class RunWriter:
+    """Holds a run record and keeps its file current. Use as a context manager:
+
+    with RunWriter(path, run) as w:
+        w.add_launch(launch)   # written to disk before this returns
+    # on leaving: status "complete", or "interrupted" / "failed" if an exception escaped
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None, run: dict[str, Any]) -> None:
+        self.run = run
+        self.path = Path(path) if path is not None else runs_dir() / f"{run['id']}.json"
+        self.flush()
+
+    def flush(self) -> None:
+        save_record(self.path, self.run)
+
+    def set(self, key: str, value: Any) -> None:
+        self.run[key] = value
+        self.flush()
+
+    def add_launch(self, launch: dict[str, Any]) -> None:
+        launch.setdefault("index", len(self.run["launches"]))
+        self.run["launches"].append(launch)
+        self.flush()
+
+    def finish(self, status: str | None = None) -> None:
+        if status is None:
+            launches = self.run["launches"]
+            bad = [la for la in launches if la.get("status") != "ok"]
+            status = "complete" if launches and not bad else ("partial" if len(bad) < len(launches) else "failed")
+        self.run["status"] = status
+        self.run["finished"] = now_iso()
+        self.flush()
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc_type is None:
+            self.finish()
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.finish("interrupted")
+        else:
+            self.finish("failed" if not self.run["launches"] else "partial")
+
+
+def list_runs(directory: Path | None = None) -> list[dict[str, Any]]:
+    """Summaries of the stored runs, newest first; unreadable files are listed with their problem."""
+    d = directory or runs_dir()
+    out: list[dict[str, Any]] = []
+    if not d.is_dir():
+        return out
+    for p in sorted(d.glob("*.json"), key=lambda q: q.stat().st_mtime, reverse=True):
+        try:
+            r = load_record(p, RUN)
+        except RecordError as e:
+            out.append({"path": str(p), "problem": str(e)})
+            continue
+        launches = r.get("launches", [])
+        out.append(
+            {
+                "id": r.get("id", p.stem),
+                "path": str(p),
+                "created": r.get("created"),
+                "probe": r.get("probe", {}).get("name"),
+                "config": r.get("probe", {}).get("config", {}),
+                "status": r.get("status"),
+                "launches": len(launches),
+                "ok_launches": sum(1 for la in launches if la.get("status") == "ok"),
+                "host": r.get("host", {}).get("name"),
+            }
+        )
+    return out
+
+
+def resolve_run(ref: str, directory: Path | None = None) -> Path:
+    """A path, or the id (or unique id prefix) of a stored run."""
+    p = Path(ref)
+    if p.exists():
+        return p
+    d = directory or runs_dir()
+    matches = sorted(d.glob(f"{ref}*.json")) if d.is_dir() and "/" not in ref else []
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise RecordError(f"{ref}: matches {len(matches)} stored runs; give more of the id")
+    raise RecordError(f"{ref}: no such file or stored run")
