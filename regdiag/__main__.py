@@ -1,4 +1,4 @@
-from regdiag.cli import main
+from regdiag._entry import main
 
 if __name__ == "__main__":
     main()

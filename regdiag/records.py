@@ -86,7 +86,7 @@ def loads_record(text: str, source: str, expect: str | tuple[str, ...] | None = 
         record = json.loads(text)
     except json.JSONDecodeError as e:
         # A cut-off file ends in the middle of a value: say "truncated" rather than a parser position.
-        if e.pos >= len(text.rstrip()) - 1:
+        if e.pos >= len(text.rstrip()) - 1 or e.msg.startswith("Unterminated string"):
             raise RecordError(f"{source}: truncated JSON (file ends at line {e.lineno} column {e.colno})") from None
         raise RecordError(f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     return check_record(record, source, expect)

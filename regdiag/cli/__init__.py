@@ -60,6 +60,23 @@ for _name in COMMAND_MODULES:
     _mod.register(app)
 
 
+def click_exceptions():  # type: ignore[no-untyped-def]
+    """The exceptions module of the click that typer uses: its own vendored copy in newer typer."""
+    try:
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions  # type: ignore[no-redef]
+    return exceptions
+
+
+def click_core():  # type: ignore[no-untyped-def]
+    try:
+        from typer._click import core
+    except ImportError:
+        from click import core  # type: ignore[no-redef]
+    return core
+
+
 def _fail(message: str, code: int) -> None:
     err = sys.stderr
     err.write(f"regdiag: error: {message}\n")
@@ -81,12 +98,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except typer.Abort:
         _fail("aborted", EXIT_INTERRUPTED)
-    except Exception as e:  # click's usage errors
-        import click
-
-        if isinstance(e, click.exceptions.NoArgsIsHelpError):
+    except Exception as e:  # click's usage errors (typer may vendor its own click)
+        exc_mod = click_exceptions()
+        if isinstance(e, exc_mod.NoArgsIsHelpError):
             sys.exit(0)
-        if isinstance(e, click.ClickException):
+        if isinstance(e, exc_mod.ClickException):
             e.show()
             sys.exit(EXIT_BAD_INPUT)
         raise

@@ -1,0 +1,121 @@
+"""Named baselines: a run record kept under ${REGDIAG_HOME:-~/.regdiag}/baselines/NAME.json.
+
+`regdiag baseline save NAME RUN` copies the run (validated) there with a "baseline" field saying
+when and from where; `regdiag compare NAME RUN` reads it when NAME is not a file.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from regdiag.errors import BadInput
+from regdiag.records import RUN, RecordError, load_record, save_record
+from regdiag.runs import now_iso, regdiag_home, resolve_run
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def baselines_dir() -> Path:
+    return regdiag_home() / "baselines"
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name) or name.endswith(".json"):
+        raise BadInput(
+            f"baseline name {name!r} is not valid: use letters, digits, '.', '_' or '-' (up to 100), "
+            "starting with a letter or digit, without .json"
+        )
+    return name
+
+
+def path_of(name: str) -> Path:
+    return baselines_dir() / f"{check_name(name)}.json"
+
+
+def save(name: str, run_path: str, force: bool = False) -> Path:
+    """Store the run as baseline NAME; refuses to overwrite unless `force`."""
+    target = path_of(name)
+    try:
+        run = load_record(resolve_run(run_path), RUN)
+    except RecordError as e:
+        raise BadInput(str(e)) from None
+    if not any(la.get("samples") and la.get("status") != "error" for la in run.get("launches", [])):
+        raise BadInput(f"{run_path}: the run has no launch with samples; nothing to keep as a baseline")
+    if target.exists() and not force:
+        raise BadInput(f"baseline {name!r} exists ({target}); --force to replace it")
+    run["baseline"] = {"name": name, "saved": now_iso(), "source": str(Path(run_path))}
+    save_record(target, run)
+    return target
+
+
+def list_baselines() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    d = baselines_dir()
+    if not d.is_dir():
+        return out
+    for p in sorted(d.glob("*.json")):
+        try:
+            r = load_record(p, RUN)
+        except RecordError as e:
+            out.append({"name": p.stem, "path": str(p), "problem": str(e)})
+            continue
+        probe = r.get("probe") or {}
+        launches = [la for la in r.get("launches", []) if la.get("samples") and la.get("status") != "error"]
+        primary = r.get("primary")
+        centre = None
+        if primary:
+            meds = [float(np.median(la["samples"][primary])) for la in launches if la["samples"].get(primary)]
+            centre = float(np.median(meds)) if meds else None
+        out.append(
+            {
+                "name": p.stem,
+                "path": str(p),
+                "saved": (r.get("baseline") or {}).get("saved"),
+                "created": r.get("created"),
+                "probe": probe.get("name"),
+                "config": probe.get("config") or {},
+                "launches": len(launches),
+                "primary": primary,
+                "primary_median": centre,
+                "unit": (r.get("units") or {}).get(primary or "", "ms"),
+            }
+        )
+    return out
+
+
+def remove(name: str) -> Path:
+    p = path_of(name)
+    if not p.exists():
+        raise BadInput(f"no baseline named {name!r} (regdiag baseline list)")
+    p.unlink()
+    return p
+
+
+def resolve(ref: str) -> tuple[dict[str, Any], str]:
+    """A file path, a baseline name, or a stored run id -> (record, label)."""
+    p = Path(ref)
+    if p.exists():
+        return _load(p), str(p)
+    if NAME_RE.match(ref) and not ref.endswith(".json"):
+        b = baselines_dir() / f"{ref}.json"
+        if b.exists():
+            return _load(b), f"baseline {ref}"
+    try:
+        found = resolve_run(ref)
+    except RecordError:
+        raise BadInput(f"{ref}: no such file, baseline (regdiag baseline list) or stored run") from None
+    return _load(found), str(found)
+
+
+def _load(p: Path) -> dict[str, Any]:
+    try:
+        return load_record(p, RUN)
+    except RecordError as e:
+        msg = str(e)
+        if "snapshot record" in msg:
+            msg += " (compare takes runs: `regdiag probe ... -o FILE`; for environments use `regdiag diff`)"
+        raise BadInput(msg) from None

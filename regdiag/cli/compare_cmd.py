@@ -1,0 +1,256 @@
+"""`regdiag compare`, `regdiag explain`, `regdiag baseline`: parse, call the library, render.
+
+Library imports (numpy, scipy) are deferred into the command bodies: every module imported here is
+paid by every regdiag command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from regdiag.cli.common import JsonOpt, console, err_console, print_json
+from regdiag.errors import BadInput
+
+COMPARE_HELP = (
+    "Is the change between two runs real, where does it live, and what changed?\n\n"
+    "OLD and NEW are run records (files from `regdiag probe ... -o FILE`), names of stored baselines "
+    "(`regdiag baseline save`), or ids of stored runs. For the primary metric (e.g. cycle) and every "
+    "phase: the median of each launch, the ratio new/old of those medians with a 95 % CI (Welch's t on "
+    "log launch medians; cycles are never pooled), and a verdict against the margin: REGRESSED (worse, "
+    "significantly and by at least the margin), IMPROVED, UNCHANGED (the CI lies inside +-margin) or "
+    "INCONCLUSIVE (with how many more launches per side would likely settle it). Phases are "
+    "Holm-corrected. Then: the change of the primary split into its phases (each with a CI), tok/s split "
+    "into accept length and cycle, PHANTOM warnings when the two sides ran at different clocks, power "
+    "caps or throttle states, and the environment diff of the two snapshots, most likely culprit first.\n\n"
+    "Exit status (for CI gates): 0 unchanged or improved, 1 regressed, 2 bad input, 3 inconclusive. "
+    "See docs/compare.md and docs/statistics.md."
+)
+
+EXPLAIN_HELP = (
+    "Throughput model and MoE roofline: regression, or physics?\n\n"
+    "tok/s = accept_len / cycle; speedup over plain decoding = accept_len x t_decode / cycle; speculation "
+    "breaks even at accept_len = cycle / t_decode or cycle = accept_len x t_decode. Per phase of RUN: the "
+    "bytes a forward must read (MLA attention and its KV cache, dense MLP, shared experts, the routed experts "
+    "t tokens touch: E x (1 - (1 - k/E)^t), lm_head), the floor at a bandwidth, the achieved fraction, and "
+    "phases run eagerly far from their floor flagged launch-bound.\n\n"
+    "Works on plain numbers too: regdiag explain --cycle-ms 30 --decode-ms 12 --accept-len 2.0"
+)
+
+
+def _margin(text: str) -> float:
+    """'2%' or '0.02' -> 0.02; a bare number >= 1 is ambiguous and refused."""
+    t = text.strip()
+    try:
+        if t.endswith("%"):
+            v = float(t[:-1].strip()) / 100.0
+        else:
+            v = float(t)
+            if v >= 1:
+                raise BadInput(f"--margin {text}: write {t}% or {v / 100:g} (a fraction)")
+    except ValueError:
+        raise BadInput(f"--margin {text!r} is not a number: write 2% or 0.02") from None
+    if not 0 < v < 1:
+        raise BadInput(f"--margin {text}: must be between 0 and 100 %")
+    return v
+
+
+def compare(
+    old: str = typer.Argument(..., help="The reference: a run file, a baseline name or a stored run id."),
+    new: str = typer.Argument(
+        ..., help="The run under suspicion: a run file, a baseline name or a stored run id."
+    ),
+    margin: str = typer.Option(
+        "2%", "--margin", "-m", help="Smallest change that matters, as 2% or 0.02 (default 2%)."
+    ),
+    method: str = typer.Option(
+        "welch",
+        "--method",
+        help="welch: Welch's t on log launch medians (default; valid from 2 launches a side). "
+        "bootstrap: hierarchical bootstrap, launches then cycles (needs >= 8 launches a side to hold its level).",
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap resampling (default 0: reproducible)."),
+    allow_mismatch: bool = typer.Option(
+        False,
+        "--allow-mismatch",
+        help="Compare runs of different probes or configs, or with metrics on one side only (left out), "
+        "with a warning. Default: refuse.",
+    ),
+    json_out: bool = JsonOpt,
+    markdown: bool = typer.Option(
+        False, "--markdown", help="Print Markdown (for an issue or a PR) instead of the terminal view."
+    ),
+    html: Path = typer.Option(
+        None,
+        "--html",
+        help="Also write a self-contained HTML report with plots to this file.",
+        dir_okay=False,
+    ),
+) -> None:
+    from regdiag import baselines
+    from regdiag.compare import compare_runs
+
+    m = _margin(margin)
+    if method not in ("welch", "bootstrap"):
+        raise BadInput(f"--method {method!r}: use welch or bootstrap")
+    old_run, old_name = baselines.resolve(old)
+    new_run, new_name = baselines.resolve(new)
+    result = compare_runs(
+        old_run,
+        new_run,
+        margin=m,
+        method=method,
+        seed=seed,
+        allow_mismatch=allow_mismatch,
+        old_label=old_name,
+        new_label=new_name,
+    )
+    if html is not None:
+        from regdiag.records import atomic_write_text
+        from regdiag.report import html as html_report
+
+        atomic_write_text(html, html_report.render(result, old_run, new_run, old_name, new_name))
+    if json_out:
+        print_json(result.to_dict())
+    elif markdown:
+        from regdiag.report import markdown as md
+
+        typer.echo(md.render(result, old_name, new_name), nl=False)
+    else:
+        from regdiag.report import terminal
+
+        terminal.render(result, console, old_name, new_name)
+    if html is not None and not json_out:
+        err_console.print(f"wrote {html}", style="dim", soft_wrap=True, highlight=False)
+    raise typer.Exit(result.exit_code)
+
+
+def explain(
+    run: str = typer.Argument(
+        None, help="A run file, baseline name or stored run id (optional with the number options)."
+    ),
+    baseline: str = typer.Option(
+        None, "--baseline", "-b", help="A plain-decode run (probe --mode baseline): its cycle is t_decode."
+    ),
+    cycle_ms: float = typer.Option(
+        None, "--cycle-ms", help="Speculative cycle time in ms (default: from RUN)."
+    ),
+    decode_ms: float = typer.Option(
+        None, "--decode-ms", help="Plain decode time per token in ms (default: from --baseline)."
+    ),
+    accept_len: float = typer.Option(
+        None, "--accept-len", help="Mean tokens accepted per cycle (default: from RUN)."
+    ),
+    bandwidth: float = typer.Option(
+        None,
+        "--bandwidth",
+        help="Memory bandwidth in bytes/s for the floor (default: the probe's measured copy bandwidth, "
+        "else 4.24e12, measured on one H200).",
+    ),
+    model: str = typer.Option(
+        None,
+        "--model",
+        help="Model shapes for the roofline: kimi-k2, deepseek-v3, deepseek-v2-lite, tiny (default: the run's).",
+    ),
+    json_out: bool = JsonOpt,
+    markdown: bool = typer.Option(False, "--markdown", help="Print Markdown instead of the terminal view."),
+) -> None:
+    from regdiag import baselines
+    from regdiag import explain as ex
+    from regdiag.report import explain_view
+
+    if run is None:
+        if cycle_ms is None or accept_len is None:
+            raise BadInput("give a RUN, or --cycle-ms and --accept-len (and --decode-ms for the break-even)")
+        result = ex.Explanation(
+            ex.explain_numbers(cycle_ms, decode_ms, accept_len),
+            [],
+            bandwidth or ex.DEFAULT_BANDWIDTH,
+            "",
+            None,
+        )
+    else:
+        rec, name = baselines.resolve(run)
+        base = baselines.resolve(baseline) if baseline else None
+        result = ex.explain_run(
+            rec,
+            base[0] if base else None,
+            bandwidth=bandwidth,
+            decode_ms=decode_ms,
+            accept_len=accept_len,
+            model=model,
+            label=name,
+            baseline_label=base[1] if base else "BASELINE",
+        )
+        if cycle_ms is not None and result.throughput is not None:
+            result.throughput.cycle_ms = cycle_ms
+            result.throughput.sources["cycle"] = "given"
+    if json_out:
+        print_json(result.to_dict())
+    elif markdown:
+        typer.echo(explain_view.markdown(result), nl=False)
+    else:
+        explain_view.terminal(result, console)
+
+
+baseline_app = typer.Typer(
+    help="Named baselines: keep a run under a name and compare against it (regdiag compare NAME RUN).",
+    no_args_is_help=True,
+)
+
+
+@baseline_app.command("save")
+def baseline_save(
+    name: str = typer.Argument(..., help="Letters, digits, '.', '_', '-'."),
+    run: str = typer.Argument(..., help="The run file (or stored run id) to keep."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing baseline of that name."),
+) -> None:
+    """Keep RUN as baseline NAME (under $REGDIAG_HOME/baselines, default ~/.regdiag/baselines)."""
+    from regdiag import baselines
+
+    p = baselines.save(name, run, force=force)
+    console.print(f"saved baseline {name} -> {p}", highlight=False)
+
+
+@baseline_app.command("list")
+def baseline_list(json_out: bool = JsonOpt) -> None:
+    """The stored baselines: name, probe, launches, primary median, when saved."""
+    from regdiag import baselines
+
+    items = baselines.list_baselines()
+    if json_out:
+        print_json(items)
+        return
+    if not items:
+        console.print(f"no baselines in {baselines.baselines_dir()} (regdiag baseline save NAME RUN)")
+        return
+    from rich.table import Table
+
+    t = Table(box=None, header_style="bold")
+    for col in ("name", "probe", "config", "launches", "primary", "saved"):
+        t.add_column(col)
+    for b in items:
+        if "problem" in b:
+            t.add_row(b["name"], "-", b["problem"], "", "", "")
+            continue
+        cfg = " ".join(f"{k}={v}" for k, v in list(b["config"].items())[:4])
+        med = b["primary_median"]
+        prim = f"{b['primary']} {med:.4g} {b['unit']}" if med is not None else str(b["primary"])
+        t.add_row(b["name"], str(b["probe"]), cfg, str(b["launches"]), prim, str(b["saved"]))
+    console.print(t)
+
+
+@baseline_app.command("rm")
+def baseline_rm(name: str = typer.Argument(...)) -> None:
+    """Delete baseline NAME."""
+    from regdiag import baselines
+
+    p = baselines.remove(name)
+    console.print(f"removed baseline {name} ({p})", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare", help=COMPARE_HELP)(compare)
+    app.command("explain", help=EXPLAIN_HELP)(explain)
+    app.add_typer(baseline_app, name="baseline")

@@ -1,0 +1,227 @@
+"""`regdiag snapshot` and `regdiag diff`: parse, call regdiag.snapshot, render.
+
+Imports of the collector and of the rich report are deferred to the command bodies: `regdiag
+snapshot --json` must stay within 0.3 s, and every module imported here is paid by every command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from regdiag.cli.common import HostOpt, JsonOpt, OutputOpt, PythonOpt, SshConfigOpt, print_json
+from regdiag.errors import EXIT_REGRESSED, BadInput
+
+SNAPSHOT_HELP = (
+    "Record this machine's environment: engine checkout, packages, GPUs, env vars, host.\n\n"
+    "Groups: engine (git commit, branch, dirty + diff hash, describe, commit date); packages (torch, "
+    "sgl-kernel, flashinfer, NCCL, ... and a hash of all installed); gpu (per GPU through NVML: clocks, "
+    "clock-event reasons, throttle counters, power limit, PCIe link, persistence, ECC, MIG, topology); "
+    "env (NCCL_*, CUDA_*, SGLANG_*, VLLM_*, ... with secrets redacted); host (CPU governor, boost, "
+    "frequencies, memory, THP, limits, cgroup quota, hypervisor). Every field carries a status (ok, "
+    "unsupported, error, timeout); a failing source never fails the snapshot.\n\n"
+    "With --check: exit 1 and list the reasons when the machine is not fit for benchmarking (GPU busy, "
+    "throttled, power-capped, PCIe link degraded, CPU governor not performance), 0 when it is."
+)
+
+
+def _validate_repo(repo: Path | None) -> str | None:
+    if repo is None:
+        return None
+    if not repo.exists():
+        raise BadInput(f"--repo {repo}: no such directory")
+    if not repo.is_dir():
+        raise BadInput(f"--repo {repo}: not a directory")
+    return str(repo)
+
+
+def _take(
+    hosts: list[str] | None,
+    repo: str | None,
+    all_packages: bool,
+    timeout: float,
+    python: str | None,
+    ssh_config: Path | None,
+) -> list[dict[str, Any]]:
+    if not hosts and python is None:
+        from regdiag.snapshot import collect  # this interpreter, in-process: the fast path
+
+        return [collect(repo=repo, all_packages=all_packages, timeout_s=timeout)]
+    # Another interpreter (the engine's venv) or other machines: the collector travels as a bundle.
+    try:
+        from regdiag.hosts.remote import collect_snapshot
+        from regdiag.hosts.resolve import open_hosts
+    except ModuleNotFoundError as e:
+        if (e.name or "").startswith("regdiag.hosts"):
+            raise BadInput("--host needs the SSH layer") from None
+        raise
+    opened = open_hosts(hosts or None, python=python, ssh_config=ssh_config)
+    with contextlib.ExitStack() as stack:
+        for h in opened:
+            stack.callback(h.close)
+        return [collect_snapshot(h, repo=repo, all_packages=all_packages, timeout_s=timeout) for h in opened]
+
+
+def _output_path(output: Path, record: dict[str, Any], several: bool) -> Path:
+    if not several:
+        return output
+    origin = record.get("origin", {})
+    # The name the user gave (--host gpu-3) rather than what the machine calls itself.
+    host = str(origin.get("target") or origin.get("host") or "host").replace("/", "_")
+    return output.with_name(f"{output.stem}-{host}{output.suffix}")
+
+
+def _load(path: Path) -> dict[str, Any]:
+    from regdiag.records import load_record
+
+    return load_record(path, expect=("snapshot", "run"))
+
+
+def _snapshot_in(record: dict[str, Any], source: str) -> dict[str, Any]:
+    from regdiag.snapshot import snapshot_of
+
+    try:
+        return snapshot_of(record)
+    except ValueError as e:
+        raise BadInput(f"{source}: {e}") from None
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("snapshot", help=SNAPSHOT_HELP)
+    def snapshot(
+        repo: Path | None = typer.Option(
+            None,
+            "--repo",
+            help="Engine git checkout to record. Default: the source tree of an editable sglang or vllm "
+            "install, else the current directory when it is a git repository.",
+            file_okay=False,
+        ),
+        all_packages: bool = typer.Option(
+            False,
+            "--all-packages",
+            help="Record every installed distribution, not only the key ones (default: off).",
+        ),
+        check: bool = typer.Option(
+            False,
+            "--check",
+            help="Exit 1 and list the reasons when the machine is not fit for benchmarking; exit 0 when it is.",
+        ),
+        from_file: Path | None = typer.Option(
+            None,
+            "--from",
+            help="Show (or --check) a stored snapshot or run record instead of taking a new snapshot.",
+            dir_okay=True,
+        ),
+        timeout: float = typer.Option(
+            10.0,
+            "--timeout",
+            min=0.5,
+            help="Seconds before a slow source is recorded as timed out (default 10).",
+        ),
+        json_out: bool = JsonOpt,
+        output: Path | None = OutputOpt,
+        host: list[str] | None = HostOpt,
+        python: str | None = PythonOpt,
+        ssh_config: Path | None = SshConfigOpt,
+    ) -> None:
+        repo_s = _validate_repo(repo)
+        if from_file is not None:
+            if host or python or repo_s:
+                raise BadInput("--from reads a stored snapshot; it takes no --host, --python or --repo")
+            records = [_snapshot_in(_load(from_file), str(from_file))]
+        else:
+            from regdiag.cli.common import err_console
+
+            # A local snapshot takes ~0.2 s; remote ones take seconds: show progress on a terminal only.
+            spinner = (
+                err_console.status(f"taking snapshot{'s' if host and len(host) > 1 else ''}…")
+                if err_console.is_terminal
+                else contextlib.nullcontext()
+            )
+            with spinner:
+                records = _take(host, repo_s, all_packages, timeout, python, ssh_config)
+        if output is not None and from_file is None:
+            from regdiag.records import save_record
+
+            for rec in records:
+                path = _output_path(output, rec, len(records) > 1)
+                try:
+                    save_record(path, rec)
+                except OSError as e:
+                    raise BadInput(f"-o {path}: cannot write ({e.strerror or e})") from None
+        unfit = False
+        if check:
+            from regdiag.snapshot.check import check_snapshot, is_fit
+
+            results = [(rec, check_snapshot(rec)) for rec in records]
+            unfit = not all(is_fit(reasons) for _, reasons in results)
+            if json_out:
+                out = [
+                    {"host": rec.get("origin", {}).get("host"), "fit": is_fit(reasons), "reasons": reasons}
+                    for rec, reasons in results
+                ]
+                print_json(out[0] if len(out) == 1 else out)
+            else:
+                from regdiag.cli.common import console
+                from regdiag.report_snapshot import render_check
+
+                for rec, reasons in results:
+                    if len(results) > 1:
+                        console.print(f"[bold]{rec.get('origin', {}).get('host')}[/bold]")
+                    render_check(reasons, console)
+        elif json_out:
+            print_json(records[0] if len(records) == 1 else records)
+        else:
+            from regdiag.cli.common import console
+            from regdiag.report_snapshot import render_snapshot
+
+            for rec in records:
+                render_snapshot(rec, console)
+        if output is not None and from_file is None and not json_out:
+            from regdiag.cli.common import err_console
+
+            err_console.print(
+                f"wrote {output}" if len(records) == 1 else f"wrote {len(records)} snapshots next to {output}"
+            )
+        if unfit:
+            raise typer.Exit(EXIT_REGRESSED)
+
+    @app.command("diff")
+    def diff(
+        old: Path = typer.Argument(
+            ..., help="Snapshot or run record (a run stands for its snapshot_before).", dir_okay=True
+        ),
+        new: Path = typer.Argument(..., help="Snapshot or run record to compare against OLD.", dir_okay=True),
+        all_fields: bool = typer.Option(
+            False,
+            "--all",
+            help="Also show momentary readings (current clocks, power draw, load) (default: off).",
+        ),
+        exit_code: bool = typer.Option(
+            False,
+            "--exit-code",
+            help="Exit 1 when there are differences, like git diff --exit-code (default: exit 0).",
+        ),
+        json_out: bool = JsonOpt,
+    ) -> None:
+        """Differences between two snapshots, grouped, most likely culprits of a slowdown first.
+
+        Order: engine commit; sgl-kernel / flashinfer / torch / NCCL / GPU driver versions; NCCL_* variables; other variables; GPU clocks, power limit, PCIe link; other packages; host.
+        """
+        from regdiag.snapshot.diff import diff_snapshots
+
+        a = _snapshot_in(_load(old), str(old))
+        b = _snapshot_in(_load(new), str(new))
+        items = diff_snapshots(a, b, include_volatile=all_fields)
+        if json_out:
+            print_json(items)
+        else:
+            from regdiag.cli.common import console
+            from regdiag.report_snapshot import render_diff
+
+            render_diff(items, console, str(old), str(new))
+        if exit_code and items:
+            raise typer.Exit(EXIT_REGRESSED)

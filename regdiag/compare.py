@@ -1,0 +1,516 @@
+"""`regdiag compare OLD NEW`: is it real, where does it live, what changed.
+
+Takes two run records (docs/records.md) and returns a Comparison: a verdict per metric (ratio of
+launch medians with a CI against a margin, Holm across the secondary metrics), the attribution of
+the primary's change to its phases, the tok/s split, the noise, the GPU state of each side
+(PHANTOM warnings) and the environment diff. Works on any named metrics: a spec-decode cycle and
+its phases, a server's e2e / ttft / itl, a collective sweep's one metric per message size.
+
+Library code: no typer, no rich. Bad input raises BadInput with one line.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from regdiag import __version__, phantom, stats
+from regdiag.attribution import Attribution, Throughput, attribute, throughput
+from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSED, BadInput
+from regdiag.records import RUN, RecordError, check_record
+
+# Config keys that say how long or how often to measure, not what is measured: they may differ.
+MEASUREMENT_KEYS = frozenset(
+    {
+        "launches",
+        "cycles",
+        "warmup",
+        "warmup_cycles",
+        "seed",
+        "output",
+        "out",
+        "timeout",
+        "timeout_s",
+        "progress",
+        "block",
+        "launch_index",
+        "layers_auto",
+    }
+)
+HIGHER_IS_BETTER_UNITS = frozenset({"tok/s", "tokens/s", "GB/s", "GiB/s", "B/s", "tokens", "x", "req/s"})
+HIGHER_IS_BETTER_NAMES = frozenset(
+    {"accept_len", "tok_s", "throughput", "busbw", "algbw", "bandwidth", "goodput"}
+)
+EXIT_CODES = {
+    stats.REGRESSED: EXIT_REGRESSED,
+    stats.INCONCLUSIVE: EXIT_INCONCLUSIVE,
+    stats.UNCHANGED: EXIT_OK,
+    stats.IMPROVED: EXIT_OK,
+}
+
+
+@dataclass
+class MetricResult:
+    name: str
+    role: str  # "primary", "phase", "metric" (another timed series) or "value" (per-cycle values)
+    unit: str
+    higher_is_better: bool
+    reduce: str  # how a launch becomes one number: "median" (times) or "mean" (values)
+    estimate: stats.RatioEstimate | None
+    p_adjusted: float | None
+    verdict: str
+    more_launches: int | None  # for INCONCLUSIVE: launches per side to add, None if > cap or unknown
+    note: str
+    old_centers: list[float]
+    new_centers: list[float]
+    noise_old: stats.Noise
+    noise_new: stats.Noise
+
+    @property
+    def change(self) -> float | None:
+        return None if self.estimate is None else self.estimate.ratio - 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["estimate"] = None if self.estimate is None else self.estimate.to_dict()
+        d["change"] = self.change
+        return _finite(d)
+
+
+@dataclass
+class SideInfo:
+    label: str
+    id: str | None
+    created: str | None
+    status: str | None
+    probe: str | None
+    probe_version: str | None
+    config: dict[str, Any]
+    host: str | None
+    launches_total: int
+    launches_used: int
+    skipped: list[str]
+    clocks: phantom.ClockSummary
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["clocks"] = self.clocks.to_dict()
+        return _finite(d)
+
+
+@dataclass
+class Comparison:
+    old: SideInfo
+    new: SideInfo
+    primary: str | None
+    margin: float
+    method: str
+    level: float
+    metrics: list[MetricResult]
+    attribution: Attribution | None
+    throughput: Throughput | None
+    verdict: str
+    phantom: list[str]
+    warnings: list[str]
+    env_diff: list[dict[str, Any]] | None
+    env_note: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    def metric(self, name: str) -> MetricResult:
+        for m in self.metrics:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _finite(
+            {
+                "schema": "regdiag.comparison/1",
+                "regdiag_version": __version__,
+                "verdict": self.verdict,
+                "exit_code": self.exit_code,
+                "primary": self.primary,
+                "margin": self.margin,
+                "method": self.method,
+                "level": self.level,
+                "old": self.old.to_dict(),
+                "new": self.new.to_dict(),
+                "metrics": [m.to_dict() for m in self.metrics],
+                "attribution": None if self.attribution is None else self.attribution.to_dict(),
+                "throughput": None if self.throughput is None else self.throughput.to_dict(),
+                "phantom": self.phantom,
+                "warnings": self.warnings,
+                "notes": self.notes,
+                "env_diff": self.env_diff,
+                "env_note": self.env_note,
+            }
+        )
+
+
+def _finite(obj: Any) -> Any:
+    """NaN and infinities become None so the JSON is strict."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+# --- input checks -------------------------------------------------------------------------------
+
+
+def _usable(run: dict[str, Any], label: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Launches that measured something, each normalised to samples/values/scalars of floats."""
+    used, skipped = [], []
+    for i, la in enumerate(run.get("launches", [])):
+        idx = la.get("index", i)
+        if la.get("status") == "error":
+            skipped.append(f"launch {idx}: error: {la.get('error') or 'no message'}")
+            continue
+        samples = _series(la.get("samples"), label, idx, "samples")
+        if not any(len(v) for v in samples.values()):
+            skipped.append(f"launch {idx}: no samples")
+            continue
+        scalars = la.get("scalars") if isinstance(la.get("scalars"), dict) else {}
+        used.append(
+            {
+                "index": idx,
+                "samples": samples,
+                "values": _series(la.get("values"), label, idx, "values"),
+                "scalars": scalars,
+                "clocks": la.get("clocks") if isinstance(la.get("clocks"), list) else [],
+                "header": la.get("header") if isinstance(la.get("header"), dict) else {},
+            }
+        )
+    return used, skipped
+
+
+def _series(obj: Any, label: str, idx: int, what: str) -> dict[str, list[float]]:
+    if obj is None:
+        return {}
+    if not isinstance(obj, dict):
+        raise BadInput(f"{label}: launch {idx}: {what} is not an object of lists")
+    out = {}
+    for name, xs in obj.items():
+        if not isinstance(xs, list):
+            raise BadInput(f"{label}: launch {idx}: {what}[{name!r}] is not a list")
+        try:
+            a = np.asarray([np.nan if x is None else x for x in xs], dtype=float)
+        except (TypeError, ValueError):
+            raise BadInput(f"{label}: launch {idx}: {what}[{name!r}] holds non-numbers") from None
+        out[name] = a[np.isfinite(a)].tolist()
+    return out
+
+
+def _check_kind(run: Any, label: str) -> dict[str, Any]:
+    try:
+        return check_record(run, label, RUN)
+    except RecordError as e:
+        msg = str(e)
+        if "snapshot record" in msg:
+            msg += " (compare takes runs: `regdiag probe ... -o FILE`; for environments use `regdiag diff`)"
+        raise BadInput(msg) from None
+
+
+def _config_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    keys = sorted((set(a) | set(b)) - MEASUREMENT_KEYS)
+    return [
+        f"{k}: {a.get(k, '(absent)')!r} vs {b.get(k, '(absent)')!r}" for k in keys if a.get(k) != b.get(k)
+    ]
+
+
+def _batch(probe: dict[str, Any]) -> int:
+    b = (probe.get("config") or {}).get("batch")
+    return b if isinstance(b, int) and not isinstance(b, bool) and b > 0 else 1
+
+
+def higher_is_better(name: str, unit: str) -> bool:
+    return (
+        unit in HIGHER_IS_BETTER_UNITS or name in HIGHER_IS_BETTER_NAMES or name.endswith(("_tok_s", "_gbps"))
+    )
+
+
+# --- the comparison -----------------------------------------------------------------------------
+
+
+def compare_runs(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    *,
+    margin: float = stats.DEFAULT_MARGIN,
+    method: str = stats.WELCH,
+    level: float = stats.DEFAULT_LEVEL,
+    seed: int = 0,
+    allow_mismatch: bool = False,
+    old_label: str = "OLD",
+    new_label: str = "NEW",
+    n_boot: int = stats.DEFAULT_BOOT,
+) -> Comparison:
+    if not 0 < margin < 1:
+        raise BadInput(f"margin must be between 0 and 100 % (got {100 * margin:g} %)")
+    if method not in stats.METHODS:
+        raise BadInput(f"unknown method {method!r}; use {' or '.join(stats.METHODS)}")
+    if not 0.5 <= level < 1:
+        raise BadInput(f"confidence level must be in [0.5, 1) (got {level})")
+    old = _check_kind(old, old_label)
+    new = _check_kind(new, new_label)
+    warnings: list[str] = []
+    notes: list[str] = []
+
+    po, pn = old.get("probe") or {}, new.get("probe") or {}
+    if po.get("name") != pn.get("name"):
+        msg = f"runs from different probes: {old_label} is {po.get('name')!r}, {new_label} is {pn.get('name')!r}"
+        if not allow_mismatch:
+            raise BadInput(msg + " (--allow-mismatch to compare anyway)")
+        warnings.append(msg)
+    diffs = _config_diff(po.get("config") or {}, pn.get("config") or {})
+    if diffs:
+        msg = "probe configs differ: " + "; ".join(diffs[:4]) + ("; ..." if len(diffs) > 4 else "")
+        if not allow_mismatch:
+            raise BadInput(msg + " (--allow-mismatch to compare anyway)")
+        warnings.append(msg + " (compared with --allow-mismatch)")
+    if po.get("version") != pn.get("version") and po.get("name") == pn.get("name"):
+        warnings.append(f"probe versions differ: {po.get('version')} vs {pn.get('version')}")
+    if old.get("primary") != new.get("primary"):
+        raise BadInput(
+            f"the runs measure different things: primary {old.get('primary')!r} in {old_label}, "
+            f"{new.get('primary')!r} in {new_label}"
+        )
+    primary = old.get("primary") or None
+    phases = [p for p in (old.get("phases") or []) if isinstance(p, str)]
+    if list(new.get("phases") or []) != phases:
+        warnings.append(f"phase lists differ: {phases} vs {list(new.get('phases') or [])}")
+    units = {**(new.get("units") or {}), **(old.get("units") or {})}
+
+    lo_, skip_o = _usable(old, old_label)
+    ln_, skip_n = _usable(new, new_label)
+    for label, run, used in ((old_label, old, lo_), (new_label, new, ln_)):
+        if not used:
+            n = len(run.get("launches", []))
+            raise BadInput(
+                f"{label}: the run has no launch with samples ({n} launch{'es' if n != 1 else ''}, "
+                f"status {run.get('status')!r})"
+            )
+        if run.get("status") not in (None, "complete"):
+            warnings.append(
+                f"{label} run status is {run.get('status')!r}: using its {len(used)} finished launches"
+            )
+
+    names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, allow_mismatch, warnings)
+    rng = np.random.default_rng(seed)
+    results = [_metric(n, role, lo_, ln_, units, method, level, n_boot, rng) for n, role in names]
+    _decide(results, margin, level)
+
+    verdict = _overall(results, primary)
+    att = None
+    if primary and phases and all(p in dict(names) for p in phases):
+        att = attribute(
+            [la["samples"] for la in lo_],
+            [la["samples"] for la in ln_],
+            primary,
+            [p for p in phases],
+            units.get(primary, "ms"),
+            method,
+            level,
+            n_boot,
+            rng,
+        )
+        if att is None:
+            notes.append("phases are not per-cycle parts of the primary (lengths differ): no attribution")
+    tput = None
+    if primary:
+        batch = (_batch(po), _batch(pn))
+        tput = throughput(lo_, ln_, primary, units.get(primary, "ms"), margin, method, level, rng, batch)
+
+    side_o = _side_info(old, old_label, lo_, skip_o)
+    side_n = _side_info(new, new_label, ln_, skip_n)
+    snap_o, snap_n = old.get("snapshot_before"), new.get("snapshot_before")
+    ph = phantom.clock_warnings(side_o.clocks, side_n.clocks) + phantom.setting_warnings(snap_o, snap_n)
+    head = next((m for m in results if m.name == primary), results[0])
+    if head.estimate is not None:
+        ph += phantom.noise_warnings(
+            head.noise_old,
+            head.noise_new,
+            margin,
+            head.name,
+            head.estimate.sd_log,
+            head.estimate.n_old,
+            head.estimate.n_new,
+        )
+    warnings += phantom.machine_warnings(snap_o, snap_n)
+    if skip_o or skip_n:
+        warnings.append(f"skipped launches: {len(skip_o)} in {old_label}, {len(skip_n)} in {new_label}")
+    env, env_note = _env_diff(old, new)
+    return Comparison(
+        old=side_o,
+        new=side_n,
+        primary=primary,
+        margin=margin,
+        method=method,
+        level=level,
+        metrics=results,
+        attribution=att,
+        throughput=tput,
+        verdict=verdict,
+        phantom=ph,
+        warnings=warnings,
+        env_diff=env,
+        env_note=env_note,
+        notes=notes,
+    )
+
+
+def _metric_names(
+    lo_: list[dict[str, Any]],
+    ln_: list[dict[str, Any]],
+    primary: str | None,
+    phases: list[str],
+    old_label: str,
+    new_label: str,
+    allow_mismatch: bool,
+    warnings: list[str],
+) -> list[tuple[str, str]]:
+    """(name, role) in display order: primary, phases, other timed metrics, per-cycle values."""
+
+    def present(launches: list[dict[str, Any]], key: str) -> set[str]:
+        return {n for la in launches for n, xs in la[key].items() if xs}
+
+    so, sn = present(lo_, "samples"), present(ln_, "samples")
+    vo, vn = present(lo_, "values") - so, present(ln_, "values") - sn
+    for kind, a, b in (("metric", so, sn), ("value", vo, vn)):
+        for name in sorted(a ^ b):
+            where, other = (old_label, new_label) if name in a else (new_label, old_label)
+            msg = f"{kind} {name!r} is in {where} only, not in {other}"
+            if not allow_mismatch or name == primary:
+                raise BadInput(msg + ("" if name == primary else " (--allow-mismatch to compare the rest)"))
+            warnings.append(msg + ": left out")
+    both_s, both_v = so & sn, vo & vn
+    if primary and primary not in both_s:
+        raise BadInput(f"neither run has samples of its primary metric {primary!r}")
+    out: list[tuple[str, str]] = []
+    if primary:
+        out.append((primary, "primary"))
+    out += [(p, "phase") for p in phases if p in both_s and p != primary]
+    taken = {n for n, _ in out}
+    out += [(n, "metric") for n in sorted(both_s - taken)]
+    out += [(n, "value") for n in sorted(both_v)]
+    return out
+
+
+def _metric(
+    name: str,
+    role: str,
+    lo_: list[dict[str, Any]],
+    ln_: list[dict[str, Any]],
+    units: dict[str, str],
+    method: str,
+    level: float,
+    n_boot: int,
+    rng: np.random.Generator,
+) -> MetricResult:
+    key = "values" if role == "value" else "samples"
+    reduce = "mean" if role == "value" else "median"
+    unit = units.get(name, "" if role == "value" else "ms")
+    old = [la[key][name] for la in lo_ if la[key].get(name)]
+    new = [la[key][name] for la in ln_ if la[key].get(name)]
+    hib = higher_is_better(name, unit)
+    note = ""
+    est = None
+    try:
+        est = stats.estimate_ratio(old, new, reduce, method, level, n_boot, rng)
+    except ValueError as e:
+        note = f"not compared: {e}"
+    if est is not None and (est.n_old < 2 or est.n_new < 2):
+        note = "one launch on a side: launch-to-launch noise unknown, no CI; run >= 3 launches per side"
+    return MetricResult(
+        name=name,
+        role=role,
+        unit=unit,
+        higher_is_better=hib,
+        reduce=reduce,
+        estimate=est,
+        p_adjusted=None,
+        verdict=stats.INCONCLUSIVE,
+        more_launches=None,
+        note=note,
+        old_centers=stats.launch_centers(old, reduce).tolist(),
+        new_centers=stats.launch_centers(new, reduce).tolist(),
+        noise_old=stats.noise(old),
+        noise_new=stats.noise(new),
+    )
+
+
+def _decide(results: list[MetricResult], margin: float, level: float) -> None:
+    """Primary at its own level; every other metric Holm-adjusted as one family."""
+    secondary: list[tuple[MetricResult, float]] = [
+        (m, m.estimate.p)
+        for m in results
+        if m.role != "primary" and m.estimate is not None and m.estimate.p is not None
+    ]
+    adjusted = stats.holm([p for _m, p in secondary])
+    for (m, _p), p in zip(secondary, adjusted, strict=True):
+        m.p_adjusted = p
+    for m in results:
+        if m.role == "primary" and m.estimate is not None:
+            m.p_adjusted = m.estimate.p
+        if m.estimate is None:
+            continue
+        m.verdict = stats.decide(m.estimate, m.p_adjusted, margin, m.higher_is_better, level)
+        if m.verdict == stats.INCONCLUSIVE and m.estimate.lo is not None:
+            k_now = min(m.estimate.n_old, m.estimate.n_new)
+            k = stats.launches_to_settle(m.estimate.sd_log, math.log(m.estimate.ratio), margin, level)
+            m.more_launches = None if k is None else max(k - k_now, 1)
+
+
+def _overall(results: list[MetricResult], primary: str | None) -> str:
+    if primary:
+        return next(m.verdict for m in results if m.name == primary)
+    verdicts = {m.verdict for m in results}
+    for v in (stats.REGRESSED, stats.INCONCLUSIVE, stats.IMPROVED):
+        if v in verdicts:
+            return v
+    return stats.UNCHANGED
+
+
+def _side_info(run: dict[str, Any], label: str, used: list[dict[str, Any]], skipped: list[str]) -> SideInfo:
+    probe = run.get("probe") or {}
+    host = run.get("host") or {}
+    return SideInfo(
+        label=label,
+        id=run.get("id"),
+        created=run.get("created"),
+        status=run.get("status"),
+        probe=probe.get("name"),
+        probe_version=probe.get("version"),
+        config=probe.get("config") or {},
+        host=host.get("name") if isinstance(host, dict) else None,
+        launches_total=len(run.get("launches", [])),
+        launches_used=len(used),
+        skipped=skipped,
+        clocks=phantom.summarize_clocks(used),
+    )
+
+
+def _env_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str]:
+    """The snapshot diff, most likely culprits first (regdiag.snapshot.diff), when both sides have one."""
+    so, sn = old.get("snapshot_before"), new.get("snapshot_before")
+    if not isinstance(so, dict) or not isinstance(sn, dict):
+        missing = [lbl for lbl, s in (("old", so), ("new", sn)) if not isinstance(s, dict)]
+        return None, f"no environment snapshot in the {' and '.join(missing)} run"
+    try:
+        from regdiag.snapshot.diff import diff_snapshots
+    except ImportError:
+        return None, "environment diff not available in this build"
+    items = diff_snapshots(so, sn)
+    if not items:
+        return [], "environments identical (as far as the snapshots see)"
+    return list(items), f"{len(items)} environment difference{'s' if len(items) != 1 else ''}"

@@ -1,0 +1,405 @@
+"""`regdiag explain`: the throughput model of speculative decoding and an MoE roofline per phase.
+
+Regression or physics? Two questions with arithmetic answers:
+
+1. Does speculation pay? tok/s = accept_len / cycle; plain decoding gives 1 / t_decode; the
+   speedup is accept_len * t_decode / cycle. It breaks even at accept_len = cycle / t_decode, or
+   at cycle = accept_len * t_decode. (Per sequence; a batch multiplies both sides alike.)
+2. How far is each phase from the floor that its bytes set? A forward over t tokens of an MoE
+   reads the attention and dense weights once, the shared experts, and the routed experts those t
+   tokens touch, E * (1 - (1 - k/E)^t) per layer (regdiag.models). At a bandwidth B the phase
+   cannot beat bytes / B; the achieved fraction is floor / measured. A phase run eagerly far from
+   its floor is paying kernel launches, not moving bytes: flagged launch-bound.
+
+Library code: no typer, no rich.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from regdiag import stats
+from regdiag.errors import BadInput
+from regdiag.models import DTYPE_BYTES, ModelShape, touched_experts
+from regdiag.records import RUN, RecordError, check_record
+
+DEFAULT_BANDWIDTH = 4.24e12  # B/s: device copy bandwidth measured on one H200 (docs/compare.md)
+LAUNCH_BOUND_FRACTION = 0.5  # an eager phase below this share of its floor is launch-bound
+FAR_FROM_FLOOR = 0.15
+
+
+@dataclass
+class ThroughputModel:
+    accept_len: float
+    cycle_ms: float
+    decode_ms: float | None
+    batch: int = 1
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tok_s(self) -> float:
+        return self.batch * self.accept_len / self.cycle_ms * 1e3
+
+    @property
+    def baseline_tok_s(self) -> float | None:
+        return None if self.decode_ms is None else self.batch / self.decode_ms * 1e3
+
+    @property
+    def speedup(self) -> float | None:
+        return None if self.decode_ms is None else self.accept_len * self.decode_ms / self.cycle_ms
+
+    @property
+    def breakeven_accept(self) -> float | None:
+        return None if self.decode_ms is None else self.cycle_ms / self.decode_ms
+
+    @property
+    def breakeven_cycle_ms(self) -> float | None:
+        return None if self.decode_ms is None else self.accept_len * self.decode_ms
+
+    def summary(self) -> list[str]:
+        lines = [
+            f"speculation: {self.accept_len:.3g} tokens per {self.cycle_ms:.3g} ms cycle -> {self.tok_s:.0f} tok/s"
+            + (f" (batch {self.batch})" if self.batch != 1 else "")
+        ]
+        if self.decode_ms is None:
+            lines.append(
+                "no plain-decode time: pass --decode-ms or --baseline RUN for the speedup and break-even"
+            )
+            return lines
+        assert (
+            self.speedup is not None
+            and self.breakeven_accept is not None
+            and self.breakeven_cycle_ms is not None
+        )
+        lines.append(
+            f"plain decode: {self.decode_ms:.3g} ms per token -> {self.baseline_tok_s:.0f} tok/s baseline"
+        )
+        if self.speedup < 1:
+            lines.append(
+                f"speedup {self.speedup:.2f}x: {self.tok_s:.0f} tok/s vs {self.baseline_tok_s:.0f} baseline; "
+                f"speculation loses until accept_len >= {self.breakeven_accept:.3g} "
+                f"or cycle <= {self.breakeven_cycle_ms:.3g} ms"
+            )
+        else:
+            lines.append(
+                f"speedup {self.speedup:.2f}x: {self.tok_s:.0f} tok/s vs {self.baseline_tok_s:.0f} baseline; "
+                f"speculation pays while accept_len >= {self.breakeven_accept:.3g} "
+                f"and cycle <= {self.breakeven_cycle_ms:.3g} ms"
+            )
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("tok_s", "baseline_tok_s", "speedup", "breakeven_accept", "breakeven_cycle_ms"):
+            d[k] = getattr(self, k)
+        return d
+
+
+@dataclass
+class PhaseRoofline:
+    phase: str
+    tokens: int
+    bytes: float
+    breakdown: dict[str, float]
+    touched_experts: float | None
+    floor_ms: float
+    measured_ms: float | None
+    graph: bool | None  # ran as a CUDA graph replay (None: unknown)
+
+    @property
+    def achieved(self) -> float | None:
+        if not self.measured_ms:
+            return None
+        return self.floor_ms / self.measured_ms
+
+    @property
+    def launch_bound(self) -> bool:
+        a = self.achieved
+        return self.graph is False and a is not None and a < LAUNCH_BOUND_FRACTION
+
+    @property
+    def note(self) -> str:
+        a = self.achieved
+        if a is None:
+            return "not measured in this run"
+        if self.launch_bound:
+            return "launch-bound: eager kernel launches, not bytes, set its time"
+        if a > 1.05:
+            return "faster than the floor: the bandwidth or the byte model is wrong for this run"
+        if a < FAR_FROM_FLOOR:
+            return "far from the floor: small kernels, syncs or communication dominate"
+        return ""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(achieved=self.achieved, launch_bound=self.launch_bound, note=self.note)
+        return d
+
+
+@dataclass
+class Explanation:
+    throughput: ThroughputModel | None
+    phases: list[PhaseRoofline]
+    bandwidth: float
+    bandwidth_source: str
+    model: dict[str, Any] | None
+    notes: list[str] = field(default_factory=list)
+
+    def physics_line(self) -> str | None:
+        """verify vs decode: how much of the extra cost the bytes explain."""
+        by = {p.phase: p for p in self.phases}
+        v, d = by.get("verify"), by.get("decode")
+        if not v or not d or not v.measured_ms or not d.measured_ms:
+            return None
+        return (
+            f"verify costs {v.measured_ms / d.measured_ms:.2f}x a decode; its bytes account for "
+            f"{v.bytes / d.bytes:.2f}x ({v.touched_experts or 0:.1f} vs {d.touched_experts or 0:.1f} experts touched "
+            f"per layer); the rest, {v.measured_ms - d.measured_ms * v.bytes / d.bytes:+.3g} ms, is not explained by bytes"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "regdiag.explanation/1",
+            "throughput": None if self.throughput is None else self.throughput.to_dict(),
+            "phases": [p.to_dict() for p in self.phases],
+            "bandwidth": self.bandwidth,
+            "bandwidth_source": self.bandwidth_source,
+            "model": self.model,
+            "physics": self.physics_line(),
+            "notes": self.notes,
+        }
+
+
+def explain_numbers(
+    cycle_ms: float, decode_ms: float | None, accept_len: float, batch: int = 1
+) -> ThroughputModel:
+    for name, v in (("cycle", cycle_ms), ("accept length", accept_len)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise BadInput(f"{name} must be a positive number (got {v})")
+    if decode_ms is not None and not (math.isfinite(decode_ms) and decode_ms > 0):
+        raise BadInput(f"decode time must be a positive number (got {decode_ms})")
+    return ThroughputModel(accept_len, cycle_ms, decode_ms, batch, {"cycle": "given", "accept_len": "given"})
+
+
+# --- from run records ---------------------------------------------------------------------------
+
+
+def _ok_launches(run: dict[str, Any]) -> list[dict[str, Any]]:
+    return [la for la in run.get("launches", []) if la.get("status") != "error" and la.get("samples")]
+
+
+def _mean_of_launch_means(launches: list[dict[str, Any]], key: str, name: str) -> float | None:
+    means = [float(np.mean(la[key][name])) for la in launches if la.get(key, {}).get(name)]
+    return float(np.mean(means)) if means else None
+
+
+def _median_center(launches: list[dict[str, Any]], name: str) -> float | None:
+    xs = [la["samples"][name] for la in launches if la.get("samples", {}).get(name)]
+    if not xs:
+        return None
+    c = stats.launch_centers(xs)
+    return stats.geomean(c) if np.all(c > 0) else float(np.mean(c))
+
+
+def _header(launches: list[dict[str, Any]]) -> dict[str, Any]:
+    for la in launches:
+        if isinstance(la.get("header"), dict) and la["header"]:
+            return la["header"]
+    return {}
+
+
+def _check_run(run: Any, label: str) -> dict[str, Any]:
+    try:
+        run = check_record(run, label, RUN)
+    except RecordError as e:
+        raise BadInput(str(e)) from None
+    if not _ok_launches(run):
+        raise BadInput(f"{label}: the run has no launch with samples")
+    return run
+
+
+def explain_run(
+    run: dict[str, Any],
+    baseline: dict[str, Any] | None = None,
+    *,
+    bandwidth: float | None = None,
+    decode_ms: float | None = None,
+    accept_len: float | None = None,
+    model: str | None = None,
+    label: str = "RUN",
+    baseline_label: str = "BASELINE",
+) -> Explanation:
+    run = _check_run(run, label)
+    launches = _ok_launches(run)
+    header = _header(launches)
+    config = {**((run.get("probe") or {}).get("config") or {}), **(header.get("config") or {})}
+    notes: list[str] = []
+    primary = run.get("primary") or "cycle"
+    phases = [p for p in run.get("phases") or [] if isinstance(p, str)]
+    batch = int(config.get("batch") or 1)
+
+    # Throughput model: the cycle of this run, the decode of the baseline (or given).
+    decode_src = "given"
+    if decode_ms is None and baseline is not None:
+        baseline = _check_run(baseline, baseline_label)
+        bl = _ok_launches(baseline)
+        bp = baseline.get("primary") or "cycle"
+        bphases = baseline.get("phases") or []
+        if bphases and bphases != ["decode"]:
+            notes.append(
+                f"{baseline_label} is not a plain-decode run (phases {bphases}); its {bp} used as t_decode"
+            )
+        decode_ms = _mean_of_launch_means(bl, "samples", bp)
+        decode_src = f"{baseline_label} mean {bp}"
+    if decode_ms is None and "decode" in phases and primary != "decode" and phases != ["decode"]:
+        decode_ms = _mean_of_launch_means(launches, "samples", "decode")
+        decode_src = "this run's decode phase"
+    tput = None
+    if phases != ["decode"]:
+        cycle = _mean_of_launch_means(launches, "samples", primary)
+        acc = accept_len
+        acc_src = "given"
+        if acc is None:
+            acc = _mean_of_launch_means(launches, "values", "accept_len")
+            acc_src = "mean accept_len of the run"
+            if header.get("accept_len_simulated") or config.get("accept_mean") is not None:
+                acc_src += " (simulated by the probe)"
+        if cycle is not None and acc is not None:
+            tput = ThroughputModel(
+                acc, cycle, decode_ms, batch, {"cycle": f"mean {primary}", "accept_len": acc_src}
+            )
+            if decode_ms is not None:
+                tput.sources["decode"] = decode_src
+        else:
+            notes.append("no accept_len in this run: pass --accept-len for the throughput model")
+    elif decode_ms is None:
+        # A plain-decode run explains itself: its cycle is t_decode.
+        decode_ms = _mean_of_launch_means(launches, "samples", primary)
+
+    # Roofline: bytes per phase at a bandwidth.
+    bw_src = "--bandwidth"
+    if bandwidth is None:
+        measured = [la["header"].get("copy_GBps") for la in launches if isinstance(la.get("header"), dict)]
+        measured = [float(x) for x in measured if isinstance(x, (int, float)) and x > 0]
+        if measured:
+            bandwidth = float(np.median(measured)) * 1e9
+            bw_src = "copy bandwidth measured by the probe on this device"
+        else:
+            bandwidth = DEFAULT_BANDWIDTH
+            bw_src = "default: copy bandwidth measured on one H200"
+    if not (math.isfinite(bandwidth) and bandwidth > 0):
+        raise BadInput(f"bandwidth must be positive (got {bandwidth})")
+    shape = _shape(header, config, model, notes)
+    rows: list[PhaseRoofline] = []
+    if shape is not None:
+        elt = DTYPE_BYTES.get(str(config.get("dtype") or "bfloat16"), 2)
+        graphs: dict[str, Any] = header["graphs"] if isinstance(header.get("graphs"), dict) else {}
+        if config.get("device") == "cpu":
+            graphs = {}  # no CUDA graphs on a CPU: "eager" says nothing about launch overhead there
+        for ph in phases:
+            row = _roofline(ph, shape, config, elt, bandwidth, _median_center(launches, ph), graphs.get(ph))
+            if row is not None:
+                rows.append(row)
+        if baseline is not None and "decode" not in phases:
+            bl = _ok_launches(baseline)
+            bh = _header(bl)
+            bgraphs: dict[str, Any] = bh["graphs"] if isinstance(bh.get("graphs"), dict) else {}
+            row = _roofline(
+                "decode",
+                shape,
+                config,
+                elt,
+                bandwidth,
+                _median_center(bl, baseline.get("primary") or "cycle"),
+                bgraphs.get("decode"),
+            )
+            if row is not None:
+                rows.append(row)
+        if config.get("device") == "cpu":
+            notes.append(
+                "ran on CPU: the floor is against the CPU's copy bandwidth; the numbers are for shape, not speed"
+            )
+        if shape.layers < _full_layers(shape, header):
+            notes.append(
+                f"the probe ran {shape.layers} of {_full_layers(shape, header)} layers: bytes and floors are for those"
+            )
+    return Explanation(tput, rows, bandwidth, bw_src, None if shape is None else shape.to_dict(), notes)
+
+
+def _full_layers(shape: ModelShape, header: dict[str, Any]) -> int:
+    s = (header.get("model") or {}).get("shape") or {}
+    v = s.get("layers_full")
+    return int(v) if isinstance(v, int) else shape.layers
+
+
+def _shape(
+    header: dict[str, Any], config: dict[str, Any], model: str | None, notes: list[str]
+) -> ModelShape | None:
+    hs = (header.get("model") or {}).get("shape") if isinstance(header.get("model"), dict) else None
+    try:
+        if model:
+            return ModelShape.preset(
+                model, int(config.get("layers") or 0) or None, int(config.get("shard") or 1)
+            )
+        if isinstance(hs, dict):
+            return ModelShape.from_dict(hs)
+        preset = config.get("preset")
+        if isinstance(preset, str):
+            return ModelShape.preset(
+                preset,
+                int(config.get("layers") or 0) or None,
+                int(config.get("shard") or config.get("tp") or 1),
+            )
+    except KeyError as e:
+        raise BadInput(str(e).strip("'\"")) from None
+    notes.append("no model shape in the run (no header, no preset): pass --model for the roofline")
+    return None
+
+
+def _roofline(
+    phase: str,
+    shape: ModelShape,
+    config: dict[str, Any],
+    elt: int,
+    bandwidth: float,
+    measured: float | None,
+    graph: Any,
+) -> PhaseRoofline | None:
+    batch = int(config.get("batch") or 1)
+    ctx = int(config.get("context") or 0)
+    steps = int(config.get("num_steps") or 2)
+    ndt = int(config.get("num_draft_tokens") or steps + 1)
+    touched: float | None = None
+    if phase == "decode":
+        tokens = batch
+        parts = shape.target_breakdown(tokens, batch, ctx + 1, elt)
+        touched = touched_experts(shape.experts, shape.topk, tokens)
+    elif phase == "verify":
+        tokens = batch * ndt
+        parts = shape.target_breakdown(tokens, batch, ctx + ndt, elt)
+        touched = touched_experts(shape.experts, shape.topk, tokens)
+    elif phase == "draft":
+        # steps - 1 draft forwards of one token each (the first draft token came from draft-extend).
+        tokens = batch
+        one = shape.draft_breakdown(tokens, batch, ctx, with_fc=False, elt=elt)
+        parts = {k: v * max(steps - 1, 0) for k, v in one.items()}
+    elif phase == "extend":
+        tokens = batch * ndt
+        parts = shape.draft_breakdown(tokens, batch, ctx + ndt, with_fc=True, elt=elt)
+    else:
+        return None
+    total = sum(parts.values())
+    return PhaseRoofline(
+        phase=phase,
+        tokens=tokens,
+        bytes=total,
+        breakdown=parts,
+        touched_experts=touched,
+        floor_ms=total / bandwidth * 1e3,
+        measured_ms=measured,
+        graph=graph if isinstance(graph, bool) else None,
+    )

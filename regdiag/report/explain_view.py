@@ -1,0 +1,111 @@
+"""An Explanation on the terminal and in Markdown: the throughput verdict first, then the roofline."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from regdiag.explain import Explanation, PhaseRoofline
+
+
+def _gb(x: float) -> str:
+    if x >= 1e9:
+        return f"{x / 1e9:.3g} GB"
+    if x >= 1e6:
+        return f"{x / 1e6:.3g} MB"
+    return f"{x / 1e3:.3g} kB"
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g} ms"
+
+
+def _frac(p: PhaseRoofline) -> str:
+    a = p.achieved
+    return "-" if a is None else f"{100 * a:.0f} %"
+
+
+def _graph(p: PhaseRoofline) -> str:
+    return {True: "graph", False: "eager", None: "-"}[p.graph]
+
+
+def _experts(p: PhaseRoofline) -> str:
+    return "-" if p.touched_experts is None else f"{p.touched_experts:.1f}"
+
+
+def _bw(e: Explanation) -> str:
+    v = f"{e.bandwidth / 1e12:.3g} TB/s" if e.bandwidth >= 1e12 else f"{e.bandwidth / 1e9:.3g} GB/s"
+    return f"{v} ({e.bandwidth_source})"
+
+
+def terminal(e: Explanation, console: Console) -> None:
+    t = e.throughput
+    if t is not None:
+        lines = t.summary()
+        style = (
+            "bold red" if (t.speedup is not None and t.speedup < 1) else "bold green" if t.speedup else "bold"
+        )
+        console.print(lines[-1], style=style, highlight=False)
+        for line in lines[:-1]:
+            console.print(line, highlight=False)
+        src = ", ".join(f"{k}: {v}" for k, v in t.sources.items())
+        console.print(f"from {src}", style="dim", highlight=False)
+    if e.phases:
+        table = Table(box=None, header_style="bold", title=f"roofline at {_bw(e)}", title_justify="left")
+        for col in (
+            "phase",
+            "tokens",
+            "experts/layer",
+            "bytes/rank",
+            "floor",
+            "measured",
+            "achieved",
+            "mode",
+            "",
+        ):
+            table.add_column(col, justify="right" if col not in ("phase", "mode", "") else "left")
+        for p in e.phases:
+            table.add_row(
+                p.phase,
+                str(p.tokens),
+                _experts(p),
+                _gb(p.bytes),
+                _ms(p.floor_ms),
+                _ms(p.measured_ms),
+                _frac(p),
+                _graph(p),
+                p.note,
+                style="yellow" if p.launch_bound else None,
+            )
+        console.print(table)
+        if physics := e.physics_line():
+            console.print(physics, highlight=False)
+    for n in e.notes:
+        console.print(f"note: {n}", style="dim", highlight=False)
+
+
+def markdown(e: Explanation) -> str:
+    out = []
+    t = e.throughput
+    if t is not None:
+        lines = t.summary()
+        out += [f"**{lines[-1]}**", ""] + [f"- {x}" for x in lines[:-1]]
+        out.append("- from " + ", ".join(f"{k}: {v}" for k, v in t.sources.items()))
+        out.append("")
+    if e.phases:
+        out += [
+            f"Roofline at {_bw(e)}:",
+            "",
+            "| phase | tokens | experts/layer | bytes/rank | floor | measured | achieved | mode | note |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        ]
+        for p in e.phases:
+            out.append(
+                f"| {p.phase} | {p.tokens} | {_experts(p)} | {_gb(p.bytes)} | {_ms(p.floor_ms)} | {_ms(p.measured_ms)} "
+                f"| {_frac(p)} | {_graph(p)} | {p.note} |"
+            )
+        out.append("")
+        if physics := e.physics_line():
+            out += [physics, ""]
+    out += [f"- note: {n}" for n in e.notes]
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,168 @@
+"""A Comparison as one self-contained HTML file: inline CSS and SVG, no script, no network.
+
+Plots: per-metric distributions old vs new (all cycles, with the launch centres that carry the
+evidence), the primary's per-launch centres in order, and the SM clock traces of every launch.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from regdiag import __version__
+from regdiag.compare import Comparison, _usable
+from regdiag.report import svg
+from regdiag.report import text as T
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 980px; color: #222; }
+h1 { font-size: 1.3em; } h2 { font-size: 1.1em; margin-top: 1.6em; }
+.verdict { display: inline-block; padding: 0.15em 0.5em; border-radius: 3px; font-weight: bold; }
+.REGRESSED { background: #c0392b; color: white; } .IMPROVED { background: #27ae60; color: white; }
+.UNCHANGED { background: #d5f5e3; color: #145a32; } .INCONCLUSIVE { background: #fcf3cf; color: #7d6608; }
+.phantom { background: #fcf3cf; border-left: 4px solid #f1c40f; padding: 0.4em 0.8em; margin: 0.3em 0; }
+table { border-collapse: collapse; margin: 0.6em 0; } td, th { padding: 0.2em 0.7em; border-bottom: 1px solid #eee; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; } th { text-align: left; }
+.dim { color: #777; } .legend span { margin-right: 1.2em; }
+"""
+
+
+def _row(cells: list[str], cls: list[str] | None = None) -> str:
+    cls = cls or [""] * len(cells)
+    return "<tr>" + "".join(f'<td class="{c}">{v}</td>' for v, c in zip(cells, cls, strict=True)) + "</tr>"
+
+
+def render(
+    c: Comparison, old_run: dict[str, Any], new_run: dict[str, Any], old_name: str = "", new_name: str = ""
+) -> str:
+    e = escape
+    lo_, _ = _usable(old_run, c.old.label)
+    ln_, _ = _usable(new_run, c.new.label)
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>regdiag compare: {e(c.verdict)}</title><style>{CSS}</style></head><body>",
+        f"<h1><span class='verdict {c.verdict}'>{c.verdict}</span> {e(T.headline(c).partition(': ')[2])}</h1>",
+    ]
+    for p in c.phantom:
+        parts.append(f"<div class='phantom'><b>PHANTOM?</b> {e(p)}</div>")
+    if c.attribution is not None and (d := T.dominant_line(c.attribution)):
+        parts.append(f"<p>{e(d)}</p>")
+    parts.append(
+        f"<p class='dim'>old: <code>{e(old_name or c.old.label)}</code> ({e(str(c.old.probe))}, "
+        f"{e(T.config_txt(c.old.config, 20))}, {c.old.launches_used} launches, {e(str(c.old.created))})<br>"
+        f"new: <code>{e(new_name or c.new.label)}</code> ({e(str(c.new.probe))}, "
+        f"{e(T.config_txt(c.new.config, 20))}, {c.new.launches_used} launches, {e(str(c.new.created))})</p>"
+    )
+    parts.append(
+        f"<table><tr><th>metric</th><th>old</th><th>new</th><th>change</th><th>{100 * c.level:g} % CI</th>"
+        "<th>p (Holm)</th><th>verdict</th><th></th></tr>"
+    )
+    for m in c.metrics:
+        est = m.estimate
+        unit = f" {m.unit}" if m.unit else ""
+        if est is None:
+            parts.append(_row([e(m.name), "-", "-", "-", "-", "-", "-", e(m.note)]))
+            continue
+        parts.append(
+            _row(
+                [
+                    f"<b>{e(m.name)}</b>" if m.role == "primary" else e(m.name),
+                    e(T.fixed(est.old_center, T.decimals(est.old_center, est.new_center)) + unit),
+                    e(T.fixed(est.new_center, T.decimals(est.old_center, est.new_center)) + unit),
+                    e(T.pct(est.ratio)),
+                    e(T.ci(est.lo, est.hi)),
+                    e(T.pval(m.p_adjusted)),
+                    f"<span class='verdict {m.verdict}'>{m.verdict}</span>",
+                    e(T.more_txt(m) or m.note),
+                ],
+                ["", "n", "n", "n", "n", "n", "", "dim"],
+            )
+        )
+    parts.append("</table>")
+
+    a = c.attribution
+    if a is not None:
+        parts.append(f"<h2>Attribution (launch means, {e(a.unit)})</h2><table>")
+        parts.append("<tr><th>part</th><th>old</th><th>new</th><th>delta</th><th>CI</th><th>share</th></tr>")
+        ad = T.attribution_decimals(a)
+        for t in [a.total, *a.terms]:
+            ci = "-" if t.lo is None else f"[{T.fixed(t.lo, ad, True)}, {T.fixed(t.hi, ad, True)}]"
+            share = "" if t is a.total or t.share is None else f"{100 * t.share:.0f} %"
+            parts.append(
+                _row(
+                    [
+                        e(t.name),
+                        T.fixed(t.old, ad),
+                        T.fixed(t.new, ad),
+                        T.fixed(t.delta, ad, True),
+                        ci,
+                        share,
+                    ],
+                    ["", "n", "n", "n", "n", "n"],
+                )
+            )
+        parts.append("</table>")
+    lines = []
+    if c.throughput is not None:
+        lines.append(T.throughput_line(c.throughput))
+        if cc := T.crosscheck_line(c.throughput):
+            lines.append(cc)
+    for ln in (T.noise_line(c), T.clocks_line(c)):
+        if ln:
+            lines.append(ln)
+    if lines:
+        parts.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>")
+
+    parts.append(
+        f"<h2>Plots</h2><p class='legend'><span style='color:{svg.OLD_COLOR}'>&#9632; old</span>"
+        f"<span style='color:{svg.NEW_COLOR}'>&#9632; new</span></p>"
+    )
+    rows = []
+    for m in c.metrics:
+        key = "values" if m.role == "value" else "samples"
+        old = [x for la in lo_ for x in la[key].get(m.name, [])]
+        new = [x for la in ln_ for x in la[key].get(m.name, [])]
+        rows.append((m.name, old, new, m.old_centers, m.new_centers))
+    unit = c.metrics[0].unit if c.metrics else ""
+    parts.append(
+        svg.distributions(rows, unit, "every cycle (box 25-75 %, whiskers 5-95 %) and launch centres (dots)")
+    )
+    head = next((m for m in c.metrics if m.name == c.primary), c.metrics[0] if c.metrics else None)
+    if head is not None:
+        parts.append(
+            "<br>"
+            + svg.launch_series(
+                head.old_centers, head.new_centers, head.unit, f"{head.name}: one point per launch"
+            )
+        )
+    parts.append(
+        "<br>"
+        + svg.traces(c.old.clocks.traces, c.new.clocks.traces, "MHz", "SM clock of GPU 0 during each launch")
+    )
+
+    if c.env_diff:
+        parts.append(f"<h2>Environment: {e(c.env_note)}, most likely first</h2><table>")
+        parts.append("<tr><th>what</th><th>old</th><th>new</th><th>why</th></tr>")
+        for item in c.env_diff:
+            parts.append(
+                _row(
+                    [
+                        e(f"{item.get('group')}.{item.get('field')}"),
+                        e(str(item.get("old"))),
+                        e(str(item.get("new"))),
+                        e(str(item.get("why") or "")),
+                    ]
+                )
+            )
+        parts.append("</table>")
+    else:
+        parts.append(f"<h2>Environment</h2><p>{e(c.env_note)}.</p>")
+    if c.warnings or c.notes:
+        parts.append(
+            "<h2>Warnings</h2><ul>" + "".join(f"<li>{e(w)}</li>" for w in c.warnings + c.notes) + "</ul>"
+        )
+    parts.append(
+        f"<p class='dim'>regdiag {e(__version__)}; method {e(c.method)}; margin {e(T.margin_txt(c.margin))}.</p>"
+    )
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"

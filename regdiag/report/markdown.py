@@ -1,0 +1,88 @@
+"""A Comparison as Markdown, to paste into an issue or a pull request."""
+
+from __future__ import annotations
+
+from regdiag import stats
+from regdiag.attribution import fmt_share
+from regdiag.compare import Comparison
+from regdiag.report import text as T
+
+
+def _cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def render(c: Comparison, old_name: str = "", new_name: str = "") -> str:
+    out = [f"**{T.headline(c)}**", ""]
+    for p in c.phantom:
+        out.append(f"> **PHANTOM?** {_cell(p)}")
+    if c.phantom:
+        out.append("")
+    if c.attribution is not None and (d := T.dominant_line(c.attribution)):
+        out += [d, ""]
+    out += [
+        f"- old: `{old_name or c.old.label}` ({c.old.probe}, {_cell(T.config_txt(c.old.config))}, "
+        f"{c.old.launches_used} launches, {c.old.created or '?'})",
+        f"- new: `{new_name or c.new.label}` ({c.new.probe}, {c.new.launches_used} launches, {c.new.created or '?'})",
+        "",
+        f"| metric | old | new | change | {100 * c.level:g} % CI | p (Holm) | verdict |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for m in c.metrics:
+        e = m.estimate
+        unit = f" {m.unit}" if m.unit else ""
+        name = f"**{m.name}**" if m.role == "primary" else m.name
+        if e is None:
+            out.append(f"| {name} | - | - | - | - | - | {_cell(m.note)} |")
+            continue
+        out.append(
+            f"| {name} | {T.fixed(e.old_center, T.decimals(e.old_center, e.new_center))}{unit} | {T.fixed(e.new_center, T.decimals(e.old_center, e.new_center))}{unit} | {T.pct(e.ratio)} "
+            f"| {T.ci(e.lo, e.hi)} | {T.pval(m.p_adjusted)} | {m.verdict} |"
+        )
+    out.append("")
+    a = c.attribution
+    if a is not None:
+        out += [
+            f"Attribution (launch means, {a.unit}):",
+            "",
+            "| part | old | new | delta | CI | share |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        ad = T.attribution_decimals(a)
+        for t in [a.total, *a.terms]:
+            rng = "-" if t.lo is None else f"[{T.fixed(t.lo, ad, True)}, {T.fixed(t.hi, ad, True)}]"
+            share = "" if t is a.total else fmt_share(t.share)
+            name = f"**{t.name}**" if t.name == a.dominant else t.name
+            out.append(
+                f"| {name} | {T.fixed(t.old, ad)} | {T.fixed(t.new, ad)} | {T.fixed(t.delta, ad, True)} | {rng} | {share} |"
+            )
+        out.append("")
+    if c.throughput is not None:
+        out.append("- " + T.throughput_line(c.throughput))
+        if cc := T.crosscheck_line(c.throughput):
+            out.append("- " + cc)
+    for line in (T.noise_line(c), T.clocks_line(c)):
+        if line:
+            out.append("- " + line)
+    out.append("")
+    if c.env_diff:
+        out += [f"Environment: {c.env_note}, most likely first:", ""]
+        out += ["| what | old | new | why |", "| --- | --- | --- | --- |"]
+        for item in c.env_diff:
+            out.append(
+                f"| {item.get('group')}.{_cell(str(item.get('field')))} | {_cell(str(item.get('old')))} "
+                f"| {_cell(str(item.get('new')))} | {_cell(str(item.get('why') or ''))} |"
+            )
+        out.append("")
+    else:
+        out += [f"Environment: {c.env_note}.", ""]
+    for w in c.warnings:
+        out.append(f"- warning: {_cell(w)}")
+    for n in c.notes:
+        out.append(f"- note: {_cell(n)}")
+    method = "Welch's t on log launch medians" if c.method == stats.WELCH else "hierarchical bootstrap"
+    out.append(
+        f"\n<sub>regdiag compare: {method}; primary at {100 * c.level:g} %, other metrics Holm-adjusted; "
+        f"margin {T.margin_txt(c.margin)}.</sub>"
+    )
+    return "\n".join(out) + "\n"

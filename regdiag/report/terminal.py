@@ -1,0 +1,98 @@
+"""A Comparison on the terminal: the verdict first, then where it lives, then why to doubt it.
+
+One screen for the common case (a cycle and three phases): headline, a table, two lines of
+attribution and throughput, PHANTOM warnings, the top environment differences.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from regdiag import stats
+from regdiag.compare import Comparison
+from regdiag.report import text as T
+
+STYLE = {
+    stats.REGRESSED: "bold white on red",
+    stats.IMPROVED: "bold white on green",
+    stats.UNCHANGED: "bold green",
+    stats.INCONCLUSIVE: "bold yellow",
+}
+ENV_LIMIT = 8
+
+
+def render(c: Comparison, console: Console, old_name: str = "", new_name: str = "") -> None:
+    head = T.headline(c)
+    verdict, _, rest = head.partition(": ")
+    line = Text()
+    line.append(f" {verdict} ", style=STYLE[c.verdict])
+    line.append(" " + rest)
+    console.print(line)
+    if c.phantom:
+        console.print(Text(" PHANTOM? ", style="bold black on yellow") + Text(" " + c.phantom[0]))
+        for p in c.phantom[1:]:
+            console.print(f"           {p}", style="yellow")
+    if c.attribution is not None and (d := T.dominant_line(c.attribution)):
+        console.print(d)
+    if c.throughput is not None:
+        console.print(T.throughput_line(c.throughput), highlight=False)
+    console.print(
+        f"old: {old_name or c.old.label} ({c.old.probe} {T.config_txt(c.old.config)}, {c.old.created or '?'})",
+        style="dim",
+        highlight=False,
+    )
+    console.print(f"new: {new_name or c.new.label} ({c.new.created or '?'})", style="dim", highlight=False)
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("metric")
+    table.add_column("old", justify="right")
+    table.add_column("new", justify="right")
+    table.add_column("change", justify="right")
+    table.add_column(f"{100 * c.level:g} % CI", justify="right")
+    table.add_column("p (Holm)", justify="right")
+    table.add_column("verdict")
+    for m in c.metrics:
+        e = m.estimate
+        unit = f" {m.unit}" if m.unit else ""
+        name = m.name if m.role != "primary" else f"[bold]{m.name}[/bold]"
+        if e is None:
+            table.add_row(name, "-", "-", "-", "-", "-", m.note)
+            continue
+        table.add_row(
+            name,
+            T.fixed(e.old_center, T.decimals(e.old_center, e.new_center)) + unit,
+            T.fixed(e.new_center, T.decimals(e.old_center, e.new_center)) + unit,
+            T.pct(e.ratio),
+            T.ci(e.lo, e.hi),
+            T.pval(m.p_adjusted),
+            Text(m.verdict, style=STYLE[m.verdict].replace("on red", "").replace("on green", "").strip()),
+        )
+    console.print(table)
+
+    if c.attribution is not None:
+        console.print("attribution: " + T.attribution_line(c.attribution), highlight=False)
+    if c.throughput is not None and (cc := T.crosscheck_line(c.throughput)):
+        console.print(cc, style="dim")
+    if nl := T.noise_line(c):
+        console.print(nl, style="dim", highlight=False)
+    if cl := T.clocks_line(c):
+        console.print(cl, style="dim", highlight=False)
+    if c.env_diff:
+        console.print(f"[bold]environment[/bold]: {c.env_note}, most likely first:")
+        for item in c.env_diff[:ENV_LIMIT]:
+            console.print("  " + T.env_item(item), highlight=False)
+        if len(c.env_diff) > ENV_LIMIT:
+            console.print(f"  ... {len(c.env_diff) - ENV_LIMIT} more (--json or --html for all)", style="dim")
+    else:
+        console.print(f"environment: {c.env_note}", style="dim")
+    for w in c.warnings:
+        console.print(f"warning: {w}", style="yellow", highlight=False)
+    for n in c.notes:
+        console.print(f"note: {n}", style="dim", highlight=False)
+    method = "Welch's t on log launch medians" if c.method == stats.WELCH else "hierarchical bootstrap"
+    console.print(
+        f"{method}; primary at {100 * c.level:g} %, other metrics Holm-adjusted; margin {T.margin_txt(c.margin)}",
+        style="dim",
+    )

@@ -1,0 +1,349 @@
+"""Human output for snapshots, fitness checks and snapshot diffs (rich).
+
+What looks wrong is highlighted from the same reasons `snapshot --check` gives (regdiag.snapshot.
+check), so the screen and the exit code never disagree: red for what makes the machine unfit,
+yellow for warnings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from regdiag.snapshot import fields as F
+from regdiag.snapshot.check import ERROR, check_snapshot, gpu_indices, is_fit
+
+STYLE = {ERROR: "bold red", "warning": "yellow"}
+DIM = "dim"
+
+
+def _fv(group: dict[str, Any], name: str) -> Any:
+    f = group.get("fields", {}).get(name)
+    return f.get("value") if isinstance(f, dict) and f.get("status") == F.OK else None
+
+
+def _cell(group: dict[str, Any], name: str) -> Text:
+    """One field as text; failures say their status, dimmed."""
+    f = group.get("fields", {}).get(name)
+    if not isinstance(f, dict):
+        return Text("—", style=DIM)
+    if f.get("status") != F.OK:
+        return Text(f"[{f.get('status')}]", style=DIM if f.get("status") == F.UNSUPPORTED else "red")
+    v = f.get("value")
+    if name == "cgroup_cpu_quota" and isinstance(v, dict):
+        cpus = v.get("cpus")
+        return Text(("unlimited" if cpus is None else f"{cpus:g} CPUs") + f" ({v.get('source')})")
+    if name == "open_files_limit" and isinstance(v, dict):
+        return Text(f"{v.get('soft')} (hard {v.get('hard')})")
+    return Text(_plain(v))
+
+
+def _plain(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, list):
+        return ", ".join(_plain(x) for x in v)
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {_plain(x)}" for k, x in v.items())
+    return str(v)
+
+
+def _marks(reasons: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    out: dict[tuple[str, str], str] = {}
+    for r in reasons:
+        key = (r["group"], r["field"])
+        if out.get(key) != ERROR:
+            out[key] = r["severity"]
+    return out
+
+
+def _styled(text: Text, severity: str | None) -> Text:
+    if severity:
+        text.stylize(STYLE[severity])
+    return text
+
+
+def _group_header(console: Console, name: str, group: dict[str, Any], extra: str = "") -> bool:
+    status = group.get("status", "?")
+    head = Text(f"{name:<9}", style="bold")
+    if status != F.OK:
+        head.append(f"{status}: {group.get('note', '')}", style=DIM if status == F.UNSUPPORTED else "red")
+        console.print(head)
+        return False
+    if extra:
+        head.append(extra)
+    console.print(head)
+    return True
+
+
+def _kv_table(
+    group: dict[str, Any], gname: str, names: list[str], marks: dict[tuple[str, str], str]
+) -> Table:
+    t = Table(show_header=False, box=None, padding=(0, 1, 0, 2))
+    t.add_column(style="cyan", no_wrap=True)
+    t.add_column(overflow="fold")
+    for n in names:
+        if n in group.get("fields", {}):
+            t.add_row(n, _styled(_cell(group, n), marks.get((gname, n))))
+    return t
+
+
+def render_snapshot(
+    record: dict[str, Any], console: Console, reasons: list[dict[str, Any]] | None = None
+) -> None:
+    reasons = check_snapshot(record) if reasons is None else reasons
+    marks = _marks(reasons)
+    origin = record.get("origin", {})
+    console.print(
+        Text.assemble(
+            ("snapshot ", "bold"),
+            f"{origin.get('host', '?')} via {origin.get('via', '?')} · python {origin.get('python', '?')} · "
+            f"{record.get('created', '?')[:19].replace('T', ' ')} UTC · took {record.get('duration_s', '?')} s",
+        )
+    )
+    groups = record.get("groups", {})
+    _render_engine(console, groups.get("engine", {}), marks)
+    _render_packages(console, groups.get("packages", {}))
+    _render_gpu(console, groups.get("gpu", {}), marks)
+    _render_env(console, groups.get("env", {}))
+    _render_host(console, groups.get("host", {}), marks)
+
+
+def _render_engine(console: Console, g: dict[str, Any], marks: dict[tuple[str, str], str]) -> None:
+    extra = f"{_fv(g, 'path') or ''}  ({g.get('selected_by', '')})"
+    if _group_header(console, "engine", g, extra):
+        names = [
+            "commit",
+            "branch",
+            "describe",
+            "commit_date",
+            "subject",
+            "dirty",
+            "changed_files",
+            "diff_hash",
+            "remote",
+        ]
+        console.print(_kv_table(g, "engine", names, marks))
+
+
+def _render_packages(console: Console, g: dict[str, Any]) -> None:
+    if not _group_header(console, "packages", g, f"{_fv(g, 'count')} installed ({_fv(g, 'hash')})"):
+        return
+    from regdiag.snapshot.packages import KEY_PACKAGES
+
+    t = Table(show_header=False, box=None, padding=(0, 1, 0, 2))
+    t.add_column(style="cyan", no_wrap=True)
+    t.add_column(overflow="fold")
+    missing = []
+    sources = _fv(g, "sources") or {}
+    for name in KEY_PACKAGES:
+        v = _fv(g, name)
+        if v is None:
+            missing.append(name)
+            continue
+        src = sources.get(name) or {}
+        note = (
+            " (editable)" if src.get("editable") else f" ({src['commit'][:10]})" if src.get("commit") else ""
+        )
+        t.add_row(name, v + note)
+    nccl = g.get("fields", {}).get("nccl", {})
+    if nccl.get("status") == F.OK:
+        val = nccl["value"]
+        t.add_row("nccl", f"{val['version']}  from {val['source']}: {val['path']}")
+    else:
+        t.add_row("nccl", Text(nccl.get("error", "unknown"), style=DIM))
+    if missing:
+        t.add_row(Text("not installed", style=DIM), Text(", ".join(missing), style=DIM))
+    console.print(t)
+
+
+# GPU rows: (label, fields shown, formatter of their values)
+def _fmt_pair(a: Any, b: Any) -> str:
+    return f"{_plain(a)} / {_plain(b)}"
+
+
+GPU_ROWS: list[tuple[str, tuple[str, ...], Callable[..., str]]] = [
+    ("name", ("name",), _plain),
+    ("pci bus", ("pci_bus_id",), _plain),
+    ("vbios", ("vbios_version",), _plain),
+    ("SM MHz now / max", ("clock_sm_mhz", "clock_sm_max_mhz"), _fmt_pair),
+    ("SM app / default", ("clock_sm_app_mhz", "clock_sm_default_app_mhz"), _fmt_pair),
+    ("mem MHz now / max", ("clock_mem_mhz", "clock_mem_max_mhz"), _fmt_pair),
+    ("pstate", ("pstate",), _plain),
+    ("clock events", ("clock_event_reasons",), _plain),
+    ("power W / limit", ("power_draw_w", "power_limit_w"), _fmt_pair),
+    ("default limit W", ("power_default_limit_w",), _plain),
+    ("temp C / slowdown", ("temperature_c", "temperature_slowdown_c"), _fmt_pair),
+    ("PCIe gen / max", ("pcie_gen", "pcie_gen_max"), _fmt_pair),
+    ("PCIe width / max", ("pcie_width", "pcie_width_max"), _fmt_pair),
+    ("PCIe replays", ("pcie_replay_count",), _plain),
+    ("persistence", ("persistence_mode",), _plain),
+    ("ECC / MIG", ("ecc_mode", "mig_mode"), _fmt_pair),
+    ("compute mode", ("compute_mode",), _plain),
+    ("util % sm / mem", ("utilization_gpu_pct", "utilization_mem_pct"), _fmt_pair),
+    ("memory MiB used / total", ("memory_used_mib", "memory_total_mib"), _fmt_pair),
+    ("processes", ("compute_processes",), _plain),
+    ("NUMA node", ("numa_node",), _plain),
+    (
+        "NVLink",
+        ("nvlink",),
+        lambda v: f"{v['active']} active of {len(v['links'])}" if isinstance(v, dict) else _plain(v),
+    ),
+    (
+        "throttled ms",
+        ("violation_time_ns",),
+        lambda v: (
+            _plain({k: round(x / 1e6) for k, x in v.items() if x}) or "0"
+            if isinstance(v, dict)
+            else _plain(v)
+        ),
+    ),
+]
+
+
+def _gpu_cell(
+    g: dict[str, Any],
+    i: int,
+    names: tuple[str, ...],
+    fmt: Callable[..., str],
+    marks: dict[tuple[str, str], str],
+) -> Text:
+    fs = [g.get("fields", {}).get(f"gpu{i}.{n}") for n in names]
+    if all(not isinstance(f, dict) for f in fs):
+        return Text("—", style=DIM)
+    if all(isinstance(f, dict) and f.get("status") != F.OK for f in fs):
+        status = fs[0].get("status") if isinstance(fs[0], dict) else "?"
+        return Text(f"[{status}]", style=DIM if status == F.UNSUPPORTED else "red")
+    values = [f.get("value") if isinstance(f, dict) and f.get("status") == F.OK else None for f in fs]
+    sev = None
+    for n in names:
+        s = marks.get(("gpu", f"gpu{i}.{n}"))
+        if s == ERROR or (s and sev is None):
+            sev = s
+    return _styled(Text(fmt(*values)), sev)
+
+
+def _render_gpu(console: Console, g: dict[str, Any], marks: dict[tuple[str, str], str]) -> None:
+    extra = (
+        f"{_fv(g, 'count')} GPU(s) · driver {_fv(g, 'driver_version')} · CUDA driver {_fv(g, 'cuda_driver_version')}"
+        f" · via {g.get('source', '?')}"
+    )
+    if not _group_header(console, "gpu", g, extra):
+        return
+    idx = gpu_indices(g)
+    t = Table(box=None, padding=(0, 1, 0, 2), show_header=True, header_style="bold")
+    t.add_column("", style="cyan", no_wrap=True)
+    for i in idx:
+        t.add_column(f"GPU {i}", overflow="fold")
+    for label, names, fmt in GPU_ROWS:
+        t.add_row(label, *[_gpu_cell(g, i, names, fmt, marks) for i in idx])
+    console.print(t)
+    topo = _fv(g, "topology")
+    if isinstance(topo, dict) and topo:
+        console.print(Text("  topology (nvidia-smi topo -m notation)", style="cyan"))
+        m = Table(box=None, padding=(0, 1, 0, 2))
+        m.add_column("")
+        for i in idx:
+            m.add_column(f"GPU{i}")
+        for a in idx:
+            row = []
+            for b in idx:
+                pair = topo.get(f"{min(a, b)},{max(a, b)}", {})
+                row.append("X" if a == b else str(pair.get("link") or "?"))
+            m.add_row(f"GPU{a}", *row)
+        console.print(m)
+
+
+def _render_env(console: Console, g: dict[str, Any]) -> None:
+    redacted = g.get("redacted", [])
+    n = len(g.get("fields", {}))
+    if not _group_header(console, "env", g, f"{n} allowlisted variable(s) set, {len(redacted)} redacted"):
+        return
+    t = Table(show_header=False, box=None, padding=(0, 1, 0, 2))
+    t.add_column(style="cyan", no_wrap=True)
+    t.add_column(overflow="fold")
+    for name in sorted(g.get("fields", {})):
+        t.add_row(name, _cell(g, name))
+    console.print(t)
+
+
+def _render_host(console: Console, g: dict[str, Any], marks: dict[tuple[str, str], str]) -> None:
+    extra = f"{_fv(g, 'hostname')} · {_fv(g, 'os')} · kernel {_fv(g, 'kernel')}"
+    if _group_header(console, "host", g, extra):
+        names = [n for n in g.get("fields", {}) if n not in ("hostname", "os", "kernel")]
+        console.print(_kv_table(g, "host", names, marks))
+
+
+def render_check(reasons: list[dict[str, Any]], console: Console) -> None:
+    errors = [r for r in reasons if r["severity"] == ERROR]
+    warnings = [r for r in reasons if r["severity"] != ERROR]
+    if is_fit(reasons):
+        head = Text("fit for benchmarking", style="bold green")
+    else:
+        head = Text(f"NOT fit for benchmarking: {len(errors)} problem(s)", style="bold red")
+    if warnings:
+        head.append(f", {len(warnings)} warning(s)", style="yellow")
+    console.print(head)
+    if not reasons:
+        return
+    t = Table(show_header=False, box=None, padding=(0, 1, 0, 2))
+    t.add_column(no_wrap=True)
+    t.add_column(overflow="fold")
+    for r in reasons:
+        line = Text(r["message"])
+        if r.get("fix"):
+            line.append(f"  → {r['fix']}", style=DIM)
+        t.add_row(Text("✗" if r["severity"] == ERROR else "!", style=STYLE[r["severity"]]), line)
+    console.print(t)
+
+
+RANK_TITLES = {
+    1: ("engine code", "any kernel path, scheduler or default may differ"),
+    2: ("kernels, libraries, driver", "kernel, communication and driver versions"),
+    3: ("NCCL variables", "collective algorithms, protocols, channels"),
+    4: ("other variables", "engine, kernel and runtime switches"),
+    5: ("GPU configuration", "what the hardware is and is allowed to deliver"),
+    6: ("other packages", ""),
+    7: ("host", "CPU-side latency and launch overhead; where the snapshot was taken"),
+    8: ("momentary readings", "not configuration: they move from second to second"),
+}
+
+
+def render_diff(items: list[dict[str, Any]], console: Console, old_name: str, new_name: str) -> None:
+    if not items:
+        console.print(Text(f"no differences between {old_name} and {new_name}", style="green"))
+        return
+    console.print(
+        Text.assemble(
+            (f"{len(items)} difference(s)", "bold"), f", most likely culprits first: {old_name} → {new_name}"
+        )
+    )
+    rank = None
+    t: Table | None = None
+    for it in items:
+        if it["rank"] != rank:
+            if t is not None:
+                console.print(t)
+            rank = it["rank"]
+            title, note = RANK_TITLES.get(rank, ("", ""))
+            console.print(Text(f"{rank}. {title}", style="bold") + Text(f"  {note}", style=DIM))
+            t = Table(show_header=False, box=None, padding=(0, 1, 0, 2))
+            t.add_column(style="cyan", overflow="fold")
+            t.add_column(overflow="fold")
+            t.add_column(overflow="fold")
+            t.add_column(overflow="fold")
+        assert t is not None
+        t.add_row(
+            f"{it['group']}.{it['field']}" if it["group"] != "env" else it["field"],
+            Text(_plain(it["old"]), style="red"),
+            "→",
+            Text(_plain(it["new"]), style="green"),
+        )
+    if t is not None:
+        console.print(t)

@@ -1,0 +1,129 @@
+"""Record the environment of this host: engine checkout, packages, GPUs, env vars, host.
+
+    collect(repo=None, all_packages=False, timeout_s=10.0, via="local") -> regdiag.snapshot/1 record
+
+Each group runs in its own thread against one deadline; a group still running at the deadline is
+recorded as `timeout` and the snapshot returns anyway. Nothing here imports torch, typer or rich:
+this package (with regdiag/records.py) is what runs on a remote host with a bare python3 >= 3.9.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import socket
+import sys
+import time
+from typing import Any
+
+from regdiag.records import SNAPSHOT_SCHEMA
+from regdiag.snapshot import fields as F
+
+GROUPS = ("engine", "packages", "gpu", "env", "host")
+DEFAULT_TIMEOUT_S = 10.0
+
+
+def _version() -> str:
+    try:
+        from regdiag import __version__
+    except ImportError:
+        return "unknown"
+    return __version__
+
+
+def collect(
+    repo: str | None = None,
+    all_packages: bool = False,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    via: str = "local",
+    *,
+    gpu_source: str = "auto",
+    git_backend: str = "auto",
+    use_psutil: bool = True,
+    environ: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A regdiag.snapshot/1 record. Never raises for a failing source: see each field's status.
+
+    gpu_source / git_backend / use_psutil choose the backends (tests and the remote side use them);
+    environ replaces os.environ for the env group only.
+    """
+    t0 = time.monotonic()
+    created = _dt.datetime.now(_dt.timezone.utc).isoformat()
+    deadline = F.Deadline(timeout_s)
+    # Sub-call timeouts leave room for the group to report before the snapshot's own deadline.
+    call_timeout = max(timeout_s * 0.8, 0.1)
+
+    from regdiag.snapshot import engine, env, gpu, host, packages
+
+    # The package list is needed by two groups (engine: which checkout; packages): read it once, in
+    # the packages thread, and let the engine thread wait for it only when no --repo was given.
+    dists_box: dict[str, Any] = {}
+    import threading
+
+    dists_ready = threading.Event()
+
+    def run_packages() -> dict[str, Any]:
+        try:
+            dists_box["d"] = packages.installed()
+        finally:
+            dists_ready.set()
+        return packages.collect(all_packages=all_packages, timeout_s=call_timeout, dists=dists_box["d"])
+
+    def run_engine() -> dict[str, Any]:
+        dists = None
+        if not repo:
+            dists_ready.wait(deadline.left())
+            dists = dists_box.get("d")
+        return engine.collect(repo=repo, dists=dists, timeout_s=call_timeout, backend=git_backend)
+
+    jobs = {
+        "gpu": lambda: gpu.collect(timeout_s=call_timeout, source=gpu_source),
+        "engine": run_engine,
+        "packages": run_packages,
+        "env": lambda: env.collect(environ),
+        "host": lambda: host.collect(use_psutil=use_psutil),
+    }
+    took: dict[str, float] = {}
+
+    def timed(name: str, fn: Any) -> Any:
+        def run() -> Any:
+            t = time.monotonic()
+            try:
+                return fn()
+            finally:
+                took[name] = round(time.monotonic() - t, 3)
+
+        return run
+
+    results = F.run_threads({k: timed(k, fn) for k, fn in jobs.items()}, deadline)
+    groups: dict[str, Any] = {}
+    for name in GROUPS:
+        status, value = results[name]
+        if status == F.OK:
+            groups[name] = value
+            value["duration_s"] = took.get(name)
+        elif status == F.TIMEOUT:
+            groups[name] = F.failed_group(F.TIMEOUT, f"{name} did not answer within {timeout_s:g} s")
+        else:
+            groups[name] = F.failed_group(F.ERROR, f"{name} collector failed: {value}")
+    return {
+        "schema": SNAPSHOT_SCHEMA,
+        "created": created,
+        "regdiag_version": _version(),
+        "duration_s": round(time.monotonic() - t0, 3),
+        "origin": {"host": socket.gethostname(), "python": sys.executable, "via": via},
+        "groups": groups,
+    }
+
+
+def snapshot_of(record: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot in a record: the record itself, or a run's snapshot_before."""
+    schema = str(record.get("schema", ""))
+    if schema.startswith("regdiag.run/"):
+        snap = record.get("snapshot_before")
+        if not isinstance(snap, dict):
+            raise ValueError("run record has no snapshot_before")
+        return snap
+    return record
+
+
+__all__ = ["DEFAULT_TIMEOUT_S", "GROUPS", "collect", "snapshot_of"]

@@ -1,0 +1,241 @@
+"""What differs between two snapshots, most likely culprit of a slowdown first.
+
+    diff_snapshots(old, new, include_volatile=False) -> [{"group", "field", "old", "new", "change",
+                                                          "rank", "why"}, ...]
+
+Ranks (lower first): 1 the engine's code; 2 the kernels and libraries under it (sgl-kernel,
+flashinfer, torch, NCCL, triton, GPU driver); 3 NCCL_* variables; 4 other allowlisted variables;
+5 GPU configuration (clock limits, power limit, PCIe link, persistence, ECC, MIG, the GPU model);
+6 other packages; 7 the host (CPU governor, kernel, ...) and where the snapshot was taken.
+Readings that change from one second to the next (current clocks, power draw, temperature, load,
+counters) are not differences between environments; they are left out unless include_volatile,
+and then rank 8. A run record stands for its snapshot_before.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from regdiag.snapshot import fields as F
+
+ABSENT = "<absent>"
+
+# Readings, not configuration: they differ between any two snapshots of the same machine.
+VOLATILE_GPU = frozenset(
+    {
+        "clock_sm_mhz",
+        "clock_mem_mhz",
+        "pstate",
+        "clock_event_reasons",
+        "violation_time_ns",
+        "power_draw_w",
+        "temperature_c",
+        "utilization_gpu_pct",
+        "utilization_mem_pct",
+        "memory_used_mib",
+        "compute_processes",
+        "pcie_gen",
+        "pcie_replay_count",
+    }
+)
+VOLATILE_HOST = frozenset({"load_avg", "memory_available_mib", "cpu_freq_mhz"})
+
+# Rank 2, in this order: what a kernel-level slowdown most often traces back to.
+LIBRARY_ORDER = (
+    "sgl-kernel",
+    "sglang-kernel",
+    "flashinfer-python",
+    "flashinfer-cubin",
+    "flashinfer-jit-cache",
+    "flashinfer",
+    "torch",
+    "nccl",
+    "nvidia-nccl-cu12",
+    "nvidia-nccl-cu13",
+    "triton",
+    "deep-gemm",
+    "deep-ep",
+    "cuda-python",
+    "nvidia-cublas-cu12",
+    "nvidia-cublas",
+    "nvidia-cudnn-cu12",
+    "nvidia-cudnn-cu13",
+    "nvidia-nvshmem-cu12",
+    "nvidia-nvshmem-cu13",
+)
+ENGINE_PACKAGES = ("sglang", "vllm")
+GPU_CONFIG_ORDER = (
+    "name",
+    "clock_sm_max_mhz",
+    "clock_sm_app_mhz",
+    "clock_sm_default_app_mhz",
+    "clock_mem_max_mhz",
+    "clock_mem_app_mhz",
+    "clock_mem_default_app_mhz",
+    "power_limit_w",
+    "power_default_limit_w",
+    "pcie_width",
+    "pcie_width_max",
+    "pcie_gen_max",
+    "persistence_mode",
+    "ecc_mode",
+    "mig_mode",
+    "compute_mode",
+    "vbios_version",
+    "nvlink",
+    "numa_node",
+    "temperature_slowdown_c",
+    "memory_total_mib",
+)
+HOST_ORDER = (
+    "cpu_governor",
+    "cpu_boost",
+    "cpu_scaling_driver",
+    "cpu_freq_max_mhz",
+    "cpu_freq_min_mhz",
+    "cgroup_cpu_quota",
+    "cpus_usable",
+    "isolated_cpus",
+    "nohz_full",
+    "numa_balancing",
+    "transparent_hugepages",
+    "kernel",
+    "kernel_cmdline",
+    "cpu_model",
+    "cpu_count",
+)
+
+WHY = {
+    "engine": "the engine's code changed: any kernel path, scheduler or default may differ",
+    "engine_pkg": "the engine package changed version",
+    "library": "a kernel / communication library under the engine changed version",
+    "driver": "the GPU driver changed: kernels, clocks and NCCL transports can behave differently",
+    "nccl_env": "NCCL variable: changes collective algorithms, protocols or channels",
+    "env": "allowlisted variable: changes engine, kernel or runtime behaviour",
+    "gpu": "GPU configuration: caps or changes what the hardware delivers",
+    "gpu_model": "different GPU hardware: numbers are not like for like",
+    "package": "another package changed version",
+    "host": "host configuration: CPU-side latency and launch overhead",
+    "origin": "taken on a different host or interpreter",
+    "volatile": "a momentary reading, not configuration",
+}
+
+
+def _flat(snapshot: dict[str, Any]) -> dict[tuple[str, str], Any]:
+    out: dict[tuple[str, str], Any] = {}
+    origin = snapshot.get("origin") or {}
+    for k in ("host", "python"):
+        if k in origin:
+            out[("origin", k)] = origin[k]
+    for gname, group in (snapshot.get("groups") or {}).items():
+        if not isinstance(group, dict):
+            continue
+        fields = group.get("fields") or {}
+        if not fields and group.get("status") not in (None, F.OK):
+            out[(gname, "*")] = f"<{group.get('status')}>"
+            continue
+        for fname, f in fields.items():
+            if not isinstance(f, dict):
+                continue
+            if f.get("status") != F.OK:
+                out[(gname, fname)] = f"<{f.get('status')}>"
+            elif gname == "packages" and fname == "all" and isinstance(f.get("value"), dict):
+                for pkg, ver in f["value"].items():
+                    out[("packages", f"all.{pkg}")] = ver
+            else:
+                out[(gname, fname)] = f.get("value")
+    return out
+
+
+def _classify(group: str, field: str) -> tuple[int, int, str]:
+    """(rank, order within rank, why key)."""
+    if group == "engine":
+        return 1, 0 if field in ("commit", "dirty", "diff_hash") else 1, "engine"
+    if group == "packages":
+        name = field[4:] if field.startswith("all.") else field
+        if name in ENGINE_PACKAGES:
+            return 1, 2, "engine_pkg"
+        if name in LIBRARY_ORDER:
+            return 2, LIBRARY_ORDER.index(name), "library"
+        return 6, 0, "package"
+    if group == "env":
+        return (3, 0, "nccl_env") if field.startswith("NCCL_") else (4, 0, "env")
+    if group == "gpu":
+        m = re.match(r"gpu\d+\.(.+)", field)
+        sub = m.group(1) if m else field
+        if field in ("driver_version", "cuda_driver_version"):
+            return 2, len(LIBRARY_ORDER), "driver"
+        if sub in VOLATILE_GPU:
+            return 8, 0, "volatile"
+        if sub == "name" or field == "count" or re.fullmatch(r"gpu\d+", field):
+            return 5, 0, "gpu_model"
+        return 5, GPU_CONFIG_ORDER.index(sub) + 1 if sub in GPU_CONFIG_ORDER else 99, "gpu"
+    if group == "host":
+        if field in VOLATILE_HOST:
+            return 8, 0, "volatile"
+        return 7, HOST_ORDER.index(field) if field in HOST_ORDER else 99, "host"
+    if group == "origin":
+        return 7, 100, "origin"
+    return 7, 200, "host"
+
+
+def diff_snapshots(
+    old: dict[str, Any], new: dict[str, Any], include_volatile: bool = False
+) -> list[dict[str, Any]]:
+    from regdiag.snapshot import snapshot_of
+
+    a, b = _flat(snapshot_of(old)), _flat(snapshot_of(new))
+    # Without --all-packages on both sides, per-package "all." entries are not comparable.
+    if not any(k[1].startswith("all.") for k in a) or not any(k[1].startswith("all.") for k in b):
+        a = {k: v for k, v in a.items() if not k[1].startswith("all.")}
+        b = {k: v for k, v in b.items() if not k[1].startswith("all.")}
+    items = []
+    # A GPU present on one side only is one difference ("gpu3: <absent> -> NVIDIA H200"), not thirty.
+    ga, gb = _gpu_set(a), _gpu_set(b)
+    for i in sorted(ga ^ gb):
+        name = f"gpu{i}"
+        old_v = a.get(("gpu", f"{name}.name"), "a GPU") if i in ga else ABSENT
+        new_v = b.get(("gpu", f"{name}.name"), "a GPU") if i in gb else ABSENT
+        a[("gpu", name)], b[("gpu", name)] = old_v, new_v
+    lone = {f"gpu{i}." for i in ga ^ gb}
+    for key in set(a) | set(b):
+        if key[0] == "gpu" and any(key[1].startswith(p) for p in lone):
+            continue
+        va, vb = a.get(key, ABSENT), b.get(key, ABSENT)
+        if va == vb:
+            continue
+        rank, order, why = _classify(*key)
+        if rank == 8 and not include_volatile:
+            continue
+        change = "added" if va == ABSENT else "removed" if vb == ABSENT else "changed"
+        items.append(
+            {
+                "group": key[0],
+                "field": key[1],
+                "old": va,
+                "new": vb,
+                "change": change,
+                "rank": rank,
+                "why": WHY[why],
+                "_order": order,
+            }
+        )
+    items.sort(key=lambda it: (it["rank"], it["_order"], _gpu_index(it["field"]), it["group"], it["field"]))
+    for it in items:
+        del it["_order"]
+    return items
+
+
+def _gpu_set(flat: dict[tuple[str, str], Any]) -> set[int]:
+    out = set()
+    for group, field in flat:
+        m = re.match(r"gpu(\d+)\.", field) if group == "gpu" else None
+        if m:
+            out.add(int(m.group(1)))
+    return out
+
+
+def _gpu_index(field: str) -> int:
+    m = re.match(r"gpu(\d+)\.", field)
+    return int(m.group(1)) if m else -1

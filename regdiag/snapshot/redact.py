@@ -1,0 +1,141 @@
+"""Keep secrets out of records, logs and the screen.
+
+Two layers, both applied to every value regdiag keeps from the environment:
+
+1. By name: a variable whose name has a sensitive segment (TOKEN, SECRET, PASS, KEY, ...) keeps its
+   value only when that value is a plain number or a boolean (so that knobs such as
+   VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD=256 stay useful); otherwise the value becomes
+   "<redacted>" and the name is listed as redacted, so the record still says it was set.
+2. By shape: every kept value (and any text passed to `scrub_text`) is scanned for credentials in
+   URLs (scheme://user:pass@host) and for known token shapes (hf_, ghp_, github_pat_, sk-, AKIA...,
+   JWTs, private-key blocks, key=value secrets); each match is replaced by "<redacted>".
+
+Other parts of regdiag (logs, probe headers, server URLs) call `scrub_text` before they store text.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+
+REDACTED = "<redacted>"
+
+# Name segments (split on "_", "-", ".") that mark a variable as secret-bearing.
+SENSITIVE_SEGMENTS = frozenset(
+    {
+        "TOKEN",
+        "SECRET",
+        "PASS",
+        "PASSWORD",
+        "PASSWD",
+        "PASSPHRASE",
+        "KEY",
+        "CRED",
+        "CREDS",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "AUTH",
+        "COOKIE",
+        "PRIVATE",
+        "APIKEY",
+        "ACCESSKEY",
+        "SECRETKEY",
+        "AUTHTOKEN",
+        "SESSION",
+    }
+)
+
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_BOOLEANS = frozenset({"true", "false", "yes", "no", "on", "off", "y", "n", "t", "f"})
+# A long run of digits under a secret name is more likely a PIN or numeric key than a knob.
+_MAX_NUMBER_CHARS = 10
+
+# Shapes found anywhere in a value. Order matters only for readability; each is applied in turn.
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "private key block",
+        re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.S),
+    ),
+    # user:password@ or a bare token@ in any scheme://; the host part stays readable.
+    ("url credentials", re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")),
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}")),
+    ("huggingface token", re.compile(r"\bhf_[A-Za-z0-9]{16,}")),
+    ("github token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")),
+    ("gitlab token", re.compile(r"\bglpat-[A-Za-z0-9_-]{16,}")),
+    ("openai/anthropic key", re.compile(r"\bsk-[A-Za-z0-9_-]{16,}")),
+    ("aws access key id", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b")),
+    ("google api key", re.compile(r"\bAIza[0-9A-Za-z_-]{30,}")),
+    ("slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
+    ("stripe key", re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}")),
+    ("pypi token", re.compile(r"\bpypi-[A-Za-z0-9_-]{32,}")),
+    ("npm token", re.compile(r"\bnpm_[A-Za-z0-9]{30,}")),
+    ("wandb/replicate key", re.compile(r"\b(?:r8_[A-Za-z0-9]{30,}|wandb_v1_[A-Za-z0-9_]{20,})")),
+    # Real tokens carry digits; requiring one keeps prose such as "basic configuration" intact.
+    ("bearer token", re.compile(r"(?i)\b(bearer|basic)\s+(?=[A-Za-z0-9._~+/-]*\d)[A-Za-z0-9._~+/-]{12,}=*")),
+    # key=value or key: value pairs inside a value (command lines, query strings, JSON-ish text).
+    (
+        "secret assignment",
+        re.compile(
+            r"(?i)\b((?:[a-z0-9]+[_-])*(?:token|secret|password|passwd|pass|pwd|api[_-]?key|apikey|"
+            r"access[_-]?key|secret[_-]?key|auth|credentials?|cookie|private[_-]?key|session)"
+            r"[\"']?\s*[=:]\s*[\"']?)([^\s&\"',;}]+)"
+        ),
+    ),
+]
+
+
+def _segments(name: str) -> list[str]:
+    return [s for s in re.split(r"[_\-.]+", name.upper()) if s]
+
+
+def is_sensitive_name(name: str) -> bool:
+    return any(seg in SENSITIVE_SEGMENTS for seg in _segments(name))
+
+
+def is_harmless_scalar(value: str) -> bool:
+    """A plain number or boolean: safe to keep even under a sensitive name."""
+    v = value.strip()
+    if v.lower() in _BOOLEANS:
+        return True
+    return len(v) <= _MAX_NUMBER_CHARS and _NUMBER.fullmatch(v) is not None
+
+
+def scrub_text(text: str) -> str:
+    """Replace every credential-shaped substring of text with "<redacted>"."""
+    if not text:
+        return text
+    out = text
+    for label, pat in _PATTERNS:
+        if label == "url credentials":
+            out = pat.sub(lambda m: m.group(1) + REDACTED + "@", out)
+        elif label == "secret assignment":
+            out = pat.sub(lambda m: m.group(1) + REDACTED, out)
+        elif label == "bearer token":
+            out = pat.sub(lambda m: m.group(1) + " " + REDACTED, out)
+        else:
+            out = pat.sub(REDACTED, out)
+    return out
+
+
+def has_secret_shape(text: str) -> bool:
+    return scrub_text(text) != text
+
+
+def redact_value(name: str, value: str) -> tuple[str, bool]:
+    """(value to keep, whether anything was redacted) for one variable."""
+    if is_sensitive_name(name) and not is_harmless_scalar(value):
+        return REDACTED, True
+    scrubbed = scrub_text(value)
+    return scrubbed, scrubbed != value
+
+
+def redact_env(env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Redact a mapping of variables: (kept values, sorted names whose value was redacted)."""
+    kept: dict[str, str] = {}
+    redacted: list[str] = []
+    for name in sorted(env):
+        value, changed = redact_value(name, env[name])
+        kept[name] = value
+        if changed:
+            redacted.append(name)
+    return kept, redacted

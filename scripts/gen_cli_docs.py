@@ -1,0 +1,102 @@
+"""Generate docs/cli.md from the command tree itself, so the reference cannot drift from --help.
+
+    python scripts/gen_cli_docs.py          # rewrite docs/cli.md
+    python scripts/gen_cli_docs.py --check  # exit 1 if docs/cli.md is out of date (a test runs this)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = ROOT / "docs" / "cli.md"
+
+HEADER = """# Command reference
+
+Generated from the commands themselves by `python scripts/gen_cli_docs.py`; a test fails when this
+file and `--help` disagree. Every command also answers `-h` / `--help`.
+
+## Exit codes
+
+| code | meaning |
+| --- | --- |
+| 0 | success; `compare`: unchanged or improved; `snapshot --check`: fit for benchmarking; `bisect`: culprit found |
+| 1 | `compare`: regressed; `snapshot --check`: not fit for benchmarking |
+| 2 | bad input: unreadable, truncated, empty, wrong-kind or newer-version record; bad option value |
+| 3 | inconclusive (`compare`, `bisect`): more launches needed, or the regression did not reproduce |
+| 4 | host error: connection, authentication, host key, remote python missing or too old, remote timeout |
+| 5 | the measured program failed: a probe rank crashed, the server died |
+| 130 | interrupted (Ctrl-C); everything measured before it is kept on disk |
+
+Errors are one line on stderr, `regdiag: error: ...`, never a traceback.
+"""
+
+
+def _param_row(p) -> str | None:
+    if p.param_type_name == "argument":
+        help_text = " ".join((getattr(p, "help", None) or "").split()).replace("|", "\\|")
+        return f"| `{(p.name or '').upper()}` | {help_text}{' (required)' if p.required else ''} | |"
+    if p.param_type_name != "option" or getattr(p, "hidden", False):
+        return None
+    names = ", ".join(f"`{o}`" for o in [*p.opts, *p.secondary_opts])
+    help_text = " ".join((p.help or "").split()).replace("|", "\\|")
+    default = ""
+    if p.show_default is not False and p.default not in (None, False, (), []) and not callable(p.default):
+        default = f"`{p.default}`"
+    if p.multiple:
+        help_text += " (repeatable)"
+    return f"| {names} | {help_text} | {default} |"
+
+
+def _command_section(path: list[str], cmd) -> list[str]:
+    out = [f"## `{' '.join(path)}`", ""]
+    text = (cmd.help or cmd.short_help or "").strip()
+    if text:
+        out += [text.replace("\b\n", ""), ""]
+    rows = [r for r in (_param_row(p) for p in cmd.params) if r]
+    if rows:
+        out += ["| option | meaning | default |", "| --- | --- | --- |", *rows, ""]
+    return out
+
+
+def walk(group, path: list[str]) -> list:
+    out: list = []
+    for name in sorted(group.commands):
+        cmd = group.commands[name]
+        if cmd.hidden:
+            continue
+        if hasattr(cmd, "commands"):
+            out += walk(cmd, [*path, name])
+        else:
+            out.append(([*path, name], cmd))
+    return out
+
+
+def render() -> str:
+    from regdiag.cli import app
+
+    root = typer.main.get_command(app)
+    lines = [HEADER]
+    for path, cmd in walk(root, ["regdiag"]):
+        lines += _command_section(path, cmd)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str]) -> int:
+    text = render()
+    if "--check" in argv:
+        current = TARGET.read_text(encoding="utf-8") if TARGET.exists() else ""
+        if current != text:
+            print("docs/cli.md is out of date: run python scripts/gen_cli_docs.py", file=sys.stderr)
+            return 1
+        return 0
+    TARGET.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
