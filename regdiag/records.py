@@ -46,9 +46,11 @@ def parse_schema(value: Any) -> tuple[str, int]:
 def check_record(record: Any, source: str, expect: str | tuple[str, ...] | None = None) -> dict[str, Any]:
     """Validate a decoded record; return it or raise RecordError naming `source`."""
     if not isinstance(record, dict):
-        raise RecordError(f"{source}: not a regdiag record (top level is {type(record).__name__}, not an object)")
+        raise RecordError(
+            f"{source}: not a regdiag record (top level is {type(record).__name__}, not an object)"
+        )
     if "schema" not in record:
-        raise RecordError(f"{source}: not a regdiag record (no \"schema\" field)")
+        raise RecordError(f'{source}: not a regdiag record (no "schema" field)')
     try:
         kind, major = parse_schema(record["schema"])
     except ValueError as e:
@@ -70,12 +72,12 @@ def check_record(record: Any, source: str, expect: str | tuple[str, ...] | None 
     if kind == RUN:
         launches = record.get("launches")
         if not isinstance(launches, list):
-            raise RecordError(f"{source}: run record without a \"launches\" list")
+            raise RecordError(f'{source}: run record without a "launches" list')
         for i, launch in enumerate(launches):
             if not isinstance(launch, dict) or not isinstance(launch.get("samples", {}), dict):
                 raise RecordError(f"{source}: launch {i} is malformed")
     if kind == SNAPSHOT and not isinstance(record.get("groups"), dict):
-        raise RecordError(f"{source}: snapshot record without a \"groups\" object")
+        raise RecordError(f'{source}: snapshot record without a "groups" object')
     return record
 
 
@@ -87,7 +89,9 @@ def loads_record(text: str, source: str, expect: str | tuple[str, ...] | None = 
     except json.JSONDecodeError as e:
         # A cut-off file ends in the middle of a value: say "truncated" rather than a parser position.
         if e.pos >= len(text.rstrip()) - 1 or e.msg.startswith("Unterminated string"):
-            raise RecordError(f"{source}: truncated JSON (file ends at line {e.lineno} column {e.colno})") from None
+            raise RecordError(
+                f"{source}: truncated JSON (file ends at line {e.lineno} column {e.colno})"
+            ) from None
         raise RecordError(f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     return check_record(record, source, expect)
 

@@ -91,7 +91,9 @@ class RunWriter:
         if status is None:
             launches = self.run["launches"]
             bad = [la for la in launches if la.get("status") != "ok"]
-            status = "complete" if launches and not bad else ("partial" if len(bad) < len(launches) else "failed")
+            status = (
+                "complete" if launches and not bad else ("partial" if len(bad) < len(launches) else "failed")
+            )
         self.run["status"] = status
         self.run["finished"] = now_iso()
         self.flush()

@@ -1,7 +1,7 @@
 """Generate docs/cli.md from the command tree itself, so the reference cannot drift from --help.
 
-    python scripts/gen_cli_docs.py          # rewrite docs/cli.md
-    python scripts/gen_cli_docs.py --check  # exit 1 if docs/cli.md is out of date (a test runs this)
+python scripts/gen_cli_docs.py          # rewrite docs/cli.md
+python scripts/gen_cli_docs.py --check  # exit 1 if docs/cli.md is out of date (a test runs this)
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import typer
-
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "docs" / "cli.md"

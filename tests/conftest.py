@@ -18,8 +18,13 @@ def _private_regdiag_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     monkeypatch.setenv("REGDIAG_HOME", str(tmp_path_factory.mktemp("regdiag-home")))
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: str | None = None,
-            input: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    cwd: str | None = None,
+    input: str | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run `python -m regdiag ARGS` in a subprocess, as a user would, and capture everything."""
     full_env = dict(os.environ)
     full_env.setdefault("COLUMNS", "120")

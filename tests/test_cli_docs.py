@@ -47,11 +47,19 @@ def test_help_and_version_exit_zero() -> None:
 def test_fast_snapshot_path_prints_the_same_record_as_the_full_cli(tmp_path: Path) -> None:
     import json
 
-    fast = subprocess.run([sys.executable, "-m", "regdiag", "snapshot", "--json", "-o", str(tmp_path / "a.json")],
-                          cwd=ROOT, capture_output=True, text=True)
+    fast = subprocess.run(
+        [sys.executable, "-m", "regdiag", "snapshot", "--json", "-o", str(tmp_path / "a.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     # --timeout is not on the fast path: this goes through typer and the snapshot command.
-    full = subprocess.run([sys.executable, "-m", "regdiag", "snapshot", "--json", "--timeout", "10"],
-                          cwd=ROOT, capture_output=True, text=True)
+    full = subprocess.run(
+        [sys.executable, "-m", "regdiag", "snapshot", "--json", "--timeout", "10"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert fast.returncode == 0 and full.returncode == 0, (fast.stderr, full.stderr)
     a, b = json.loads(fast.stdout), json.loads(full.stdout)
     assert json.loads((tmp_path / "a.json").read_text()) == a
@@ -59,6 +67,10 @@ def test_fast_snapshot_path_prints_the_same_record_as_the_full_cli(tmp_path: Pat
     assert a["groups"].keys() == b["groups"].keys()
     for g in a["groups"]:
         assert a["groups"][g].get("fields", {}).keys() == b["groups"][g].get("fields", {}).keys(), g
-    bad = subprocess.run([sys.executable, "-m", "regdiag", "snapshot", "--json", "-o", str(tmp_path)],
-                         cwd=ROOT, capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "regdiag", "snapshot", "--json", "-o", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
