@@ -19,7 +19,7 @@ OutputOpt = typer.Option(None, "-o", "--output", help="Also write the record to 
 HostOpt = typer.Option(
     None,
     "--host",
-    help="Run on this host over SSH: [user@]host[:port] or a Host alias from the SSH config. "
+    help="Run on this host over SSH: \\[user@]host\\[:port] or a Host alias from the SSH config. "
     "Repeat for several hosts. Default: this machine.",
 )
 PythonOpt = typer.Option(

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from regdiag.cli.common import HostOpt, JsonOpt, OutputOpt, PythonOpt, SshConfigOpt, print_json
-from regdiag.errors import EXIT_REGRESSED, BadInput
+from regdiag.errors import EXIT_HOST, EXIT_REGRESSED, BadInput
 
 SNAPSHOT_HELP = (
     "Record this machine's environment: engine checkout, packages, GPUs, env vars, host.\n\n"
@@ -45,24 +45,26 @@ def _take(
     timeout: float,
     python: str | None,
     ssh_config: Path | None,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The snapshots that could be taken, and one line per host that failed."""
     if not hosts and python is None:
         from regdiag.snapshot import collect  # this interpreter, in-process: the fast path
 
-        return [collect(repo=repo, all_packages=all_packages, timeout_s=timeout)]
+        return [collect(repo=repo, all_packages=all_packages, timeout_s=timeout)], []
     # Another interpreter (the engine's venv) or other machines: the collector travels as a bundle.
-    try:
-        from regdiag.hosts.remote import collect_snapshot
-        from regdiag.hosts.resolve import open_hosts
-    except ModuleNotFoundError as e:
-        if (e.name or "").startswith("regdiag.hosts"):
-            raise BadInput("--host needs the SSH layer") from None
-        raise
+    from regdiag.hosts.remote import collect_snapshots
+    from regdiag.hosts.resolve import open_hosts
+
     opened = open_hosts(hosts or None, python=python, ssh_config=ssh_config)
     with contextlib.ExitStack() as stack:
         for h in opened:
             stack.callback(h.close)
-        return [collect_snapshot(h, repo=repo, all_packages=all_packages, timeout_s=timeout) for h in opened]
+        outcomes = collect_snapshots(opened, repo=repo, all_packages=all_packages, timeout_s=timeout)
+    if len(outcomes) == 1 and outcomes[0].error is not None:
+        raise outcomes[0].error
+    records = [o.value for o in outcomes if o.ok and o.value is not None]
+    errors = [f"{o.host.name}: {o.error}" for o in outcomes if o.error is not None]
+    return records, errors
 
 
 def _output_path(output: Path, record: dict[str, Any], several: bool) -> Path:
@@ -127,11 +129,13 @@ def register(app: typer.Typer) -> None:
         python: str | None = PythonOpt,
         ssh_config: Path | None = SshConfigOpt,
     ) -> None:
-        repo_s = _validate_repo(repo)
+        # With --host, --repo names a directory on that host: it is checked there, not here.
+        repo_s = str(repo) if (repo is not None and host) else _validate_repo(repo)
         if from_file is not None:
             if host or python or repo_s:
                 raise BadInput("--from reads a stored snapshot; it takes no --host, --python or --repo")
             records = [_snapshot_in(_load(from_file), str(from_file))]
+            host_errors = []
         else:
             from regdiag.cli.common import err_console
 
@@ -142,7 +146,7 @@ def register(app: typer.Typer) -> None:
                 else contextlib.nullcontext()
             )
             with spinner:
-                records = _take(host, repo_s, all_packages, timeout, python, ssh_config)
+                records, host_errors = _take(host, repo_s, all_packages, timeout, python, ssh_config)
         if output is not None and from_file is None:
             from regdiag.records import save_record
 
@@ -186,6 +190,12 @@ def register(app: typer.Typer) -> None:
             err_console.print(
                 f"wrote {output}" if len(records) == 1 else f"wrote {len(records)} snapshots next to {output}"
             )
+        if host_errors:
+            from regdiag.cli.common import err_console
+
+            for line in host_errors:
+                err_console.print(f"regdiag: error: {line}", markup=False)
+            raise typer.Exit(EXIT_HOST)
         if unfit:
             raise typer.Exit(EXIT_REGRESSED)
 

@@ -1,0 +1,102 @@
+"""The one file regdiag ships to a host to run there: a zip that the host's python runs directly.
+
+Contents: regdiag/__init__.py, regdiag/records.py, regdiag/snapshot/ (stdlib only), the probes as
+regdiag/probes/*.py, and a __main__.py (bundle_main.py) that checks the python version first and then
+dispatches `version`, `snapshot ...` or `probe NAME ...`. Nothing else of regdiag goes there, so the
+host needs python >= 3.9 and nothing installed.
+
+The zip is byte-for-byte reproducible (sorted names, fixed timestamps), so its sha256 names it: a host
+gets it uploaded once per connection, and the local copy is kept in the regdiag cache directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import os
+import threading
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import regdiag
+
+_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
+_lock = threading.Lock()
+_built: Bundle | None = None
+
+
+@dataclass(frozen=True)
+class Bundle:
+    data: bytes
+    sha256: str
+    files: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"regdiag-bundle-{self.sha256[:16]}.zip"
+
+
+def _package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def bundle_files() -> dict[str, bytes]:
+    """Archive name -> content, for everything the bundle holds."""
+    root = Path(regdiag.__file__).parent
+    files: dict[str, bytes] = {
+        "__main__.py": (root / "hosts" / "bundle_main.py").read_bytes(),
+        "regdiag/__init__.py": (root / "__init__.py").read_bytes(),
+        "regdiag/records.py": (root / "records.py").read_bytes(),
+    }
+    snapshot = root / "snapshot"
+    if snapshot.is_dir():
+        for f in sorted(snapshot.rglob("*.py")):
+            if "__pycache__" not in f.parts:
+                files["regdiag/snapshot/" + f.relative_to(snapshot).as_posix()] = f.read_bytes()
+    probes = _package_dir("regdiag.probes")
+    files["regdiag/probes/__init__.py"] = b""
+    if probes is not None and probes.is_dir():
+        for f in sorted(probes.glob("*.py")):
+            files["regdiag/probes/" + f.name] = f.read_bytes()
+    return files
+
+
+def make_zip(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, date_time=_FIXED_TIME)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, files[name])
+    return buf.getvalue()
+
+
+def build_bundle() -> Bundle:
+    """The bundle for this regdiag, built once per process."""
+    global _built
+    with _lock:
+        if _built is None:
+            files = bundle_files()
+            data = make_zip(files)
+            _built = Bundle(data, hashlib.sha256(data).hexdigest(), tuple(sorted(files)))
+        return _built
+
+
+def local_bundle_path() -> Path:
+    """The bundle as a file on this machine (for running it with another local interpreter)."""
+    from regdiag.runs import regdiag_home
+
+    b = build_bundle()
+    path = regdiag_home() / "cache" / b.name
+    if not path.is_file() or path.stat().st_size != len(b.data):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_bytes(b.data)
+        tmp.replace(path)
+    return path

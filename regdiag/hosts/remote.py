@@ -1,0 +1,247 @@
+"""Run regdiag's own code on a host: the snapshot, the probes, on one host or several at once.
+
+For this machine with this interpreter the snapshot is collected in-process. Everywhere else (an SSH
+host, or a local interpreter given with --python) the bundle is run with the host's python: uploaded
+once per connection into a private directory, then `python BUNDLE snapshot|probe ...`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from regdiag.errors import HostError, RegdiagError
+from regdiag.hosts.base import CommandResult, Host, LineCallback
+from regdiag.hosts.bundle import build_bundle, local_bundle_path
+from regdiag.hosts.local import LocalHost
+
+SNAPSHOT_TIMEOUT_S = 10.0  # the collector's own default deadline
+COMMAND_SLACK_S = 30.0  # interpreter start, upload, and the collector finishing after its deadline
+EXIT_PYTHON_TOO_OLD = 97  # bundle_main.EXIT_TOO_OLD
+
+T = TypeVar("T")
+
+_uploads: weakref.WeakKeyDictionary[Host, str] = weakref.WeakKeyDictionary()
+_uploads_lock = threading.Lock()
+
+
+def runs_in_process(host: Host) -> bool:
+    """True when `host` is this machine and its python is the one running regdiag."""
+    if not isinstance(host, LocalHost):
+        return False
+    try:
+        return os.path.samefile(host.python, sys.executable)
+    except OSError:
+        return host.python == sys.executable
+
+
+def bundle_path(host: Host) -> str:
+    """Where the bundle is on `host` (uploading it on first use for this connection)."""
+    b = build_bundle()
+    if isinstance(host, LocalHost):
+        return str(local_bundle_path())
+    upload_once = getattr(host, "upload_once", None)
+    if upload_once is not None:
+        return str(upload_once(b.sha256, lambda: b.data, b.name))
+    with _uploads_lock:  # any other Host implementation: a temp dir per host object
+        if host not in _uploads:
+            d = host.make_tempdir()
+            path = f"{d}/{b.name}"
+            tmp = local_bundle_path()
+            host.put_file(tmp, path)
+            _uploads[host] = path
+            weakref.finalize(host, _quiet_remove, host.remove_tree, d)
+        return _uploads[host]
+
+
+def _quiet_remove(remove: Callable[[str], None], path: str) -> None:
+    try:
+        remove(path)
+    except Exception:
+        pass
+
+
+def run_bundle(
+    host: Host,
+    argv_after_bundle: Sequence[str],
+    on_stdout_line: LineCallback | None = None,
+    on_stderr_line: LineCallback | None = None,
+    timeout: float | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    keep_output: bool = True,
+) -> CommandResult:
+    """Run `HOST_PYTHON BUNDLE *argv_after_bundle` on `host`, streaming lines to the callbacks.
+
+    e.g. run_bundle(host, ["probe", "spec-decode", "--preset", "tiny"], on_line, on_err, timeout=600).
+    Lines arrive as the remote prints them (the probe runner stores each one as it comes, so a dropped
+    connection loses nothing that finished). Returns the CommandResult whatever the program's exit status
+    (a failing probe is the caller's business); on `timeout` the remote process tree is killed and
+    `timed_out` is set.
+
+    Raises HostError (exit 4) when the host's python is missing or older than 3.9, and when the SSH
+    connection is lost mid-run (after the callbacks got every line that arrived).
+    """
+    path = bundle_path(host)
+    res = host.run(
+        [host.python, path, *argv_after_bundle],
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+        on_stdout_line=on_stdout_line,
+        on_stderr_line=on_stderr_line,
+        keep_output=keep_output,
+    )
+    check_interpreter(host, res)
+    return res
+
+
+def check_interpreter(host: Host, res: CommandResult) -> None:
+    """HostError when the result says the host's python could not run the bundle at all."""
+    err = res.stderr.decode("utf-8", "replace")
+    if res.returncode in (126, 127) and host.python in err:
+        what = "is not executable" if res.returncode == 126 else "was not found"
+        raise HostError(
+            f"{host.name}: python interpreter {host.python!r} {what}; pass the right one with --python PATH"
+        )
+    if res.returncode == EXIT_PYTHON_TOO_OLD and "regdiag-bundle:" in err:
+        line = next(ln for ln in err.splitlines() if "regdiag-bundle:" in ln)
+        raise HostError(f"{host.name}: {line.split('regdiag-bundle:', 1)[1].strip()}")
+
+
+def collect_snapshot(
+    host: Host,
+    repo: str | None = None,
+    all_packages: bool = False,
+    timeout_s: float = SNAPSHOT_TIMEOUT_S,
+) -> dict[str, Any]:
+    """A regdiag.snapshot/1 record of `host` (its interpreter is host.python; `repo` is a path there).
+
+    `timeout_s` is the collector's own deadline (a slow source is recorded as timed out); the remote
+    command as a whole gets COMMAND_SLACK_S more before it is stopped. Raises HostError when the host
+    cannot produce a record (connection, python missing or too old, timeout, a crash).
+    """
+    if runs_in_process(host):
+        from regdiag.snapshot import collect
+
+        return collect(repo=repo, all_packages=all_packages, timeout_s=timeout_s, via="local")
+    argv = ["snapshot", "--via", host.via, "--timeout", f"{timeout_s:g}"]
+    if repo is not None:
+        argv += ["--repo", repo]
+    if all_packages:
+        argv.append("--all-packages")
+    limit = timeout_s + COMMAND_SLACK_S
+    res = run_bundle(host, argv, timeout=limit)
+    if res.timed_out:
+        raise HostError(f"{host.name}: the snapshot did not finish within {limit:g} s (stopped it)")
+    if res.returncode != 0:
+        raise HostError(
+            f"{host.name}: the snapshot failed: {res.stderr_tail() or f'exit status {res.returncode}'}"
+        )
+    record = _json_record(res.stdout)
+    if record is None:
+        raise HostError(f"{host.name}: the snapshot printed no record (stdout ends {res.stdout[-120:]!r})")
+    from regdiag.records import RecordError, check_record
+
+    try:
+        check_record(record, f"snapshot from {host.name}", expect="snapshot")
+    except RecordError as e:
+        raise HostError(str(e)) from None
+    origin = record.setdefault("origin", {})
+    if isinstance(origin, dict):
+        origin.setdefault("via", host.via)
+        origin["target"] = host.name  # the name the user gave; origin.host is what the host calls itself
+    return record
+
+
+def _json_record(stdout: bytes) -> dict[str, Any] | None:
+    # Login scripts on the host may print to stdout before the bundle runs: the record is the JSON
+    # object that starts at the beginning of a line and runs to the end.
+    text = stdout.decode("utf-8", "replace")
+    starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n" and text[i + 1 : i + 2] == "{"]
+    for start in starts:
+        try:
+            value = json.loads(text[start:])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+@dataclass
+class HostOutcome(Generic[T]):
+    """What one host gave: a value, or the one-line error that stopped it (never both)."""
+
+    host: Host
+    value: T | None = None
+    error: RegdiagError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def for_each_host(
+    hosts: Sequence[Host], fn: Callable[[Host], T], *, max_workers: int = 16
+) -> list[HostOutcome[T]]:
+    """Run fn(host) on every host at once (threads); outcomes in the order of `hosts`, kept apart.
+
+    A RegdiagError on one host is recorded in its outcome and does not stop the others; any other
+    exception propagates. On Ctrl-C the caller closes the hosts, which ends the remote work.
+    """
+    if len(hosts) == 1:
+        try:
+            return [HostOutcome(hosts[0], fn(hosts[0]))]
+        except RegdiagError as e:
+            return [HostOutcome(hosts[0], error=e)]
+
+    def one(h: Host) -> HostOutcome[T]:
+        try:
+            return HostOutcome(h, fn(h))
+        except RegdiagError as e:
+            return HostOutcome(h, error=e)
+
+    pool = ThreadPoolExecutor(max_workers=min(max_workers, len(hosts)), thread_name_prefix="regdiag-host")
+    try:
+        futures = [pool.submit(one, h) for h in hosts]
+        return [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def check_host(host: Host, timeout: float = 60.0) -> dict[str, Any]:
+    """Can regdiag run on `host`? Runs the bundle's `version` there; HostError with the reason if not."""
+    import time
+
+    t0 = time.monotonic()
+    res = run_bundle(host, ["version"], timeout=timeout)
+    if res.timed_out:
+        raise HostError(f"{host.name}: `{host.python}` did not answer within {timeout:g} s")
+    info = _json_record(res.stdout)
+    if res.returncode != 0 or info is None:
+        raise HostError(
+            f"{host.name}: the bundle failed: {res.stderr_tail() or f'exit status {res.returncode}'}"
+        )
+    out = {**host.describe(), "python_version": info.get("python"), "executable": info.get("executable")}
+    out["regdiag"] = info.get("regdiag")
+    out["round_trip_s"] = round(time.monotonic() - t0, 3)
+    return out
+
+
+def collect_snapshots(
+    hosts: Sequence[Host],
+    repo: str | None = None,
+    all_packages: bool = False,
+    timeout_s: float = SNAPSHOT_TIMEOUT_S,
+) -> list[HostOutcome[dict[str, Any]]]:
+    """collect_snapshot on every host at once; one outcome per host, in order (for `--host a --host b`)."""
+    return for_each_host(hosts, lambda h: collect_snapshot(h, repo, all_packages, timeout_s))
