@@ -189,6 +189,7 @@ def _usable(run: dict[str, Any], label: str) -> tuple[list[dict[str, Any]], list
                 "scalars": scalars,
                 "clocks": la.get("clocks") if isinstance(la.get("clocks"), list) else [],
                 "header": la.get("header") if isinstance(la.get("header"), dict) else {},
+                "footer": la.get("footer") if isinstance(la.get("footer"), dict) else {},
             }
         )
     return used, skipped
@@ -312,7 +313,13 @@ def compare_runs(
 
     verdict = _overall(results, primary)
     att = None
-    if primary and phases and all(p in dict(names) for p in phases):
+    sums = (
+        old.get("phases_sum_to_primary", True) is not False
+        and new.get("phases_sum_to_primary", True) is not False
+    )
+    if not sums:
+        notes.append(f"the phases of these runs are not parts of {primary}: no attribution")
+    if sums and primary and phases and all(p in dict(names) for p in phases):
         att = attribute(
             [la["samples"] for la in lo_],
             [la["samples"] for la in ln_],
@@ -329,7 +336,9 @@ def compare_runs(
     tput = None
     if primary:
         batch = (_batch(po), _batch(pn))
-        tput = throughput(lo_, ln_, primary, units.get(primary, "ms"), margin, method, level, rng, batch)
+        # A server run's primary is the inter-token latency; its speculative cycle is the "cycle" series.
+        cyc = "cycle" if all("cycle" in la["samples"] for la in [*lo_, *ln_]) else primary
+        tput = throughput(lo_, ln_, cyc, units.get(cyc, "ms"), margin, method, level, rng, batch)
 
     side_o = _side_info(old, old_label, lo_, skip_o)
     side_n = _side_info(new, new_label, ln_, skip_n)

@@ -259,8 +259,11 @@ def explain_run(
         decode_ms = _mean_of_launch_means(launches, "samples", "decode")
         decode_src = "this run's decode phase"
     tput = None
+    # A server run's primary is the inter-token latency; its speculative cycle, where the engine
+    # reported an accept length, is recorded as the "cycle" series.
+    cycle_metric = "cycle" if all("cycle" in (la.get("samples") or {}) for la in launches) else primary
     if phases != ["decode"]:
-        cycle = _mean_of_launch_means(launches, "samples", primary)
+        cycle = _mean_of_launch_means(launches, "samples", cycle_metric)
         acc = accept_len
         acc_src = "given"
         if acc is None:
@@ -270,7 +273,7 @@ def explain_run(
                 acc_src += " (simulated by the probe)"
         if cycle is not None and acc is not None:
             tput = ThroughputModel(
-                acc, cycle, decode_ms, batch, {"cycle": f"mean {primary}", "accept_len": acc_src}
+                acc, cycle, decode_ms, batch, {"cycle": f"mean {cycle_metric}", "accept_len": acc_src}
             )
             if decode_ms is not None:
                 tput.sources["decode"] = decode_src

@@ -67,15 +67,31 @@ def _num(x: Any) -> float | None:
     return float(x)
 
 
+def _in_measure_window(launch: dict[str, Any], clocks: list[Any]) -> list[Any]:
+    """The samples taken while cycles were measured.
+
+    A launch also builds its model and warms up, at idle clocks (345 MHz on an H200): counting those
+    would make two identical runs look like different clock states. The probe's footer gives the
+    measured window on the same time base as the samples; without it every sample counts.
+    """
+    window = (launch.get("footer") or {}).get("measure_window_s")
+    if not (isinstance(window, list) and len(window) == 2 and all(_num(w) is not None for w in window)):
+        return clocks
+    lo, hi = float(window[0]), float(window[1])
+    inside = [c for c in clocks if isinstance(c, dict) and (t := _num(c.get("t"))) is not None and lo <= t <= hi]
+    return inside or clocks
+
+
 def summarize_clocks(launches: Sequence[dict[str, Any]]) -> ClockSummary:
     s = ClockSummary()
     gpus: set[Any] = set()
     launch_sm, launch_mem, launch_pw, temps = [], [], [], []
     reasons: dict[str, int] = {}
     for la in launches:
-        clocks = la.get("clocks") or []
-        if not isinstance(clocks, list):
-            clocks = []
+        all_clocks = la.get("clocks") or []
+        if not isinstance(all_clocks, list):
+            all_clocks = []
+        clocks = _in_measure_window(la, all_clocks)
         sm = [v for c in clocks if isinstance(c, dict) and (v := _num(c.get("sm_mhz"))) is not None]
         mem = [v for c in clocks if isinstance(c, dict) and (v := _num(c.get("mem_mhz"))) is not None]
         pw = [v for c in clocks if isinstance(c, dict) and (v := _num(c.get("power_w"))) is not None]
@@ -89,6 +105,9 @@ def summarize_clocks(launches: Sequence[dict[str, Any]]) -> ClockSummary:
             for r in c.get("reasons") or []:
                 if isinstance(r, str):
                     reasons[r] = reasons.get(r, 0) + 1
+        for c in all_clocks:  # the plotted trace shows the whole launch, model build included
+            if not isinstance(c, dict):
+                continue
             t, v = _num(c.get("t")), _num(c.get("sm_mhz"))
             if c.get("gpu", 0) in (0, None) and t is not None and v is not None:
                 trace.append((t, v))

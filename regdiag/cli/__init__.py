@@ -108,5 +108,8 @@ def main(argv: list[str] | None = None) -> None:
             e.show()
             sys.exit(EXIT_BAD_INPUT)
         raise
-    # In non-standalone mode click returns the code of a `typer.Exit(code)` instead of exiting.
+    # In non-standalone mode click returns the code of a `typer.Exit(code)` instead of exiting; newer
+    # typer also turns Ctrl-C inside a command into a returned 130 rather than KeyboardInterrupt.
+    if rv == EXIT_INTERRUPTED:
+        _fail("interrupted; everything finished before this point was kept", EXIT_INTERRUPTED)
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -1,0 +1,221 @@
+"""spec-decode probe: synchronized per-phase timing of a speculative-decoding cycle on a synthetic MoE.
+
+Runs with the interpreter of the machine under test (stdlib + torch; pynvml optional for clock samples:
+without it the footer's clock_sampler says "unavailable: ..." and clocks stay empty). Prints JSON lines
+on stdout (header, one line per cycle, footer; or one error line) and progress on stderr. The protocol,
+the model and the timing method are documented in docs/probes.md.
+
+    python spec_decode.py --preset tiny --tp 2 --cycles 50
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _presets  # noqa: E402
+from _probe_common import (  # noqa: E402
+    CRASH_ENV,
+    PROTOCOL,
+    SLOW_ENV,
+    Emitter,
+    ProbeArgParser,
+    UsageError,
+    add_rank_args,
+    apply_env_defaults,
+    env_vars,
+    one_line,
+    parse_crash,
+    parse_slow,
+    rank_error,
+    supervise,
+    watch_parent,
+)
+
+NAME = "spec-decode"
+VERSION = "1"
+
+
+def build_parser() -> ProbeArgParser:
+    p = ProbeArgParser(prog="spec_decode.py", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--preset",
+        default="auto",
+        choices=["auto", *_presets.PRESETS],
+        help="model shapes (default auto: tiny without a GPU, kimi-k2 with one)",
+    )
+    p.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="full-size target layers to run (default: all of the preset's that fit in memory)",
+    )
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks, one process each (default 1)")
+    p.add_argument(
+        "--tp-slice",
+        type=int,
+        default=None,
+        help="with --tp 1: cut the weights as one rank of TP=N would hold them (no communication)",
+    )
+    p.add_argument("--mode", choices=["eagle", "baseline"], default="eagle", help="default eagle")
+    p.add_argument(
+        "--verify-graph",
+        choices=["on", "off"],
+        default="on",
+        help="run verify as a CUDA graph replay (on) or eagerly (off); default on",
+    )
+    p.add_argument("--num-steps", type=int, default=2, help="EAGLE speculative steps (default 2)")
+    p.add_argument(
+        "--num-draft-tokens",
+        type=int,
+        default=None,
+        help="tokens verified per cycle; topk 1 requires num-steps + 1 (the default)",
+    )
+    p.add_argument(
+        "--accept-mean",
+        type=float,
+        default=2.0,
+        help="mean of the simulated accept length, 1..num-draft-tokens (default 2.0)",
+    )
+    p.add_argument("--batch", type=int, default=1, help="sequences decoded together (default 1)")
+    p.add_argument(
+        "--context",
+        type=int,
+        default=None,
+        help=f"tokens already in the KV cache (default {_presets.DEFAULT_CONTEXT}; tiny: {_presets.CONTEXT['tiny']})",
+    )
+    p.add_argument(
+        "--cycles", type=int, default=50, help="measured cycles, also run as many bare (default 50)"
+    )
+    p.add_argument("--warmup", type=int, default=5, help="cycles run first and dropped (default 5)")
+    p.add_argument(
+        "--block",
+        type=int,
+        default=1,
+        help="instrumented and bare cycles alternate in blocks of this many, ABBA order (default 1)",
+    )
+    p.add_argument(
+        "--naive-timer",
+        action="store_true",
+        help="also record unsynchronized perf_counter per phase, side by side",
+    )
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto", help="default auto")
+    p.add_argument(
+        "--dtype",
+        choices=["auto", "bfloat16", "float32"],
+        default="auto",
+        help="weights and activations (default auto: bfloat16 on CUDA, float32 on CPU)",
+    )
+    p.add_argument(
+        "--moe-impl",
+        choices=["auto", "grouped_mm", "loop"],
+        default="auto",
+        help="auto: grouped_mm on CUDA, loop over hit experts on CPU",
+    )
+    p.add_argument("--seed", type=int, default=0, help="weights seed; inputs use seed + launch index")
+    p.add_argument(
+        "--launch-index", type=int, default=0, help="which launch of a run this is (set by regdiag)"
+    )
+    p.add_argument(
+        "--slow-phase",
+        action="append",
+        metavar="PHASE:MS",
+        help=f"test hook: add MS of real busy work to PHASE (also {SLOW_ENV}=PHASE:MS,...)",
+    )
+    p.add_argument(
+        "--crash-rank",
+        type=int,
+        default=None,
+        help=f"test hook: this rank exits abruptly (also {CRASH_ENV}=R@L)",
+    )
+    p.add_argument("--crash-at-launch", type=int, default=0, help="test hook: ... in this launch (default 0)")
+    add_rank_args(p)
+    return p  # fmt: skip
+
+
+def phases_for(mode: str) -> list[str]:
+    return ["draft", "verify", "extend"] if mode == "eagle" else ["decode"]
+
+
+def validate(a: Any) -> dict[str, Any]:
+    """Checks that need no torch; returns the hooks. Raises UsageError."""
+    if a.tp < 1:
+        raise UsageError("--tp must be >= 1")
+    if a.tp_slice is not None and (a.tp_slice < 1 or a.tp != 1):
+        raise UsageError("--tp-slice N needs --tp 1 (it builds one rank's shapes of TP=N on one device)")
+    if a.num_steps < 1:
+        raise UsageError("--num-steps must be >= 1")
+    if a.num_draft_tokens is None:
+        a.num_draft_tokens = a.num_steps + 1
+    if a.num_draft_tokens != a.num_steps + 1:
+        raise UsageError("with topk 1, --num-draft-tokens must be --num-steps + 1 (as SGLang requires)")
+    if a.mode == "eagle" and not 1.0 <= a.accept_mean <= a.num_draft_tokens:
+        raise UsageError(f"--accept-mean must be within 1..{a.num_draft_tokens} (num-draft-tokens)")
+    for name in ("batch", "context", "cycles", "block"):
+        if getattr(a, name) is not None and getattr(a, name) < 1:
+            raise UsageError(f"--{name} must be >= 1")
+    if a.warmup < 0:
+        raise UsageError("--warmup must be >= 0")
+    if a.crash_rank is not None:
+        crash = (a.crash_rank, a.crash_at_launch)
+    else:
+        crash = parse_crash(None, os.environ.get(CRASH_ENV))
+    if crash is not None and not 0 <= crash[0] < a.tp:
+        raise UsageError(f"crash hook rank {crash[0]} is not a rank of --tp {a.tp}")
+    slow = parse_slow(a.slow_phase, os.environ.get(SLOW_ENV), phases_for(a.mode))
+    if a.preset != "auto":
+        try:
+            _presets.resolve_shape(a.preset, a.layers, a.tp_slice or a.tp)
+        except ValueError as e:
+            raise UsageError(f"{a.preset}: {e}") from None
+    return {"slow_ms": slow, "crash": list(crash) if crash else None}
+
+
+def accept_alpha(mean: float, n: int) -> float:
+    """Per-token acceptance probability a with 1 + a + ... + a^(n-1) = mean (chain acceptance)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(mid**j for j in range(n)) < mean:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    if a._rank is None:
+        try:
+            validate(a)
+        except UsageError as e:
+            Emitter().emit({"type": "error", "kind": "usage", "rank": None, "message": one_line(str(e))})
+            return 2
+        return supervise(os.path.abspath(__file__), argv, a.tp, gpu_sampling=a.device != "cpu")
+    watch_parent()
+    apply_env_defaults()
+    try:
+        hooks = validate(a)
+        from _spec_runner import run_rank
+
+        run_rank(a, hooks, NAME, VERSION, PROTOCOL, phases_for(a.mode), env_vars(), accept_alpha)
+    except UsageError as e:
+        rank_error(str(e), "usage")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BaseException as e:  # one line for the user; the traceback stays on stderr for debugging
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        rank_error(f"{type(e).__name__}: {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

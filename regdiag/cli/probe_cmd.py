@@ -1,0 +1,356 @@
+"""`regdiag probe spec-decode`, `regdiag probe collectives`, `regdiag runs`: parse, call
+regdiag.probe_runner, render (progress bar on stderr, summary table on stdout)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from regdiag.cli.common import HostOpt, JsonOpt, PythonOpt, SshConfigOpt, console, err_console, print_json
+from regdiag.errors import EXIT_INTERRUPTED, BadInput, RegdiagError
+
+PROBE_HELP = "Measure: synthetic probes on the GPU, or a live inference server."
+
+SPEC_HELP = """Synchronized per-phase timing of a speculative-decoding cycle on a synthetic MoE.
+
+Random weights with the layer shapes of a real model (--preset): MLA attention over a KV cache of
+--context tokens, dense then MoE layers (routed + shared experts, only the routed ones read), an
+EAGLE-3 draft. --mode eagle times draft -> verify -> extend; --mode baseline times a one-token decode.
+Phases are timed with CUDA events between phases and one synchronize per cycle (perf_counter on CPU),
+each phase the slowest TP rank's. Accept length is SIMULATED (--accept-mean), and labelled so.
+
+Runs --launches fresh processes of --cycles cycles each (plus as many bare cycles to measure the
+probe's own overhead), with a snapshot before and after. The record is written after every launch to
+$REGDIAG_HOME/runs/<id>.json (default ~/.regdiag/runs) or to -o. Exit 0 when every launch succeeded,
+5 when a launch failed (earlier launches kept), 2 for bad input, 130 on Ctrl-C (finished launches kept).
+
+Without a GPU the defaults run the tiny preset: regdiag probe spec-decode --tp 2
+"""
+
+COLL_HELP = """All-reduce latency and bus bandwidth per message size, in the manner of nccl-tests.
+
+busbw = algbw * 2(n-1)/n. NCCL on GPUs, gloo on CPU; the NCCL_* variables each rank saw are
+recorded. Each size is one metric of the run record (ar_1KiB, ..., in microseconds), so
+`regdiag compare` works on sweeps too.
+"""
+
+RUNS_HELP = "List the stored run records ($REGDIAG_HOME/runs, default ~/.regdiag/runs), newest first."
+
+
+class Mode(str, Enum):
+    eagle = "eagle"
+    baseline = "baseline"
+
+
+class OnOff(str, Enum):
+    on = "on"
+    off = "off"
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+class DType(str, Enum):
+    auto = "auto"
+    bfloat16 = "bfloat16"
+    float32 = "float32"
+
+
+class MoEImpl(str, Enum):
+    auto = "auto"
+    grouped_mm = "grouped_mm"
+    loop = "loop"
+
+
+RecordOpt = typer.Option(
+    None,
+    "-o",
+    "--output",
+    help="Write the run record here instead of $REGDIAG_HOME/runs/<id>.json.",
+    dir_okay=False,
+)
+LaunchesOpt = typer.Option(
+    8,
+    "--launches",
+    "-L",
+    help="Fresh probe processes, the unit of evidence. 8 per side gives >= 95 % power to call a 5 % change "
+    "at 2 % launch-to-launch noise (docs/statistics.md).",
+)
+TimeoutOpt = typer.Option(1800.0, "--timeout", help="Seconds one launch may take before it is stopped.")
+NoSnapOpt = typer.Option(False, "--no-snapshot", help="Skip the environment snapshots before and after.")
+
+
+def _probe_group(app: typer.Typer) -> typer.Typer:
+    """The `probe` group, shared with `probe server` (whichever module registers first makes it)."""
+    for info in app.registered_groups:
+        if info.name == "probe" and info.typer_instance is not None:
+            return info.typer_instance
+    group = typer.Typer(help=PROBE_HELP, no_args_is_help=True)
+    app.add_typer(group, name="probe")
+    return group
+
+
+def spec_decode(
+    preset: str = typer.Option("auto", "--preset", help="kimi-k2, deepseek-v3, deepseek-v2-lite, tiny; auto = tiny without a GPU, kimi-k2 with one."),
+    layers: int = typer.Option(None, "--layers", help="Full-size target layers (default: as many of the preset's as fit; the record says how many)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel ranks, one process each (NCCL on GPUs, gloo on CPU)."),
+    tp_slice: int = typer.Option(None, "--tp-slice", help="With --tp 1: one rank's shapes of TP=N on one device, without communication."),
+    launches: int = LaunchesOpt,
+    cycles: int = typer.Option(50, "--cycles", "-C", help="Measured cycles per launch (as many bare ones run interleaved)."),
+    warmup: int = typer.Option(5, "--warmup", help="Cycles run first and dropped (recorded as dropped)."),
+    mode: Mode = typer.Option(Mode.eagle, "--mode", help="eagle: draft -> verify -> extend; baseline: one-token decode."),
+    verify_graph: OnOff = typer.Option(OnOff.on, "--verify-graph", help="Verify as a CUDA graph (on) or eager (off)."),
+    num_steps: int = typer.Option(2, "--num-steps", help="EAGLE speculative steps."),
+    num_draft_tokens: int = typer.Option(None, "--num-draft-tokens", help="Tokens verified per cycle (topk 1: num-steps + 1, the default)."),
+    accept_mean: float = typer.Option(2.0, "--accept-mean", help="Mean of the SIMULATED accept length."),
+    batch: int = typer.Option(1, "--batch", help="Sequences per forward."),
+    context: int = typer.Option(None, "--context", help="Tokens in the KV cache. Default 4096 (tiny: 512)."),
+    naive_timer: bool = typer.Option(False, "--naive-timer", help="Also record unsynchronized perf_counter per phase, side by side."),
+    block: int = typer.Option(1, "--block", help="Instrumented and bare cycles alternate in blocks of this many (ABBA order)."),
+    device: Device = typer.Option(Device.auto, "--device", help="auto: CUDA when torch sees a GPU, else CPU."),
+    dtype: DType = typer.Option(DType.auto, "--dtype", help="auto: bfloat16 on CUDA, float32 on CPU."),
+    moe_impl: MoEImpl = typer.Option(MoEImpl.auto, "--moe-impl", help="auto: grouped_mm on CUDA, a loop over the hit experts on CPU."),
+    seed: int = typer.Option(0, "--seed", help="Weights seed (inputs use seed + launch index)."),
+    slow_phase: list[str] = typer.Option(None, "--slow-phase", help="Test hook: PHASE:MS adds MS of real busy work to PHASE (also REGDIAG_PROBE_SLOW)."),
+    crash_rank: int = typer.Option(None, "--crash-rank", help="Test hook: this rank exits abruptly ..."),
+    crash_at_launch: int = typer.Option(None, "--crash-at-launch", help="Test hook: ... in this launch (default 0; also REGDIAG_PROBE_CRASH=R@L)."),
+    timeout: float = TimeoutOpt,
+    no_snapshot: bool = NoSnapOpt,
+    output: Path = RecordOpt,
+    json_out: bool = JsonOpt,
+    host: list[str] = HostOpt,
+    python: str = PythonOpt,
+    ssh_config: Path = SshConfigOpt,
+) -> None:  # fmt: skip
+    from regdiag.probe_runner import PRESETS
+
+    if preset not in PRESETS:
+        raise BadInput(f"--preset {preset!r}: choose from {', '.join(PRESETS)}")
+    for name, val, low in (("--tp", tp, 1), ("--cycles", cycles, 1), ("--warmup", warmup, 0), ("--batch", batch, 1),
+                           ("--context", context, 1), ("--num-steps", num_steps, 1), ("--block", block, 1)):  # fmt: skip
+        if val is not None and val < low:
+            raise BadInput(f"{name} must be >= {low}")
+    if tp_slice is not None and tp != 1:
+        raise BadInput("--tp-slice N needs --tp 1 (it builds one rank's shapes of TP=N on one device)")
+    options: dict[str, Any] = {
+        "preset": preset, "layers": layers, "tp": tp, "tp_slice": tp_slice, "cycles": cycles, "warmup": warmup,
+        "mode": mode.value, "verify_graph": verify_graph.value, "num_steps": num_steps,
+        "num_draft_tokens": num_draft_tokens, "accept_mean": accept_mean, "batch": batch, "context": context,
+        "naive_timer": naive_timer, "block": block, "device": device.value, "dtype": dtype.value,
+        "moe_impl": moe_impl.value, "seed": seed, "slow_phase": slow_phase or None, "crash_rank": crash_rank,
+        "crash_at_launch": crash_at_launch,
+    }  # fmt: skip
+    _run("spec-decode", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config)
+
+
+def collectives(
+    tp: int = typer.Option(2, "--tp", help="Ranks, one process each."),
+    sizes: str = typer.Option(None, "--sizes", help="MIN:MAX[:FACTOR] or a list (1K,64K,1M). Default: 1K:256M doubling on GPUs, 1K:16M on CPU."),
+    dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16."),
+    iters: int = typer.Option(20, "--iters", help="All-reduces per timed repetition, at most."),
+    reps: int = typer.Option(5, "--reps", help="Timed repetitions per size (the 'cycles' of the record)."),
+    warmup: int = typer.Option(5, "--warmup", help="Untimed all-reduces per size."),
+    device: Device = typer.Option(Device.auto, "--device", help="auto: CUDA when torch sees a GPU, else CPU."),
+    launches: int = LaunchesOpt,
+    timeout: float = TimeoutOpt,
+    no_snapshot: bool = NoSnapOpt,
+    output: Path = RecordOpt,
+    json_out: bool = JsonOpt,
+    host: list[str] = HostOpt,
+    python: str = PythonOpt,
+    ssh_config: Path = SshConfigOpt,
+) -> None:  # fmt: skip
+    if dtype not in ("float32", "bfloat16"):
+        raise BadInput(f"--dtype {dtype!r}: float32 or bfloat16")
+    for name, val, low in (
+        ("--tp", tp, 1),
+        ("--iters", iters, 1),
+        ("--reps", reps, 1),
+        ("--warmup", warmup, 0),
+    ):
+        if val < low:
+            raise BadInput(f"{name} must be >= {low}")
+    options = {"tp": tp, "sizes": sizes, "dtype": dtype, "iters": iters, "reps": reps, "warmup": warmup,
+               "device": device.value}  # fmt: skip
+    _run("collectives", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config)
+
+
+def _run(
+    name: str,
+    options: dict[str, Any],
+    launches: int,
+    timeout: float,
+    no_snapshot: bool,
+    output: Path | None,
+    json_out: bool,
+    host_specs: list[str] | None,
+    python: str | None,
+    ssh_config: Path | None,
+) -> None:
+    from regdiag.probe_runner import probe_args, run_probe, summarize_run
+
+    if launches < 1:
+        raise BadInput("--launches must be >= 1")
+    if host_specs and len(host_specs) > 1:
+        raise BadInput("a probe runs on one --host at a time; run one command per host")
+    host = _open_host(host_specs[0] if host_specs else None, python, ssh_config)
+    args = probe_args(options)
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=not err_console.is_terminal,
+    )
+    task = progress.add_task(f"{name}: starting", total=None)
+
+    where: dict[str, str] = {}
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        if kind == "start":
+            where["path"] = data["path"]
+        elif kind == "snapshot":
+            progress.update(task, description=f"{name}: snapshot {data['when']}", total=None, completed=0)
+        elif kind == "launch_start":
+            progress.update(
+                task, description=f"{name}: launch {data['index'] + 1}/{data['of']}", total=None, completed=0
+            )
+        elif kind == "progress":
+            desc = f"{name}: launch {data['index'] + 1}/{launches} {data.get('stage', '')}"
+            progress.update(task, description=desc, total=data.get("total"), completed=data.get("done", 0))
+        elif kind == "launch_end" and err_console.is_terminal:
+            la = data["launch"]
+            med = _launch_median(la)
+            what = f"primary median {med:.4g}" if med is not None else la.get("error") or la["status"]
+            progress.console.print(f"  launch {la['index'] + 1}: {la['status']}, {what}", highlight=False)
+
+    try:
+        with progress:
+            result = run_probe(
+                host, name, args, launches=launches, output=output, timeout=timeout, snapshot=not no_snapshot,
+                on_event=on_event,
+            )  # fmt: skip
+    except KeyboardInterrupt:
+        # Said here, in one line: typer turns a KeyboardInterrupt into a silent exit 130.
+        kept = f"; finished launches kept in {where['path']}" if "path" in where else ""
+        raise RegdiagError(f"interrupted{kept}", EXIT_INTERRUPTED) from None
+    finally:
+        host.close()
+    summary = summarize_run(result.run)
+    summary["path"] = str(result.path)
+    if json_out:
+        print_json(summary)
+        return
+    _render_summary(summary)
+
+
+def _launch_median(launch: dict[str, Any]) -> float | None:
+    header = launch.get("header") or {}
+    vals = launch.get("samples", {}).get(header.get("primary", "cycle"))
+    if not vals:
+        return None
+    s = sorted(vals)
+    return s[len(s) // 2]
+
+
+def _open_host(spec: str | None, python: str | None, ssh_config: Path | None) -> Any:
+    try:
+        from regdiag.hosts.resolve import open_host
+    except ImportError:
+        if spec:
+            raise BadInput("--host needs the SSH layer, which this build lacks") from None
+        from regdiag.hosts.local import LocalHost
+
+        return LocalHost(python)
+    return open_host(spec, python, ssh_config)
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+
+
+def _render_summary(s: dict[str, Any]) -> None:
+    cfg = s.get("config", {})
+    what = ", ".join(
+        f"{k} {cfg[k]}" for k in ("preset", "mode", "tp", "tp_slice", "layers", "batch") if cfg.get(k)
+    )
+    table = Table(title=f"{s['probe']} · {what}" if what else s["probe"], title_justify="left")
+    table.add_column("metric")
+    table.add_column("median", justify="right")
+    table.add_column("IQR", justify="right")
+    table.add_column("per-launch medians", justify="left")
+    for m in s["metrics"]:
+        unit = f" {m['unit']}" if m["unit"] else ""
+        table.add_row(
+            m["metric"],
+            _fmt(m["median"]) + unit,
+            f"{_fmt(m['p25'])}–{_fmt(m['p75'])}",
+            "  ".join(_fmt(x) for x in m["launch_medians"]),
+        )
+    console.print(table)
+    sc = s.get("scalars", {})
+    bits = []
+    if "tok_s" in sc:
+        bits.append(
+            f"tok/s {sc['tok_s']:.4g}"
+            + (" (accept length SIMULATED)" if s.get("accept_len_simulated") else "")
+        )
+    if "overhead_pct" in sc:
+        bits.append(f"probe overhead {sc['overhead_pct']:+.2f} % vs bare cycles")
+    if s.get("clocks"):
+        c = s["clocks"]
+        bits.append(f"SM clock {c['sm_mhz_min']}–{c['sm_mhz_max']} MHz")
+        if c["reasons"]:
+            bits.append("[yellow]clock events: " + ", ".join(c["reasons"]) + "[/yellow]")
+    if bits:
+        console.print("  " + " · ".join(bits))
+    for w in s.get("warnings", []):
+        console.print(f"  [yellow]warning:[/yellow] {w}")
+    console.print(
+        f"{s['ok_launches']}/{s['launches']} launches ok, status {s['status']}; record: {s['path']}",
+        soft_wrap=True,
+        highlight=False,
+    )
+
+
+def runs_cmd(json_out: bool = JsonOpt) -> None:
+    from regdiag.runs import list_runs, runs_dir
+
+    items = list_runs()
+    if json_out:
+        print_json(items)
+        return
+    if not items:
+        console.print(f"no stored runs in {runs_dir()}", highlight=False)
+        return
+    table = Table(title=f"runs in {runs_dir()}", title_justify="left")
+    for col in ("id", "created", "probe", "config", "status", "launches", "host"):
+        table.add_column(col)
+    for r in items:
+        if "problem" in r:
+            table.add_row(Path(r["path"]).stem, "", "", f"[red]{r['problem']}[/red]", "unreadable", "", "")
+            continue
+        cfg = r.get("config") or {}
+        brief = " ".join(str(cfg[k]) for k in ("preset", "mode", "tp") if cfg.get(k) is not None)
+        table.add_row(
+            r["id"], str(r.get("created") or ""), str(r.get("probe") or ""), brief, str(r.get("status") or ""),
+            f"{r['ok_launches']}/{r['launches']}", str(r.get("host") or ""),
+        )  # fmt: skip
+    console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    group = _probe_group(app)
+    group.command("spec-decode", help=SPEC_HELP)(spec_decode)
+    group.command("collectives", help=COLL_HELP)(collectives)
+    app.command("runs", help=RUNS_HELP)(runs_cmd)

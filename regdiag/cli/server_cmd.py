@@ -1,0 +1,445 @@
+"""`regdiag probe server` and `regdiag ingest-log`: parse, call regdiag.server, render."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from regdiag.cli.common import (
+    HostOpt,
+    JsonOpt,
+    OutputOpt,
+    PythonOpt,
+    SshConfigOpt,
+    console,
+    err_console,
+    print_json,
+)
+from regdiag.errors import BadInput, ProbeError
+from regdiag.records import save_record
+from regdiag.runs import RunWriter, runs_dir
+
+PROBE_HELP = "Measure: synthetic probes on the GPU, or a live inference server."
+
+SERVER_HELP = """Measure a live SGLang or vLLM endpoint: TTFT, inter-token latency, tok/s, accept length.
+
+Sends --requests greedy (temperature 0) requests per launch, --concurrency at a time, and repeats
+for --launches launches. Each launch is one server start with --launch-cmd (regdiag starts the
+server, waits for /health, measures, stops it by process group), else one batch of requests
+against the running server. Accept length comes from the engine: SGLang's meta_info
+(completion_tokens / spec_verify_ct) or vLLM's /metrics spec-decode counters.
+
+The record (kind "server", primary "itl") is written after every request batch and goes through
+`regdiag compare` and `regdiag explain` like probe runs. Exit 0 when every launch succeeded,
+5 when a request or the server failed (the record keeps every finished request), 2 for bad input.
+"""
+
+INGEST_HELP = """Turn an engine log into a run record: SGLang "Decode batch" lines and vLLM metrics lines.
+
+Each FILE is one launch. SGLang: every "Decode batch." / "Decode batch," line is an interval with
+accept len, accept rate, cuda graph, gen throughput, #running-req, #token and the rank; vLLM: the
+"Avg generation throughput" and "SpecDecoding metrics" lines. Other lines are skipped and counted.
+The first interval after idle is flagged warm-up and dropped. The record's primary is "itl"
+(ms per token of one request, 1000 x #running-req / gen throughput), the same metric as
+`probe server`, so last week's log compares with today's run.
+"""
+
+
+def _probe_group(app: typer.Typer) -> typer.Typer:
+    """The `probe` group made by probe_cmd if it is registered, else a new one."""
+    for info in app.registered_groups:
+        if info.name == "probe" and info.typer_instance is not None:
+            return info.typer_instance
+    group = typer.Typer(help=PROBE_HELP, no_args_is_help=True)
+    app.add_typer(group, name="probe")
+    return group
+
+
+def _is_local_url(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url if "://" in url else f"http://{url}").hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _fmt(v: Any, unit: str = "", digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.{digits}f}{unit}"
+
+
+def _launch_line(la: dict[str, Any], total: int) -> str:
+    sc = la.get("scalars", {})
+    status = la.get("status")
+    mark = "[green]ok[/]" if status == "ok" else f"[red]{status}[/]"
+    parts = [f"launch {la['index'] + 1}/{total}  {mark}"]
+    if sc:
+        parts.append(f"{sc.get('requests_ok', 0)}/{sc.get('requests', 0)} requests")
+    if "itl_ms_median" in sc:
+        parts.append(
+            f"itl {_fmt(sc['itl_ms_median'], ' ms')} ({_fmt(sc.get('tok_s_per_request'), ' tok/s', 1)} per stream)"
+        )
+    if "ttft_ms_median" in sc:
+        parts.append(f"ttft {_fmt(sc['ttft_ms_median'], ' ms', 1)}")
+    if "tok_s" in sc:
+        parts.append(f"all streams {_fmt(sc['tok_s'], ' tok/s', 1)}")
+    if "accept_len_mean" in sc:
+        parts.append(f"accept len {_fmt(sc['accept_len_mean'])}")
+    line = "  ".join(parts)
+    if la.get("error"):
+        line += f"\n    [red]{la['error']}[/]"
+    return line
+
+
+def _summary(run: dict[str, Any]) -> dict[str, Any]:
+    ok = [la for la in run["launches"] if la.get("status") == "ok"]
+
+    def med(key: str) -> float | None:
+        xs = [la["scalars"][key] for la in ok if key in la.get("scalars", {})]
+        return statistics.median(xs) if xs else None
+
+    return {
+        "id": run["id"],
+        "status": run["status"],
+        "launches": len(run["launches"]),
+        "ok_launches": len(ok),
+        "primary": run["primary"],
+        "itl_ms_median": med("itl_ms_median"),
+        "tok_s_per_request": med("tok_s_per_request"),
+        "ttft_ms_median": med("ttft_ms_median"),
+        "tok_s": med("tok_s"),
+        "accept_len_mean": med("accept_len_mean"),
+    }
+
+
+def _progress_sink(total_launches: int, requests: int):  # type: ignore[no-untyped-def]
+    """Progress on stderr (rich), returned as (event callback, progress context)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
+    task = progress.add_task("requests", total=requests)
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:
+        li = data.get("launch", 0) + 1
+        if kind == "launch_start":
+            progress.reset(task, total=requests, description=f"launch {li}/{total_launches}")
+        elif kind == "server_starting":
+            progress.update(task, description=f"launch {li}/{total_launches}: starting the server")
+        elif kind == "server_healthy":
+            progress.update(
+                task, description=f"launch {li}/{total_launches}: healthy after {data['after_s']:.1f} s"
+            )
+        elif kind == "request":
+            progress.update(task, completed=data["done"])
+        elif kind == "launch_end":
+            progress.console.print(_launch_line(data["record"], total_launches), soft_wrap=True)
+
+    return on_event, progress
+
+
+def probe_server(
+    url: str = typer.Option(..., "--url", help="Base URL of the server, e.g. http://127.0.0.1:30000."),
+    api: str = typer.Option(
+        "sglang",
+        "--api",
+        help="Request format: sglang (POST /generate), openai (/v1/completions) or "
+        "openai-chat (/v1/chat/completions); the OpenAI ones work with SGLang and vLLM. Default: sglang.",
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="Model name for the OpenAI APIs. Default: the first of /v1/models."
+    ),
+    launches: int = typer.Option(
+        3, "--launches", "-L", min=1, help="Launches (server starts with --launch-cmd). Default: 3."
+    ),
+    requests: int = typer.Option(
+        8, "--requests", "-R", min=1, help="Measured requests per launch. Default: 8."
+    ),
+    concurrency: int = typer.Option(
+        1, "--concurrency", "-C", min=1, help="Requests in flight at once. Default: 1."
+    ),
+    max_tokens: int = typer.Option(
+        128, "--max-tokens", min=1, help="Output tokens per request. Default: 128."
+    ),
+    prompts: Path | None = typer.Option(
+        None,
+        "--prompts",
+        exists=True,
+        dir_okay=False,
+        help='Prompt file: one prompt per line, or .jsonl with a "prompt" field. Default: 8 built-in prompts.',
+    ),
+    warmup: int = typer.Option(
+        1, "--warmup", min=0, help="Requests per launch sent first and dropped. Default: 1."
+    ),
+    stream: bool = typer.Option(
+        True, "--stream/--no-stream", help="Stream (needed for TTFT and ITL). Default: stream."
+    ),
+    ignore_eos: bool = typer.Option(
+        True,
+        "--ignore-eos/--no-ignore-eos",
+        help="Decode exactly --max-tokens tokens per request. Default: on.",
+    ),
+    connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to connect. Default: 10."),
+    read_timeout: float = typer.Option(
+        300.0, "--read-timeout", help="Longest wait for the next bytes, in seconds. Default: 300."
+    ),
+    api_key_env: str | None = typer.Option(
+        None,
+        "--api-key-env",
+        help="Name of an environment variable holding the API key (sent as a Bearer token, never stored).",
+    ),
+    launch_cmd: str | None = typer.Option(
+        None,
+        "--launch-cmd",
+        help="Start the server with this command for every launch (NAME=VALUE words first set its "
+        "environment), e.g. 'python -m sglang.launch_server --model-path M --port 30000'. Default: measure a running server.",
+    ),
+    startup_timeout: float = typer.Option(
+        1800.0, "--startup-timeout", help="Seconds to wait for /health after a start. Default: 1800."
+    ),
+    stop_grace: float = typer.Option(
+        30.0, "--stop-grace", help="Seconds between SIGTERM and SIGKILL at stop. Default: 30."
+    ),
+    snapshot: bool = typer.Option(
+        True,
+        "--snapshot/--no-snapshot",
+        help="Record the environment of the server's host before and after (--host, or this machine when the server is local). Default: on.",
+    ),
+    host: str | None = HostOpt,
+    python: str | None = PythonOpt,
+    ssh_config: Path | None = SshConfigOpt,
+    output: Path | None = OutputOpt,
+    json_out: bool = JsonOpt,
+) -> None:
+    from regdiag.server.client import APIS, Endpoint, EndpointError
+    from regdiag.server.launch import LaunchError, split_launch_cmd
+    from regdiag.server.load import BUILTIN_PROMPTS, LoadSpec, load_prompts
+    from regdiag.server.measure import MeasureError, ServerProbe, run_probe
+    from regdiag.server.record import redact_argv, server_run
+
+    if api not in APIS:
+        raise BadInput(f"--api {api!r}: choose one of {', '.join(APIS)}")
+    api_key = None
+    if api_key_env:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise BadInput(f"--api-key-env {api_key_env}: that variable is not set")
+    try:
+        ep = Endpoint(
+            url,
+            api=api,
+            model=model,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            api_key=api_key,
+        )
+    except EndpointError as e:
+        raise BadInput(str(e)) from None
+    if prompts is not None:
+        try:
+            prompt_list = load_prompts(str(prompts))
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            raise BadInput(str(e)) from None
+        prompts_desc = str(prompts)
+    else:
+        prompt_list, prompts_desc = list(BUILTIN_PROMPTS), "built-in"
+    argv = env = None
+    if launch_cmd is not None:
+        try:
+            argv, env = split_launch_cmd(launch_cmd)
+        except LaunchError as e:
+            raise BadInput(str(e)) from None
+    elif host:
+        raise BadInput("--host is where --launch-cmd starts the server; without --launch-cmd give only --url")
+
+    from regdiag.hosts.resolve import open_host
+
+    target = open_host(host, python, ssh_config) if (launch_cmd is not None or host) else None
+    load = LoadSpec(
+        requests=requests,
+        concurrency=concurrency,
+        max_tokens=max_tokens,
+        stream=stream,
+        ignore_eos=ignore_eos,
+    )
+    config = {
+        "url": ep.display,
+        "api": api,
+        "model": model,
+        "launches": launches,
+        "requests": requests,
+        "concurrency": concurrency,
+        "max_tokens": max_tokens,
+        "stream": stream,
+        "ignore_eos": ignore_eos,
+        "warmup": warmup,
+        "temperature": 0.0,
+        "prompts": prompts_desc,
+        "prompt_count": len(prompt_list),
+        "launch_cmd": redact_argv([*(f"{k}={v}" for k, v in (env or {}).items()), *argv]) if argv else None,
+    }
+    where = {"name": ep.host, "url": ep.display, "via": target.via if target else "http"}
+    run = server_run(config, host=where, stream=stream)
+    probe = ServerProbe(
+        ep=ep,
+        load=load,
+        prompts=prompt_list,
+        launches=launches,
+        warmup=warmup,
+        launch_argv=argv,
+        launch_env=env or {},
+        host=target,
+        startup_timeout_s=startup_timeout,
+        stop_grace_s=stop_grace,
+    )
+    snap_host = target if target is not None else (None if not _is_local_url(url) else "local")
+    try:
+        with RunWriter(None, run) as writer:
+            if snapshot and snap_host is not None:
+                _snapshot(writer, "snapshot_before", target)
+            if not json_out:
+                err_console.print(
+                    f"regdiag: measuring {ep.display} ({api}); record {writer.path}", soft_wrap=True
+                )
+            on_event, progress = _progress_sink(launches, requests)
+            try:
+                with progress:
+                    run_probe(probe, writer, on_event)
+            except MeasureError as e:
+                raise ProbeError(f"{e}; record: {writer.path}") from None
+            finally:
+                if snapshot and snap_host is not None:
+                    _snapshot(writer, "snapshot_after", target)
+    finally:
+        if target is not None:
+            target.close()
+    if output is not None:
+        save_record(output, writer.run)
+    summary = _summary(writer.run)
+    summary["path"] = str(writer.path)
+    if json_out:
+        print_json(summary)
+    else:
+        console.print(
+            f"median of {summary['ok_launches']} launches: itl {_fmt(summary['itl_ms_median'], ' ms')}"
+            f" ({_fmt(summary['tok_s_per_request'], ' tok/s', 1)} per stream), ttft {_fmt(summary['ttft_ms_median'], ' ms', 1)},"
+            f" accept len {_fmt(summary['accept_len_mean'])}",
+            soft_wrap=True,
+        )
+        console.print(f"record: {writer.path}", soft_wrap=True)
+    bad = [la for la in writer.run["launches"] if la.get("status") != "ok"]
+    if bad:
+        raise ProbeError(
+            f"{len(bad)} of {len(writer.run['launches'])} launches failed; first: {bad[0].get('error')}; record: {writer.path}"
+        )
+
+
+def _snapshot(writer: RunWriter, key: str, target: Any) -> None:
+    from regdiag.errors import HostError
+    from regdiag.hosts.local import LocalHost
+    from regdiag.hosts.remote import collect_snapshot
+
+    try:
+        writer.set(key, collect_snapshot(target if target is not None else LocalHost()))
+    except HostError as e:
+        err_console.print(f"regdiag: warning: no {key.replace('_', ' ')}: {e}")
+
+
+def ingest_log(
+    files: list[Path] = typer.Argument(
+        ..., help="Engine log files; each becomes one launch.", exists=True, dir_okay=False
+    ),
+    idle_gap: float = typer.Option(
+        5.0, "--idle-gap", help="Seconds between two lines of a rank that count as idle. Default: 5."
+    ),
+    rank: str | None = typer.Option(
+        None, "--rank", help="Keep only SGLang lines of this rank, e.g. 'TP0' or 'DP1 TP1'. Default: all."
+    ),
+    output: Path | None = OutputOpt,
+    json_out: bool = JsonOpt,
+) -> None:
+    from regdiag.server.logparse import parse_file
+    from regdiag.server.record import log_launch, log_run
+
+    run = log_run({"files": [str(f) for f in files], "idle_gap_s": idle_gap, "rank": rank})
+    launches = []
+    for i, f in enumerate(files):
+        try:
+            parse = parse_file(str(f), idle_gap_s=idle_gap, rank=rank)
+        except OSError as e:
+            raise BadInput(f"{f}: cannot read ({e.strerror})") from None
+        if not parse.intervals:
+            raise BadInput(
+                f"{f}: no SGLang 'Decode batch' or vLLM metrics lines among {parse.lines} lines"
+                + (f" ({parse.malformed} malformed)" if parse.malformed else "")
+            )
+        launches.append(log_launch(parse, str(f), i))
+    if any("cycle" in la["samples"] for la in launches):
+        run["phases"] = ["itl", "cycle"]
+    run["launches"] = launches
+    run["status"] = "complete" if all(la["status"] == "ok" for la in launches) else "partial"
+    path = runs_dir() / f"{run['id']}.json"
+    save_record(path, run)
+    if output is not None:
+        save_record(output, run)
+    if json_out:
+        print_json(
+            {
+                "id": run["id"],
+                "path": str(path),
+                "status": run["status"],
+                "launches": [
+                    {
+                        "file": la["header"]["file"],
+                        "status": la["status"],
+                        "error": la["error"],
+                        "scalars": la["scalars"],
+                        "counts": la["footer"],
+                        "engine": la["header"]["engine"],
+                        "formats": la["header"]["formats"],
+                    }
+                    for la in launches
+                ],
+            }
+        )
+        return
+    for la in launches:
+        c, sc = la["footer"], la["scalars"]
+        console.print(
+            f"{la['header']['file']}: {la['header']['engine']} ({', '.join(la['header']['formats'])}); "
+            f"{c['lines']} lines, {c['intervals']} intervals ({c['warmup']} warm-up dropped), "
+            f"{c['skipped']} other lines skipped"
+            + (f", {c['malformed']} malformed" if c["malformed"] else ""),
+            soft_wrap=True,
+        )
+        console.print(
+            f"  itl {_fmt(sc.get('itl_ms_median'), ' ms')} ({_fmt(sc.get('tok_s_per_request'), ' tok/s', 1)} per request), "
+            f"gen throughput {_fmt(sc.get('gen_tok_s_median'), ' tok/s', 1)}, accept len {_fmt(sc.get('accept_len_mean'))}"
+            + (f", accept rate {_fmt(sc['accept_rate'])}" if "accept_rate" in sc else ""),
+            soft_wrap=True,
+        )
+        if la["error"]:
+            console.print(f"  [red]{la['error']}[/]")
+    console.print(f"record: {path}", soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    group = _probe_group(app)
+    group.command("server", help=SERVER_HELP, no_args_is_help=True)(probe_server)
+    app.command("ingest-log", help=INGEST_HELP, no_args_is_help=True)(ingest_log)

@@ -1,0 +1,246 @@
+"""--launch-cmd: start a server, wait until it answers, stop it by process group.
+
+The server runs under a small launcher (standard-library Python, sent over stdin like all user
+data) on the target host, this machine or one reached over SSH through the Host interface:
+
+- the launcher starts the command in a new session, so the server and every worker it forks
+  share one process group whose id is the server's PID, and prints that PID;
+- regdiag stops it with SIGTERM to that group, waits `grace_s` for a clean exit (engines free
+  GPU memory and shut their workers down on SIGTERM), then SIGKILL to the group;
+- if regdiag itself dies (kill -9), the launcher sees its parent change and stops the server
+  the same way, so no orphaned engine keeps holding the GPUs.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import shlex
+import threading
+import time
+from typing import Any
+
+from regdiag.hosts.base import Host
+from regdiag.server.client import Endpoint, RequestFailed, simple_get
+from regdiag.snapshot.redact import scrub_text
+
+MARK = "regdiag-launcher"
+
+LAUNCHER = r"""
+import json, os, signal, subprocess, sys, time
+spec = json.loads(sys.stdin.read())
+env = dict(os.environ)
+env.update(spec.get("env") or {})
+try:
+    p = subprocess.Popen(spec["argv"], env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+except OSError as e:
+    print(json.dumps({"regdiag-launcher": "error", "error": "%s: %s" % (spec["argv"][0], e.strerror)}), flush=True)
+    sys.exit(127)
+print(json.dumps({"regdiag-launcher": "started", "pid": p.pid}), flush=True)
+parent = os.getppid()
+
+def killpg(sig):
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+def stop(*_):
+    killpg(signal.SIGTERM)
+    deadline = time.time() + float(spec.get("grace_s", 30))
+    while p.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    killpg(signal.SIGKILL)
+    p.wait()
+    print(json.dumps({"regdiag-launcher": "exited", "code": p.returncode, "by": "launcher"}), flush=True)
+    os._exit(0)
+
+for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+    signal.signal(s, stop)
+while p.poll() is None:
+    time.sleep(0.2)
+    if os.getppid() != parent:
+        stop()
+killpg(signal.SIGKILL)
+print(json.dumps({"regdiag-launcher": "exited", "code": p.returncode}), flush=True)
+"""
+
+KILLER = (
+    "import os, signal, sys\n"
+    "try:\n"
+    "    os.killpg(int(sys.argv[1]), getattr(signal, 'SIG' + sys.argv[2]))\n"
+    "except ProcessLookupError:\n"
+    "    sys.exit(3)\n"
+)
+
+# Lines worth keeping from a server's output: what logparse reads.
+ENGINE_LINE_MARKS = (
+    "Decode batch",
+    "Prefill batch",
+    "SpecDecoding metrics",
+    "Speculative metrics",
+    "Avg generation throughput",
+)
+MAX_ENGINE_LINES = 200_000
+
+
+class LaunchError(RuntimeError):
+    """The server could not be started or never became healthy; the message is one line."""
+
+
+def split_launch_cmd(cmd: str) -> tuple[list[str], dict[str, str]]:
+    """shlex-split a command line; leading NAME=VALUE words become the server's environment."""
+    try:
+        words = shlex.split(cmd)
+    except ValueError as e:
+        raise LaunchError(f"--launch-cmd: {e}") from None
+    env: dict[str, str] = {}
+    while words and "=" in words[0] and words[0].split("=", 1)[0].isidentifier():
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    if not words:
+        raise LaunchError("--launch-cmd: no command")
+    return words, env
+
+
+class ServerProcess:
+    """One start of a server. Use start(), wait_healthy(), then stop() (always, in a finally)."""
+
+    def __init__(
+        self, host: Host, argv: list[str], env: dict[str, str] | None = None, *, grace_s: float = 30.0
+    ) -> None:
+        self.host = host
+        self.argv = argv
+        self.env = env or {}
+        self.grace_s = grace_s
+        self.pid: int | None = None
+        self.returncode: int | None = None
+        self.start_error: str | None = None
+        self.started_at: float | None = None
+        self.tail: collections.deque[str] = collections.deque(maxlen=40)
+        self.engine_lines: list[str] = []
+        self._started = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # -- output ---------------------------------------------------------------------------------
+    def _line(self, line: str) -> None:
+        if line.startswith('{"' + MARK):
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                msg = {}
+            if msg.get(MARK) == "started":
+                self.pid = int(msg["pid"])
+                self._started.set()
+                return
+            if msg.get(MARK) == "error":
+                self.start_error = str(msg.get("error"))
+                self._started.set()
+                return
+            if msg.get(MARK) == "exited":
+                self.returncode = msg.get("code")
+                return
+        with self._lock:
+            self.tail.append(scrub_text(line)[:500])
+            if len(self.engine_lines) < MAX_ENGINE_LINES and any(m in line for m in ENGINE_LINE_MARKS):
+                self.engine_lines.append(line)
+
+    def _run(self) -> None:
+        spec = json.dumps({"argv": self.argv, "env": self.env, "grace_s": self.grace_s}).encode()
+        try:
+            res = self.host.run(
+                [self.host.python, "-c", LAUNCHER],
+                stdin=spec,
+                on_stdout_line=self._line,
+                on_stderr_line=self._line,
+                keep_output=False,
+            )
+            if self.returncode is None and self.pid is None and not self.start_error:
+                self.start_error = (
+                    f"launcher failed (exit {res.returncode}): {res.stderr_tail() or 'no output'}"
+                )
+        except Exception as e:  # a host error must not leave start() waiting
+            self.start_error = f"{type(e).__name__}: {e}"
+        finally:
+            self._started.set()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(self, timeout_s: float = 60.0) -> None:
+        self.started_at = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="regdiag-server", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout_s):
+            raise LaunchError(f"the launcher did not report a PID within {timeout_s:g} s")
+        if self.start_error:
+            raise LaunchError(f"cannot start the server: {self.start_error}")
+        if self.pid is None:
+            raise LaunchError(f"the server exited at once{self._tail_note()}")
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self.returncode is None
+
+    def _tail_note(self, n: int = 3) -> str:
+        # Several lines: an engine's own error is not always the last line (usage text follows it).
+        with self._lock:
+            lines = [ln.strip() for ln in self.tail if ln.strip()]
+        return f"; last output: {' | '.join(lines[-n:])[-400:]}" if lines else ""
+
+    def exit_note(self, when: str) -> str:
+        """'server exited WHEN (code N; last output: ...)'."""
+        return f"server exited {when} (code {self.returncode}{self._tail_note()})"
+
+    def wait_exit(self, timeout_s: float) -> bool:
+        """True when the server has exited (waiting up to timeout_s for it to be seen)."""
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        return not self.running
+
+    def wait_healthy(
+        self, ep: Endpoint, timeout_s: float, paths: tuple[str, ...] = ("/health", "/v1/models")
+    ) -> float:
+        """Poll until a health path answers 200; seconds from start. Fails at once if the server exits."""
+        probe = Endpoint(ep.url, api=ep.api, connect_timeout=2.0, read_timeout=10.0, api_key=ep.api_key)
+        t0 = self.started_at or time.monotonic()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if not self.running:
+                raise LaunchError(self.exit_note("before it became healthy"))
+            for path in paths:
+                try:
+                    status, _ = simple_get(probe, path)
+                except RequestFailed:
+                    break  # not listening yet
+                if status == 200:
+                    return time.monotonic() - t0
+                if status != 404:
+                    break  # 503 while loading: keep waiting on the same path
+            if time.monotonic() > deadline:
+                raise LaunchError(f"the server was not healthy after {timeout_s:g} s{self._tail_note()}")
+            time.sleep(0.5)
+
+    def _signal(self, sig: str) -> None:
+        if self.pid is None:
+            return
+        self.host.run([self.host.python, "-c", KILLER, str(self.pid), sig], timeout=30)
+
+    def stop(self) -> dict[str, Any]:
+        """SIGTERM the process group, SIGKILL after grace_s. Returns how it went."""
+        info: dict[str, Any] = {"pid": self.pid}
+        t0 = time.monotonic()
+        if self._thread is None:
+            return info
+        if not self._thread.is_alive() or self.returncode is not None:
+            info["stopped_by"] = "exited by itself"
+        else:
+            self._signal("TERM")
+            self._thread.join(self.grace_s)
+            info["stopped_by"] = "SIGTERM"
+            if self._thread.is_alive() and self.returncode is None:
+                self._signal("KILL")
+                info["stopped_by"] = "SIGKILL"
+        self._thread.join(15.0)
+        info["exit_code"] = self.returncode
+        info["stop_s"] = round(time.monotonic() - t0, 3)
+        return info

@@ -1,0 +1,259 @@
+"""`probe server`: L launches of R requests each, every launch written to disk as it goes.
+
+A launch is one server start when regdiag starts the server (--launch-cmd), else one batch of
+requests against the running server. Inside a launch: server information, the engine's
+counters before, `warmup` requests that are timed but dropped, the R measured requests, the
+counters after. The launch is in the record (status "interrupted") from its first request on and
+is rewritten at most once a second as requests finish, so Ctrl-C or kill -9 keeps every finished
+request; its status becomes "ok", or "error" with the first failure, when it ends.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from regdiag.hosts.base import Host
+from regdiag.runs import RunWriter, now_iso
+from regdiag.server import client, metrics
+from regdiag.server.client import API_SGLANG, Endpoint, RequestFailed, RequestResult
+from regdiag.server.launch import LaunchError, ServerProcess
+from regdiag.server.load import LoadSpec, run_load
+from regdiag.server.logparse import parse_lines
+from regdiag.server.record import failure_summary, fill_launch, redact_tree
+
+Event = Callable[[str, dict[str, Any]], None]
+
+
+class MeasureError(RuntimeError):
+    """The run cannot go on (server never came up, every request failed). One line."""
+
+
+@dataclass
+class ServerProbe:
+    ep: Endpoint
+    load: LoadSpec
+    prompts: Sequence[str]
+    launches: int = 3
+    warmup: int = 1
+    launch_argv: list[str] | None = None
+    launch_env: dict[str, str] = field(default_factory=dict)
+    host: Host | None = None
+    startup_timeout_s: float = 1800.0
+    stop_grace_s: float = 30.0
+
+
+def server_info(ep: Endpoint) -> dict[str, Any]:
+    """What the server says about itself (secrets redacted); keys absent where it offers nothing."""
+    info: dict[str, Any] = {}
+    calls = (
+        [("server_info", "/get_server_info"), ("model_info", "/get_model_info")]
+        if ep.api == API_SGLANG
+        else [("version", "/version"), ("models", "/v1/models"), ("server_info", "/get_server_info")]
+    )
+    for key, path in calls:
+        try:
+            doc = client.get_json(ep, path)
+        except RequestFailed as e:
+            info.setdefault("errors", []).append(str(e))
+            continue
+        if doc is not None:
+            info[key] = redact_tree(doc)
+    si = info.get("server_info")
+    if isinstance(si, dict):
+        # Keep the arguments and versions; drop bulky internal state lists some versions add.
+        info["server_info"] = {k: v for k, v in si.items() if not isinstance(v, list) or len(v) <= 64}
+    return info
+
+
+def engine_version(info: dict[str, Any]) -> str | None:
+    """SGLang's get_server_info "version", or vLLM's /version."""
+    for key in ("server_info", "version"):
+        doc = info.get(key)
+        if isinstance(doc, dict) and isinstance(doc.get("version"), str):
+            return str(doc["version"])
+    return None
+
+
+def resolve_model(ep: Endpoint, info: dict[str, Any]) -> str | None:
+    models = info.get("models")
+    if isinstance(models, dict) and isinstance(models.get("data"), list) and models["data"]:
+        first = models["data"][0]
+        if isinstance(first, dict) and isinstance(first.get("id"), str):
+            return first["id"]
+    return None
+
+
+def scrape(ep: Endpoint) -> dict[str, Any] | None:
+    try:
+        status, body = client.simple_get(ep, "/metrics", accept="text/plain")
+    except RequestFailed:
+        return None
+    if status != 200:
+        return None
+    return metrics.spec_counters(body.decode("utf-8", "replace"))
+
+
+def engine_log_summary(lines: list[str]) -> dict[str, Any] | None:
+    """The engine's own decode statistics printed while this launch ran (--launch-cmd only)."""
+    if not lines:
+        return None
+    parse = parse_lines(lines)
+    kept = [iv for iv in parse.intervals if not iv["warmup"]]
+    acc = [iv["accept_len"] for iv in kept if iv.get("accept_len")]
+    out: dict[str, Any] = {"counts": parse.counts(), "formats": sorted(parse.formats)}
+    if acc:
+        out["accept_len_mean"] = round(sum(acc) / len(acc), 4)
+    graph = [iv["cuda_graph"] for iv in kept if "cuda_graph" in iv]
+    if graph:
+        out["cuda_graph_fraction"] = round(sum(graph) / len(graph), 4)
+    return out
+
+
+class _Flusher:
+    """Rewrites the record as requests finish, at most once per `every_s` seconds."""
+
+    def __init__(self, writer: RunWriter, launch: dict[str, Any], warmup: int, every_s: float = 1.0) -> None:
+        self.writer, self.launch, self.warmup, self.every_s = writer, launch, warmup, every_s
+        self.results: list[RequestResult] = []
+        self.last = 0.0
+
+    def __call__(self, r: RequestResult) -> None:
+        self.results.append(r)
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            fill_launch(self.launch, self.results, wall_s=None, warmup=self.warmup)
+            self.writer.flush()
+
+
+def run_probe(probe: ServerProbe, writer: RunWriter, on_event: Event | None = None) -> None:
+    """All launches, into `writer`. Raises MeasureError when going on makes no sense."""
+    emit = on_event or (lambda kind, data: None)
+    for li in range(probe.launches):
+        launch: dict[str, Any] = {
+            "index": len(writer.run["launches"]),
+            "status": "interrupted",
+            "error": None,
+            "started": now_iso(),
+            "header": {"url": probe.ep.display, "api": probe.ep.api, "model": probe.ep.model},
+            "warmup_dropped": 0,
+            "samples": {},
+            "values": {},
+            "scalars": {},
+            "clocks": [],
+        }
+        writer.add_launch(launch)
+        t_launch = time.monotonic()
+        emit("launch_start", {"launch": li, "of": probe.launches})
+        server: ServerProcess | None = None
+        fatal: str | None = None
+        try:
+            if probe.launch_argv is not None:
+                assert probe.host is not None
+                server = ServerProcess(
+                    probe.host, probe.launch_argv, probe.launch_env, grace_s=probe.stop_grace_s
+                )
+                emit("server_starting", {"launch": li})
+                try:
+                    server.start()
+                    launch["header"]["server_pid"] = server.pid
+                    healthy = server.wait_healthy(probe.ep, probe.startup_timeout_s)
+                    launch["header"]["healthy_after_s"] = round(healthy, 3)
+                    emit("server_healthy", {"launch": li, "after_s": healthy})
+                except LaunchError as e:
+                    launch["status"], launch["error"] = "error", str(e)
+                    fatal = str(e)
+            if fatal is None:
+                fatal = _one_launch(probe, writer, launch, li, server, emit)
+        finally:
+            if server is not None:
+                launch["server_process"] = server.stop()
+                summary = engine_log_summary(server.engine_lines)
+                if summary:
+                    launch["engine_log"] = summary
+            launch["duration_s"] = round(time.monotonic() - t_launch, 3)
+            writer.flush()
+            emit("launch_end", {"launch": li, "record": launch})
+        if fatal:
+            raise MeasureError(f"launch {li}: {fatal}")
+
+
+def _one_launch(
+    probe: ServerProbe,
+    writer: RunWriter,
+    launch: dict[str, Any],
+    li: int,
+    server: ServerProcess | None,
+    emit: Event,
+) -> str | None:
+    """Measure one launch into `launch`; return a message when the run should stop."""
+    ep = probe.ep
+    if server is not None or li == 0:
+        info = server_info(ep)
+        if ep.model is None and ep.api != API_SGLANG:
+            ep.model = resolve_model(ep, info)
+            if ep.model is None:
+                launch["status"] = "error"
+                launch["error"] = "the server lists no model at /v1/models; give --model"
+                return launch["error"]
+            launch["header"]["model"] = ep.model
+        launch["header"]["engine_version"] = engine_version(info)
+        if server is not None:  # each start may differ (arguments, version); one server: once per run
+            launch["header"]["server"] = info
+        if "server_info" not in writer.run:
+            writer.run["server_info"] = info
+    else:  # the same server as the first launch
+        launch["header"]["engine_version"] = writer.run["launches"][0]["header"].get("engine_version")
+    before = scrape(ep)
+    warm_results: list[RequestResult] = []
+    if probe.warmup:
+        warm_spec = LoadSpec(
+            requests=probe.warmup,
+            concurrency=1,
+            max_tokens=probe.load.max_tokens,
+            stream=probe.load.stream,
+            ignore_eos=probe.load.ignore_eos,
+        )
+        warm_results, _ = run_load(ep, probe.prompts, warm_spec)
+        launch["warmup_dropped"] = len(warm_results)
+        bad = [r for r in warm_results if not r.ok]
+        if bad:
+            launch["status"] = "error"
+            launch["error"] = f"warm-up request failed: {bad[0].error}"
+            if server is not None and server.wait_exit(2.0):
+                launch["error"] = f"{server.exit_note('during the warm-up')}; {launch['error']}"
+            return launch["error"] if not any(r.ok for r in warm_results) else None
+        before = scrape(ep) or before  # count only the measured requests
+    flusher = _Flusher(writer, launch, len(warm_results))
+    done = [0]
+
+    def on_result(r: RequestResult) -> None:
+        flusher(r)
+        done[0] += 1
+        emit("request", {"launch": li, "done": done[0], "total": probe.load.requests, "ok": r.ok})
+
+    stop = threading.Event()
+    try:
+        results, wall = run_load(ep, probe.prompts, probe.load, on_result=on_result, stop=stop)
+    except KeyboardInterrupt:
+        fill_launch(launch, flusher.results, wall_s=None, warmup=len(warm_results))
+        launch["status"] = "interrupted"
+        raise
+    after = scrape(ep)
+    spec = metrics.spec_delta(before, after)
+    fill_launch(launch, results, wall_s=wall, warmup=len(warm_results), spec=spec or None)
+    failed = failure_summary(results)
+    if failed:
+        launch["status"], launch["error"] = "error", failed
+        # A dead server fails requests before its exit is seen: give the exit a moment to arrive.
+        if server is not None and server.wait_exit(2.0):
+            launch["error"] = f"{server.exit_note('during the launch')}; {failed}"
+    else:
+        launch["status"] = "ok"
+    if not any(r.ok for r in results):
+        return launch["error"]
+    return None

@@ -1,0 +1,124 @@
+"""Speculative-decoding counters from /metrics (Prometheus text), read before and after a launch.
+
+vLLM (V1 engine) counts speculative decoding in three counters, exported with the `_total`
+suffix and one series per engine (label `engine`, plus `model_name`); llama.cpp's server
+(started with --metrics) exports the same three under the prefix `llamacpp:`:
+
+  vllm:spec_decode_num_drafts           draft proposals (one per request per verify step)
+  vllm:spec_decode_num_draft_tokens     draft tokens proposed
+  vllm:spec_decode_num_accepted_tokens  draft tokens accepted
+
+Over a launch, with deltas d = after - before summed over all series:
+  mean acceptance length = 1 + d(accepted) / d(drafts)   (vLLM's own convention: includes the bonus)
+  acceptance rate        = d(accepted) / d(draft_tokens)
+Per-position rates come from vllm:spec_decode_num_accepted_tokens_per_pos{position="i"}.
+Older engines without num_drafts (the V0 spec_decode counters) give the rate but no length.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+_SAMPLE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?\s*$"
+)
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+# Engines that export these counters, by metric-name prefix: vLLM, and llama.cpp's server (with
+# --metrics), which uses the same names and meaning under "llamacpp:".
+PREFIXES = {"vllm:": "vllm", "llamacpp:": "llama.cpp"}
+DRAFTS = "spec_decode_num_drafts"
+DRAFT_TOKENS = "spec_decode_num_draft_tokens"
+ACCEPTED = "spec_decode_num_accepted_tokens"
+PER_POS = "spec_decode_num_accepted_tokens_per_pos"
+GENERATION_TOKENS = {"vllm:": "generation_tokens", "llamacpp:": "tokens_predicted"}
+
+Sample = tuple[str, dict[str, str], float]
+
+
+def parse_prometheus(text: str) -> list[Sample]:
+    """Samples of the Prometheus text format; comment lines and lines that do not parse are skipped."""
+    out: list[Sample] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        labels = dict(_LABEL.findall(m.group("labels") or ""))
+        out.append((m.group("name"), labels, value))
+    return out
+
+
+def counter_sum(samples: list[Sample], base: str) -> float | None:
+    """Sum of a counter over all its series; accepts the name with or without `_total`."""
+    total = 0.0
+    seen = False
+    for name, _labels, value in samples:
+        if name in (base, base + "_total") and math.isfinite(value):
+            total += value
+            seen = True
+    return total if seen else None
+
+
+def per_position(samples: list[Sample], base: str) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for name, labels, value in samples:
+        if name in (base, base + "_total") and "position" in labels and math.isfinite(value):
+            try:
+                pos = int(labels["position"])
+            except ValueError:
+                continue
+            out[pos] = out.get(pos, 0.0) + value
+    return out
+
+
+def spec_counters(text: str) -> dict[str, Any]:
+    """The counters regdiag uses, from one /metrics scrape (None where absent), and whose they are."""
+    s = parse_prometheus(text)
+    found = [
+        p
+        for p in PREFIXES
+        if counter_sum(s, p + DRAFTS) is not None or counter_sum(s, p + ACCEPTED) is not None
+    ]
+    prefix = found[0] if found else "vllm:"
+    return {
+        "engine": PREFIXES[prefix] if found else None,
+        "drafts": counter_sum(s, prefix + DRAFTS),
+        "draft_tokens": counter_sum(s, prefix + DRAFT_TOKENS),
+        "accepted": counter_sum(s, prefix + ACCEPTED),
+        "generation_tokens": counter_sum(s, prefix + GENERATION_TOKENS[prefix]),
+        "per_position": per_position(s, prefix + PER_POS),
+    }
+
+
+def spec_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
+    """Deltas over a launch and what follows from them. Empty when the server has no spec counters."""
+    if not before or not after:
+        return {}
+    out: dict[str, Any] = {"engine": after.get("engine")} if after.get("engine") else {}
+    for key in ("drafts", "draft_tokens", "accepted", "generation_tokens"):
+        b, a = before.get(key), after.get(key)
+        if b is not None and a is not None:
+            if a < b:  # a counter that went down means the server restarted in between
+                out["counter_reset"] = True
+                continue
+            out[key] = a - b
+    drafts, accepted, draft_tokens = out.get("drafts"), out.get("accepted"), out.get("draft_tokens")
+    if drafts and accepted is not None:
+        out["accept_len"] = 1.0 + accepted / drafts
+    if draft_tokens and accepted is not None:
+        out["accept_rate"] = accepted / draft_tokens
+    pb, pa = before.get("per_position") or {}, after.get("per_position") or {}
+    if drafts and pa:
+        out["per_position_rate"] = [
+            (pa[p] - pb.get(p, 0.0)) / drafts for p in sorted(pa) if pa[p] >= pb.get(p, 0.0)
+        ]
+    return out
