@@ -78,7 +78,9 @@ def _in_measure_window(launch: dict[str, Any], clocks: list[Any]) -> list[Any]:
     if not (isinstance(window, list) and len(window) == 2 and all(_num(w) is not None for w in window)):
         return clocks
     lo, hi = float(window[0]), float(window[1])
-    inside = [c for c in clocks if isinstance(c, dict) and (t := _num(c.get("t"))) is not None and lo <= t <= hi]
+    inside = [
+        c for c in clocks if isinstance(c, dict) and (t := _num(c.get("t"))) is not None and lo <= t <= hi
+    ]
     return inside or clocks
 
 

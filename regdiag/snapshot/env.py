@@ -27,6 +27,7 @@ PREFIXES = (
     "UCX_",
     "OMP_",
     "MKL_",
+    "REGDIAG_",  # regdiag's own knobs (the probes' test hooks) change what a run measures
 )
 NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "LD_PRELOAD", "LD_LIBRARY_PATH"})
 

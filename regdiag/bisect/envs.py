@@ -1,0 +1,309 @@
+"""Environments made for real, cached by a hash of their content.
+
+An environment is what one point of a bisect needs besides its env vars (those are set per
+process): the engine at one commit and a set of pinned package versions.
+
+- A commit becomes a git worktree (GitPython, `git worktree add --detach`), and the user's
+  `--setup` command runs inside it (with the environment's venv first on PATH, so `pip install -e .`
+  installs into that venv).
+- Packages that differ from the base interpreter are installed, pinned and with --no-deps, into a
+  venv layered on the base interpreter (`--system-site-packages`): everything else is the base's.
+  With uv when it is on PATH (`uv venv`, `uv pip install`), else `python -m venv --without-pip`
+  and the base interpreter's own pip run through the venv's python (0.2 s instead of 7 s for a venv
+  that carries its own pip). Sources: the user's --find-links DIR (no index) or --index-url URL.
+
+Each environment lives in ${REGDIAG_HOME:-~/.regdiag}/envs/<key>/ and counts as built only once
+`ready.json` is written there (atomically, last): a build killed half-way is removed and redone. A
+build that fails raises BuildFailed with one line; the bisect calls that point SKIP. A --setup
+exit status of 125 asks for exactly that (git bisect's convention).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from regdiag.records import atomic_write_text
+from regdiag.runs import regdiag_home
+
+READY = "ready.json"
+SKIP_EXIT = 125
+BASE_PACKAGES_SCRIPT = (
+    "import importlib.metadata as m, json, re\n"
+    "out = {}\n"
+    "for d in m.distributions():\n"
+    "    n = d.metadata['Name']\n"
+    "    if n: out.setdefault(re.sub(r'[-_.]+', '-', n).lower(), d.version)\n"
+    "print(json.dumps(out))\n"
+)
+
+
+class BuildFailed(Exception):
+    """An environment that cannot be made; the message is one line (the reason for SKIP)."""
+
+
+@dataclass(frozen=True)
+class Built:
+    key: str
+    python: str
+    root: str | None  # the environment's directory (None: the base interpreter as it is)
+    venv: str | None
+    worktree: str | None
+    cached: bool
+    build_s: float
+
+    def process_env(self) -> dict[str, str]:
+        """What a process in this environment gets on top of the caller's environment."""
+        if not self.venv:
+            return {}
+        bin_dir = os.path.join(self.venv, "bin")
+        return {"VIRTUAL_ENV": self.venv, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def envs_dir() -> Path:
+    return regdiag_home() / "envs"
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    s = lines[-1] if lines else ""
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+class Builder:
+    def __init__(
+        self,
+        *,
+        base_python: str | None = None,
+        repo: str | None = None,
+        setup: str | None = None,
+        find_links: str | None = None,
+        index_url: str | None = None,
+        installer: str = "auto",
+        root: Path | None = None,
+        setup_timeout: float = 3600.0,
+    ) -> None:
+        self.base_python = base_python or sys.executable
+        self.repo = repo
+        self.setup = setup
+        self.find_links = find_links
+        self.index_url = index_url
+        self.root = root or envs_dir()
+        self.setup_timeout = setup_timeout
+        if installer == "auto":
+            installer = "uv" if shutil.which("uv") else "pip"
+        if installer not in ("uv", "pip"):
+            raise ValueError(f"installer must be auto, uv or pip (got {installer!r})")
+        self.installer = installer
+        self._base_versions: dict[str, str] | None = None
+        self.built_now = 0
+
+    # -- what the base has --------------------------------------------------------------------
+
+    def base_versions(self) -> dict[str, str]:
+        if self._base_versions is None:
+            res = subprocess.run(
+                [self.base_python, "-c", BASE_PACKAGES_SCRIPT], capture_output=True, text=True, timeout=120
+            )
+            if res.returncode != 0:
+                raise BuildFailed(f"{self.base_python}: cannot list its packages: {_one_line(res.stderr)}")
+            self._base_versions = {str(k): str(v) for k, v in json.loads(res.stdout).items()}
+        return self._base_versions
+
+    def installs(self, packages: Mapping[str, str]) -> dict[str, str]:
+        """The pins that differ from the base interpreter: only those are installed."""
+        base = self.base_versions()
+        return {n: v for n, v in sorted(packages.items()) if base.get(n) != v}
+
+    def key(self, packages: Mapping[str, str], commit: str | None) -> str | None:
+        """Content hash of an environment; None when it is the base interpreter as it is."""
+        pins = self.installs(packages)
+        if not pins and commit is None:
+            return None
+        content = {
+            "python": os.path.realpath(self.base_python),
+            "pins": pins,
+            "commit": commit,
+            "repo": os.path.realpath(self.repo) if (commit and self.repo) else None,
+            "setup": self.setup if commit else None,
+            "find_links": os.path.realpath(self.find_links) if (pins and self.find_links) else None,
+            "index_url": self.index_url if pins else None,
+        }
+        blob = json.dumps(content, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    # -- building ------------------------------------------------------------------------------
+
+    def build(self, packages: Mapping[str, str], commit: str | None) -> Built:
+        key = self.key(packages, commit)
+        if key is None:
+            return Built("base", self.base_python, None, None, None, True, 0.0)
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._lock(key):
+            d = self.root / key
+            ready = d / READY
+            if ready.exists():
+                try:
+                    info = json.loads(ready.read_text(encoding="utf-8"))
+                    return Built(**{**info, "cached": True, "build_s": 0.0})
+                except (ValueError, TypeError):
+                    pass  # an unreadable marker: build again
+            self._remove(d)
+            t0 = time.monotonic()
+            try:
+                built = self._build(key, d, self.installs(packages), commit)
+            except BuildFailed:
+                self._remove(d)
+                raise
+            built = Built(**{**asdict(built), "build_s": round(time.monotonic() - t0, 3)})
+            atomic_write_text(ready, json.dumps({**built.to_dict(), "cached": False}, indent=1))
+            self.built_now += 1
+            return built
+
+    def _build(self, key: str, d: Path, pins: dict[str, str], commit: str | None) -> Built:
+        d.mkdir(parents=True)
+        log = d / "build.log"
+        worktree = venv = None
+        if commit is not None:
+            worktree = str(d / "src")
+            self._worktree(worktree, commit, log)
+        python = self.base_python
+        if pins or (commit is not None and self.setup):
+            venv = str(d / "venv")
+            self._venv(venv, log)
+            python = os.path.join(venv, "bin", "python")
+            if pins:
+                self._install(python, pins, log)
+        built = Built(key, python, str(d), venv, worktree, False, 0.0)
+        if commit is not None and self.setup:
+            self._setup(built, log)
+        return built
+
+    def _run(self, argv: Sequence[str], log: Path, what: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+        try:
+            res = subprocess.run(list(argv), capture_output=True, text=True, **kw)
+        except subprocess.TimeoutExpired:
+            raise BuildFailed(f"{what}: timed out") from None
+        except OSError as e:
+            raise BuildFailed(f"{what}: {e.strerror or e}") from None
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"$ {' '.join(argv)}\n{res.stdout}{res.stderr}[exit {res.returncode}]\n")
+        return res
+
+    def _worktree(self, path: str, commit: str, log: Path) -> None:
+        import git
+
+        if not self.repo:
+            raise BuildFailed("the engine commit differs but no --repo was given")
+        try:
+            repo = git.Repo(self.repo)
+            repo.git.worktree("add", "--detach", "--force", path, commit)
+        except git.GitCommandError as e:
+            raise BuildFailed(f"git worktree add {commit[:10]}: {_one_line(str(e.stderr or e))}") from None
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            raise BuildFailed(f"{self.repo}: not a git repository") from None
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"worktree {path} at {commit}\n")
+
+    def _venv(self, path: str, log: Path) -> None:
+        if self.installer == "uv":
+            argv = ["uv", "venv", "--quiet", "--system-site-packages", "--python", self.base_python, path]
+        else:
+            argv = [self.base_python, "-m", "venv", "--without-pip", "--system-site-packages", path]
+        res = self._run(argv, log, "venv", timeout=300)
+        if res.returncode != 0:
+            raise BuildFailed(f"creating the venv failed: {_one_line(res.stderr or res.stdout)}")
+
+    def _install(self, python: str, pins: dict[str, str], log: Path) -> None:
+        reqs = [f"{n}=={v}" for n, v in pins.items()]
+        src: list[str] = []
+        if self.find_links:
+            src += ["--find-links", self.find_links]
+            if not self.index_url:
+                src.append("--no-index")
+        if self.index_url:
+            src += ["--index-url", self.index_url]
+        if self.installer == "uv":
+            argv = ["uv", "pip", "install", "--quiet", "--python", python, "--no-deps", *src, *reqs]
+        else:
+            # The venv has no pip of its own: the base's pip, found through system site-packages and
+            # run by the venv's python, installs into the venv (sys.prefix is the venv).
+            argv = [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--no-input",
+                "--disable-pip-version-check",
+                *src,
+                *reqs,
+            ]
+        res = self._run(argv, log, "install", timeout=1800)
+        if res.returncode != 0:
+            raise BuildFailed(f"installing {' '.join(reqs)} failed: {_one_line(res.stderr or res.stdout)}")
+
+    def _setup(self, built: Built, log: Path) -> None:
+        env = dict(os.environ)
+        env.update(built.process_env())
+        assert self.setup is not None and built.worktree is not None
+        res = self._run(
+            ["/bin/sh", "-c", self.setup],
+            log,
+            "setup",
+            cwd=built.worktree,
+            env=env,
+            timeout=self.setup_timeout,
+        )
+        if res.returncode == SKIP_EXIT:
+            raise BuildFailed("setup exited 125 (this commit cannot be tested)")
+        if res.returncode != 0:
+            tail = _one_line(res.stderr or res.stdout)
+            raise BuildFailed(f"setup exited {res.returncode}" + (f": {tail}" if tail else ""))
+
+    # -- housekeeping --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _lock(self, key: str) -> Iterator[None]:
+        # Two bisects sharing REGDIAG_HOME must not build the same environment at once.
+        with open(self.root / f".{key}.lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def _remove(self, d: Path) -> None:
+        if not d.exists():
+            return
+        src = d / "src"
+        if src.exists() and self.repo:
+            try:
+                import git
+
+                git.Repo(self.repo).git.worktree("remove", "--force", str(src))
+            except Exception:  # noqa: BLE001 - a half-made worktree is removed by hand below
+                pass
+        shutil.rmtree(d, ignore_errors=True)
+        if self.repo:
+            try:
+                import git
+
+                git.Repo(self.repo).git.worktree("prune")
+            except Exception:  # noqa: BLE001 - pruning is housekeeping; never fail a build on it
+                pass

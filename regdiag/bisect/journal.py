@@ -1,0 +1,159 @@
+"""The bisect journal: append-only JSON lines of every environment, launch and decision.
+
+Each line is written and fsynced as it happens (regdiag.records.append_jsonl), so kill -9 at any
+moment loses at most the launch that was running. `--resume` reads the journal back and the search
+runs again from the start: every launch the journal holds is reused (the search asks for "the
+first n launches of this point", and the journal has them), so it takes the same path, reaches the
+same answer and measures no launch twice. Decisions recomputed on resume are checked against the
+journaled ones rather than written again.
+
+Lines (all carry "type"):
+  start     schema "regdiag.journal/1", the inputs and their hash; the first line
+  env       one point's environment: built (key, seconds, cached) or skip (reason)
+  launch    one launch of one point: index, status, medians per metric (ms), cycles, seconds
+  decision  one classification: seq, what, verdict, theta with its CI, launches used
+  end       the result, when a run finishes (a resumed run may add another)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from regdiag.bisect.measure import Launch
+from regdiag.errors import BadInput
+from regdiag.records import RecordError, append_jsonl, read_jsonl
+from regdiag.runs import now_iso, regdiag_home
+
+SCHEMA = "regdiag.journal/1"
+
+
+def inputs_hash(inputs: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def default_path() -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return regdiag_home() / "bisect" / f"{stamp}.jsonl"
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a half-written last line (kill -9 inside a write) so the next append starts a clean line."""
+    with open(path, "rb+") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        f.seek(0)
+        data = f.read()
+        f.truncate(data.rfind(b"\n") + 1)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class Journal:
+    def __init__(self, path: Path, inputs: Mapping[str, Any], resume: bool) -> None:
+        self.path = Path(path)
+        try:
+            events = read_jsonl(self.path)
+        except RecordError as e:
+            raise BadInput(str(e)) from None
+        digest = inputs_hash(inputs)
+        if events and not resume:
+            raise BadInput(
+                f"{self.path}: journal already exists; pass --resume to continue it, or give another --journal"
+            )
+        if resume and not events:
+            raise BadInput(f"{self.path}: --resume: no journal to resume here")
+        self.launches: dict[str, list[Launch]] = {}
+        self.env_skip: dict[str, str] = {}
+        self.decisions: list[dict[str, Any]] = []
+        self.mismatches: list[str] = []
+        self.resumed = bool(events)
+        self.measured_s = 0.0
+        if events:
+            head = events[0]
+            if head.get("type") != "start" or head.get("schema") != SCHEMA:
+                raise BadInput(f"{self.path}: not a regdiag bisect journal ({SCHEMA})")
+            if head.get("inputs_hash") != digest:
+                old = head.get("inputs") or {}
+                changed = sorted(k for k in set(old) | set(inputs) if old.get(k) != inputs.get(k))
+                raise BadInput(
+                    f"{self.path}: --resume with different inputs than the journal was started with "
+                    f"({', '.join(changed) or 'unknown'}); resume with the same options"
+                )
+            for ev in events[1:]:
+                self._load(ev)
+            _drop_torn_tail(self.path)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            append_jsonl(
+                self.path,
+                {
+                    "type": "start",
+                    "schema": SCHEMA,
+                    "created": now_iso(),
+                    "inputs": dict(inputs),
+                    "inputs_hash": digest,
+                },
+            )
+        self.old_decisions = len(self.decisions)
+        self._seq = 0
+
+    def _load(self, ev: dict[str, Any]) -> None:
+        kind = ev.get("type")
+        if kind == "launch":
+            lst = self.launches.setdefault(str(ev["point"]), [])
+            if int(ev["index"]) != len(lst):
+                raise BadInput(f"{self.path}: launch {ev['index']} of point {ev['point']} is out of order")
+            lst.append(Launch.from_dict(ev))
+            self.measured_s += float(ev.get("duration_s") or 0.0)
+        elif kind == "env":
+            if ev.get("status") == "skip":
+                self.env_skip[str(ev["point"])] = str(ev.get("reason"))
+            self.measured_s += float(ev.get("build_s") or 0.0)
+        elif kind == "decision":
+            self.decisions.append(ev)
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def launch(self, point: str, index: int, launch: Launch, label: str, source: str | None = None) -> None:
+        line = {"type": "launch", "point": point, "index": index, "label": label, **launch.to_dict()}
+        if source:
+            line["source"] = source
+        append_jsonl(self.path, line)
+        self.launches.setdefault(point, []).append(launch)
+        self.measured_s += launch.duration_s
+
+    def env(self, point: str, record: dict[str, Any]) -> None:
+        append_jsonl(self.path, {"type": "env", "point": point, **record})
+        if record.get("status") == "skip":
+            self.env_skip[point] = str(record.get("reason"))
+        self.measured_s += float(record.get("build_s") or 0.0)
+
+    def decision(self, record: dict[str, Any]) -> None:
+        """Write a decision, or, while replaying a resumed journal, check it against the journaled one."""
+        seq = self._seq
+        self._seq += 1
+        line = {"type": "decision", "seq": seq, **record}
+        if seq < self.old_decisions:
+            old = self.decisions[seq]
+            if (old.get("what"), old.get("verdict")) != (line.get("what"), line.get("verdict")):
+                self.mismatches.append(
+                    f"decision {seq}: journal says {old.get('what')}: {old.get('verdict')}, "
+                    f"now {line.get('what')}: {line.get('verdict')}"
+                )
+            return
+        append_jsonl(self.path, line)
+        self.decisions.append(line)
+
+    def end(self, result: dict[str, Any]) -> None:
+        append_jsonl(self.path, {"type": "end", "finished": now_iso(), "result": result})

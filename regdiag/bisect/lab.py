@@ -1,0 +1,198 @@
+"""Points of a bisect and their measurements: build the environment, run launches, journal them.
+
+A point gives every factor a value (its good value, its bad value, or for an ordered factor a value
+in between). Its key is a hash of those values and of the build inputs, so the journal of one
+bisect names each point the same way in every session.
+
+`samples(point, n)` is the only way the search sees data: the first n launches of that point. A
+resumed search asks the same questions in the same order, finds the answers in the journal, and
+measures only what was never finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from regdiag.bisect.envs import Builder, BuildFailed, Built
+from regdiag.bisect.factors import COMMIT, ENV, PACKAGE, Factor
+from regdiag.bisect.journal import Journal
+from regdiag.bisect.measure import Launch, run_launch
+from regdiag.hosts.base import Host
+
+Point = tuple[str | None, ...]  # one value per factor, in factor order
+ArgvFor = Callable[[Built, int], list[str]]  # (environment, launch index) -> argv
+Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class Sample:
+    """What the search gets back for one point: n launch values of the metric, or why there are none."""
+
+    key: str
+    values: list[float] | None
+    skip: str | None = None
+
+
+class Lab:
+    def __init__(
+        self,
+        factors: Sequence[Factor],
+        builder: Builder,
+        host: Host,
+        argv_for: ArgvFor,
+        journal: Journal,
+        metric: str,
+        launch_timeout: float | None = None,
+        progress: Progress | None = None,
+        fixed_env: Mapping[str, str | None] | None = None,
+    ) -> None:
+        self.factors = list(factors)
+        self.builder = builder
+        self.host = host
+        self.argv_for = argv_for
+        self.journal = journal
+        self.metric = metric
+        self.launch_timeout = launch_timeout
+        self.progress = progress or (lambda ev: None)
+        self.fixed_env = dict(fixed_env or {})
+        self.built: dict[str, Built] = {}
+        self.build_failed: dict[str, str] = {}
+        self.launches_run = 0
+        self.launches_reused = 0
+        self.points_used: set[str] = set()
+        self._base = json.dumps(
+            {"python": os.path.realpath(builder.base_python), "repo": builder.repo, "setup": builder.setup},
+            sort_keys=True,
+        )
+
+    # -- naming ----------------------------------------------------------------------------------
+
+    def good(self) -> Point:
+        return tuple(f.good for f in self.factors)
+
+    def bad(self) -> Point:
+        return tuple(f.bad for f in self.factors)
+
+    def with_values(self, base: Point, changes: Mapping[str, str | None]) -> Point:
+        return tuple(changes.get(f.key, v) for f, v in zip(self.factors, base, strict=True))
+
+    def key(self, p: Point) -> str:
+        blob = json.dumps([self._base, [[f.key, v] for f, v in zip(self.factors, p, strict=True)]])
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def label(self, p: Point) -> str:
+        changed = [f.show(v) for f, v in zip(self.factors, p, strict=True) if v != f.good]
+        return "good" if not changed else ("bad" if p == self.bad() else ", ".join(changed))
+
+    def values(self, p: Point) -> dict[str, dict[str, Any]]:
+        return {
+            f.key: {"kind": f.kind, "name": f.name, "value": v} for f, v in zip(self.factors, p, strict=True)
+        }
+
+    # -- measuring -------------------------------------------------------------------------------
+
+    def _skip_reason(self, key: str, n: int) -> str | None:
+        if key in self.journal.env_skip:
+            return self.journal.env_skip[key]
+        for la in self.journal.launches.get(key, [])[:n]:
+            if la.status != "ok":
+                return la.error or la.status
+        return None
+
+    def samples(self, p: Point, n: int) -> Sample:
+        key = self.key(p)
+        self.points_used.add(key)
+        have = self.journal.launches.get(key, [])
+        reason = self._skip_reason(key, n)
+        if reason is not None:
+            return Sample(key, None, reason)
+        if len(have) < n:
+            raise RuntimeError("samples() before ensure()")
+        return Sample(key, [la.medians[self.metric] for la in have[:n]])
+
+    def launches(self, p: Point, n: int | None = None) -> list[Launch]:
+        have = self.journal.launches.get(self.key(p), [])
+        return [la for la in (have if n is None else have[:n]) if la.status == "ok"]
+
+    def ensure(self, targets: Sequence[tuple[Point, int]]) -> None:
+        """Measure until each point has n launches (or is SKIP), taking turns: A B C A B C ..."""
+        while True:
+            pending = []
+            for p, n in targets:
+                key = self.key(p)
+                have = len(self.journal.launches.get(key, []))
+                if have < n and self._skip_reason(key, have) is None and (p, n) not in pending:
+                    pending.append((p, n))
+            if not pending:
+                return
+            for p, n in pending:
+                key = self.key(p)
+                if len(self.journal.launches.get(key, [])) < n and self._skip_reason(key, n) is None:
+                    self._launch_one(p, key)
+
+    def _environment(self, p: Point, key: str) -> Built | None:
+        if key in self.built:
+            return self.built[key]
+        packages = {
+            f.name: v for f, v in zip(self.factors, p, strict=True) if f.kind == PACKAGE and v is not None
+        }
+        commit = next((v for f, v in zip(self.factors, p, strict=True) if f.kind == COMMIT), None)
+        self.progress({"event": "build", "label": self.label(p)})
+        record: dict[str, Any] = {"label": self.label(p), "values": self.values(p)}
+        try:
+            built = self.builder.build(packages, commit)
+        except BuildFailed as e:
+            self.journal.env(key, {**record, "status": "skip", "reason": str(e)})
+            self.progress({"event": "skip", "label": self.label(p), "reason": str(e)})
+            return None
+        self.journal.env(
+            key,
+            {**record, "status": "ok", "env": built.key, "cached": built.cached, "build_s": built.build_s},
+        )
+        self.built[key] = built
+        return built
+
+    def _launch_one(self, p: Point, key: str) -> None:
+        built = self._environment(p, key)
+        if built is None:
+            return
+        index = len(self.journal.launches.get(key, []))
+        env = dict(built.process_env())
+        bin_dir = os.path.dirname(built.python)
+        if "PATH" not in env:
+            # `python` in a --command means the environment's interpreter, the base one included.
+            env["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
+        unset = []
+        variables = dict(self.fixed_env)
+        variables.update({f.name: v for f, v in zip(self.factors, p, strict=True) if f.kind == ENV})
+        for name, v in variables.items():
+            if v is None:
+                unset.append(name)
+            else:
+                env[name] = v
+        env["REGDIAG_BISECT_POINT"] = key
+        env["REGDIAG_LAUNCH_INDEX"] = str(index)
+        if built.worktree:
+            env["REGDIAG_BISECT_WORKTREE"] = built.worktree
+        self.progress({"event": "launch", "label": self.label(p), "index": index, "run": self.launches_run})
+        t0 = time.monotonic()
+        launch = run_launch(
+            self.host,
+            self.argv_for(built, index),
+            self.metric,
+            env=env,
+            unset=unset,
+            cwd=built.worktree,
+            timeout=self.launch_timeout,
+        )
+        launch.duration_s = time.monotonic() - t0
+        self.journal.launch(key, index, launch, self.label(p))
+        self.launches_run += 1
+        if launch.status != "ok":
+            self.progress({"event": "skip", "label": self.label(p), "reason": launch.error})

@@ -1,0 +1,111 @@
+"""One launch: one process of the probe (or the user's --command) in one environment, reduced.
+
+The process speaks the probe protocol on stdout (docs/probes.md): a header line, one
+{"type": "cycle", "t": {metric: ms}} line per cycle (warm-up and bare cycles are marked and left
+out), a footer, or an error line. Parsing and the failure rules are regdiag.probe_runner's
+(LaunchStream), so a launch here means exactly what it means in `regdiag probe`. A launch is reduced
+to the median of each metric over its kept cycles: that is all a bisect keeps of it.
+
+Exit status 125 means "this environment cannot be tested" (git bisect's convention): the point is
+SKIP, like one that fails to build.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from regdiag.hosts.base import Host
+from regdiag.probe_runner import LaunchStream
+
+SKIP_EXIT = 125
+USAGE = "probe usage: "
+
+
+@dataclass
+class Launch:
+    """What the journal keeps of one launch: per-metric medians (ms) over its kept cycles."""
+
+    status: str  # "ok" | "error" | "skip"
+    medians: dict[str, float]
+    cycles: int
+    duration_s: float
+    returncode: int
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "medians": self.medians,
+            "cycles": self.cycles,
+            "duration_s": round(self.duration_s, 4),
+            "returncode": self.returncode,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Launch:
+        return cls(
+            status=str(d.get("status")),
+            medians={str(k): float(v) for k, v in (d.get("medians") or {}).items()},
+            cycles=int(d.get("cycles") or 0),
+            duration_s=float(d.get("duration_s") or 0.0),
+            returncode=int(d.get("returncode") or 0),
+            error=d.get("error"),
+        )
+
+
+def medians(samples: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    return {k: float(statistics.median(v)) for k, v in samples.items() if v}
+
+
+def wrap_env(argv: Sequence[str], unset: Sequence[str]) -> list[str]:
+    """A process without some variables: `env -u NAME ... --` (the Host interface can add, not remove)."""
+    if not unset:
+        return list(argv)
+    out = ["env"]
+    for name in sorted(unset):
+        out += ["-u", name]
+    return out + ["--"] + list(argv)
+
+
+def run_launch(
+    host: Host,
+    argv: Sequence[str],
+    metric: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    unset: Sequence[str] = (),
+    cwd: str | None = None,
+    timeout: float | None = None,
+) -> Launch:
+    stream = LaunchStream()
+    t0 = time.monotonic()
+    res = host.run(
+        wrap_env(argv, unset),
+        env=env,
+        cwd=cwd,
+        timeout=timeout,
+        on_stdout_line=stream.stdout_line,
+        on_stderr_line=stream.stderr_line,
+        keep_output=False,
+    )
+    took = time.monotonic() - t0
+    samples = stream.to_launch()["samples"]
+    meds = medians(samples)
+    n = len(samples.get(metric, []))
+    rc = res.returncode
+    if rc == SKIP_EXIT and not res.timed_out:
+        return Launch("skip", meds, n, took, rc, "exited 125 (cannot be tested)")
+    why = stream.failure(res, timeout)
+    if why is not None:
+        if (stream.error or {}).get("kind") == "usage":
+            why = USAGE + why
+        return Launch("error", meds, n, took, rc, why)
+    if metric not in meds:
+        have = ", ".join(meds) or "none"
+        return Launch("error", meds, 0, took, rc, f"no metric {metric!r} in the output (has {have})")
+    return Launch("ok", meds, n, took, rc)

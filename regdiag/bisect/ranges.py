@@ -1,0 +1,110 @@
+"""The values an ordered factor takes between its good and its bad value.
+
+- A commit: `git rev-list --reverse --first-parent --ancestry-path GOOD..BAD` (the commits on the
+  first-parent line from good to bad; a merge is one step, as `git bisect --first-parent` does).
+- A package: the versions between the two that the user's source offers, ordered with
+  packaging.version: the files of --find-links DIR, or `pip index versions` against --index-url
+  (or pip's configured index). Pre-releases only when an endpoint is one.
+
+An env var has no order: it is a factor only.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from regdiag.bisect.factors import normalize
+from regdiag.errors import BadInput
+
+_SDIST = (".tar.gz", ".zip", ".tar.bz2", ".tgz")
+
+
+def resolve_commit(repo: str, rev: str) -> str:
+    """Full sha of a revision, or one clear line."""
+    import git
+
+    try:
+        return git.Repo(repo).commit(rev).hexsha
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise BadInput(f"--repo {repo}: not a git repository") from None
+    except (git.BadName, ValueError, git.GitCommandError):
+        raise BadInput(f"commit {rev!r} is not in {repo}") from None
+
+
+def commits_between(repo: str, good: str, bad: str) -> list[str]:
+    """[good, c1, ..., bad]; just [good, bad] when bad does not descend from good on one line."""
+    import git
+
+    out = git.Repo(repo).git.rev_list("--reverse", "--first-parent", "--ancestry-path", f"{good}..{bad}")
+    shas = [s for s in out.split() if s]
+    if not shas or shas[-1] != bad:
+        return [good, bad]
+    return [good, *shas]
+
+
+def _versions_in_dir(name: str, directory: Path) -> set[str]:
+    want = normalize(name)
+    found: set[str] = set()
+    for p in directory.iterdir():
+        fn = p.name
+        if fn.endswith(".whl"):
+            parts = fn[:-4].split("-")
+            if len(parts) >= 5 and normalize(parts[0]) == want:
+                found.add(parts[1])
+            continue
+        for ext in _SDIST:
+            if fn.endswith(ext):
+                stem, _, version = fn[: -len(ext)].rpartition("-")
+                if stem and normalize(stem) == want:
+                    found.add(version)
+    return found
+
+
+def _versions_from_index(name: str, index_url: str | None, python: str) -> set[str]:
+    argv = [python, "-m", "pip", "index", "versions", name, "--disable-pip-version-check", "--no-input"]
+    if index_url:
+        argv += ["--index-url", index_url]
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    m = re.search(r"^Available versions:\s*(.+)$", res.stdout, re.M)
+    return {v.strip() for v in m.group(1).split(",")} if m else set()
+
+
+def versions_between(
+    name: str,
+    good: str,
+    bad: str,
+    *,
+    find_links: str | None,
+    index_url: str | None,
+    python: str | None = None,
+) -> list[str]:
+    """[good, v1, ..., bad] ordered from good towards bad (either direction), endpoints included."""
+    try:
+        vg, vb = Version(good), Version(bad)
+    except InvalidVersion:
+        return [good, bad]
+    found: set[str] = set()
+    if find_links and Path(find_links).is_dir():
+        found |= _versions_in_dir(name, Path(find_links))
+    if index_url or not find_links:
+        found |= _versions_from_index(name, index_url, python or sys.executable)
+    allow_pre = vg.is_prerelease or vb.is_prerelease
+    lo, hi = min(vg, vb), max(vg, vb)
+    inner: dict[Version, str] = {}
+    for s in found:
+        try:
+            v = Version(s)
+        except InvalidVersion:
+            continue
+        if lo < v < hi and (allow_pre or not v.is_prerelease):
+            inner.setdefault(v, s)
+    ordered = [inner[v] for v in sorted(inner, reverse=vg > vb)]
+    return [good, *ordered, bad]

@@ -1,0 +1,244 @@
+"""One bisect, end to end: sides -> factors -> environments -> search -> report (a plain dict).
+
+This is what `regdiag bisect` calls and what other code (the demo, the benchmark) calls too; it
+knows nothing of typer or rich. Progress goes to an optional callback as small dicts.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from regdiag.bisect import ranges
+from regdiag.bisect.envs import Builder, Built
+from regdiag.bisect.factors import COMMIT, PACKAGE, Factor, diff, load_side
+from regdiag.bisect.journal import Journal, default_path
+from regdiag.bisect.lab import Lab
+from regdiag.bisect.report import build_report
+from regdiag.bisect.search import Options, Search
+from regdiag.errors import BadInput
+from regdiag.hosts.base import Host
+from regdiag.hosts.local import LocalHost
+
+
+@dataclass
+class Request:
+    good: str
+    bad: str
+    command: str | None = None  # a shell-like command line speaking the probe protocol
+    probe: str | None = None  # a probe name, e.g. "spec-decode"
+    probe_args: list[str] = field(default_factory=list)
+    metric: str = "cycle"
+    repo: str | None = None
+    setup: str | None = None
+    find_links: str | None = None
+    index_url: str | None = None
+    python: str | None = None
+    installer: str = "auto"
+    launches: int = 3
+    max_launches: int = 9
+    margin: float = 0.02
+    min_share: float = 0.1
+    launch_timeout: float = 600.0
+    journal: str | None = None
+    resume: bool = False
+    # Launches of the two endpoints measured moments ago by `regdiag probe` with this very probe and
+    # these args (the demo does this): {"good": [launch records], "bad": [...]}. Never from old runs:
+    # the endpoints are measured here and now precisely to check that the regression reproduces.
+    seed_endpoints: dict[str, list[dict[str, Any]]] | None = None
+
+    def inputs(self, factors: Sequence[Factor], fixed_env: dict[str, str | None]) -> dict[str, Any]:
+        """What a resumed bisect must agree on with the journal it continues."""
+        return {
+            "factors": [f.to_dict() for f in factors],
+            "fixed_env": fixed_env,
+            "command": self.command,
+            "probe": self.probe,
+            "probe_args": list(self.probe_args),
+            "metric": self.metric,
+            "repo": os.path.realpath(self.repo) if self.repo else None,
+            "setup": self.setup,
+            "find_links": os.path.realpath(self.find_links) if self.find_links else None,
+            "index_url": self.index_url,
+            "python": self.python,
+            "launches": self.launches,
+            "max_launches": self.max_launches,
+            "margin": self.margin,
+            "min_share": self.min_share,
+        }
+
+
+def argv_builder(req: Request) -> Callable[[Built, int], list[str]]:
+    if bool(req.command) == bool(req.probe):
+        raise BadInput("give exactly one of --probe NAME or --command CMD")
+    if req.command:
+        try:
+            template = shlex.split(req.command)
+        except ValueError as e:
+            raise BadInput(f"--command: cannot split {req.command!r}: {e}") from None
+        if not template:
+            raise BadInput("--command is empty")
+        return lambda built, index: [built.python if tok == "{python}" else tok for tok in template]
+    from regdiag.probe_runner import probe_script
+
+    script = str(probe_script(str(req.probe)))
+    args = list(req.probe_args)
+    # Each launch gets its own index, as in `regdiag probe` (the probe seeds its inputs with it).
+    return lambda built, index: [built.python, script, *args, "--launch-index", str(index)]
+
+
+def _check(req: Request) -> None:
+    if req.launches < 2:
+        raise BadInput("--launches must be at least 2 (a spread needs two launches)")
+    if req.max_launches < req.launches:
+        raise BadInput("--max-launches must be at least --launches")
+    if not 0 <= req.margin < 1:
+        raise BadInput("--margin must be a fraction in [0, 1), e.g. 0.02")
+    if req.find_links and not Path(req.find_links).is_dir():
+        raise BadInput(f"--find-links {req.find_links}: no such directory")
+
+
+def run_bisect(
+    req: Request,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    host: Host | None = None,
+) -> dict[str, Any]:
+    t0 = time.monotonic()
+    _check(req)
+    good = load_side(req.good, "--good")
+    bad = load_side(req.bad, "--bad")
+    d = diff(good, bad)
+    factors = d.factors
+    if not factors:
+        raise BadInput(
+            "--good and --bad do not differ in any package, env var or commit that a bisect can change"
+        )
+    repo = req.repo or good.repo or bad.repo
+    if any(f.kind == COMMIT for f in factors):
+        if not repo:
+            raise BadInput("the engine commit differs; give --repo PATH (the engine's git checkout)")
+        if not Path(repo).is_dir():
+            raise BadInput(f"--repo {repo}: no such directory")
+        factors = [
+            Factor(
+                f.kind,
+                f.name,
+                ranges.resolve_commit(repo, f.good or ""),
+                ranges.resolve_commit(repo, f.bad or ""),
+            )
+            if f.kind == COMMIT
+            else f
+            for f in factors
+        ]
+    argv_for = argv_builder(req)
+    builder = Builder(
+        base_python=req.python or sys.executable,
+        repo=repo,
+        setup=req.setup,
+        find_links=req.find_links,
+        index_url=req.index_url,
+        installer=req.installer,
+    )
+    path = Path(req.journal) if req.journal else default_path()
+    notes = list(d.notes)
+    if d.same_packages:
+        base = builder.base_versions()
+        for name, version in sorted(d.same_packages.items()):
+            here = base.get(name)
+            if here != version:
+                notes.append(
+                    f"{name} is {version} on both sides but {here or 'not installed'} here; "
+                    "the bisect runs with this machine's"
+                )
+    journal = Journal(path, req.inputs(factors, d.same_env), req.resume)
+    if progress:
+        progress(
+            {
+                "event": "start",
+                "journal": str(path),
+                "factors": [f.label() for f in factors],
+                "resumed": journal.resumed,
+            }
+        )
+    lab = Lab(
+        factors,
+        builder,
+        host or LocalHost(req.python),
+        argv_for,
+        journal,
+        req.metric,
+        launch_timeout=req.launch_timeout,
+        progress=progress,
+        fixed_env=d.same_env,
+    )
+
+    if req.seed_endpoints and not journal.resumed:
+        _seed(lab, req.seed_endpoints)
+
+    def values_between(f: Factor) -> list[str]:
+        if f.kind == COMMIT and repo:
+            return ranges.commits_between(repo, f.good or "", f.bad or "")
+        if f.kind == PACKAGE:
+            return ranges.versions_between(
+                f.name,
+                f.good or "",
+                f.bad or "",
+                find_links=req.find_links,
+                index_url=req.index_url,
+                python=builder.base_python,
+            )
+        return [f.good or "", f.bad or ""]
+
+    options = Options(req.launches, req.max_launches, req.margin, req.min_share)
+    outcome = Search(lab, options, values_between).run()
+    report = build_report(outcome, lab, req.metric, notes, wall_s=time.monotonic() - t0)
+    report["fixed_env"] = d.same_env
+    if repo:
+        _commit_subjects(report, repo)
+    report["journal"] = str(path)
+    journal.end(report)
+    return report
+
+
+def _seed(lab: Lab, seed: dict[str, list[dict[str, Any]]]) -> None:
+    from regdiag.bisect.measure import Launch, medians
+
+    for side, point in (("good", lab.good()), ("bad", lab.bad())):
+        key = lab.key(point)
+        ok = [
+            la
+            for la in seed.get(side, [])
+            if la.get("status") == "ok" and lab.metric in (la.get("samples") or {})
+        ]
+        for la in ok:
+            samples = la["samples"]
+            launch = Launch(
+                "ok", medians(samples), len(samples[lab.metric]), float(la.get("duration_s") or 0.0), 0
+            )
+            index = len(lab.journal.launches.get(key, []))
+            lab.journal.launch(
+                key, index, launch, lab.label(point), source=f"{side} run, launch {la.get('index')}"
+            )
+
+
+def _commit_subjects(report: dict[str, Any], repo: str) -> None:
+    """Name the culprit commit the way people know it: its subject line."""
+    import git
+
+    try:
+        r = git.Repo(repo)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return
+    for c in report["culprits"]:
+        for f in c["factors"]:
+            if f["kind"] == COMMIT and f.get("bad"):
+                try:
+                    f["subject"] = r.commit(f["bad"]).summary
+                except (ValueError, git.BadName):
+                    pass

@@ -1,0 +1,405 @@
+"""The search: which factor (and which commit or version inside it) costs the milliseconds.
+
+1. Endpoints. All-good and all-bad are measured first, interleaved. If the bad side is not
+   slower beyond the margin (regdiag.stats' verdict), the regression does not reproduce here from
+   these differences: say so and stop (the phantom case).
+2. Factors. The factors are put in a chain c0 = all good, c1 = first factor bad, ..., cn = all bad
+   and the chain is bisected: each point is classified against its bracket (classify.py), so one
+   culprit among n factors costs ceil(log2 n) points. A factor found at step c(i-1) -> c(i) is then
+   tried alone (c0 + that factor): if it does not reproduce its effect alone, it acts only together
+   with factors before it, and delta debugging (Zeller's ddmin) over those finds the smallest set
+   it needs — each test asks "does the factor, added to this subset, do what it did in context?".
+3. Ranges. For a culprit that is a commit or a package, the same bisection runs along the commits
+   (rev-list) or versions between its good and bad value, the other factors held as in context.
+4. More than one culprit. Each classification leaves a residual: a point classified BAD at theta
+   0.7 says 30 % of its bracket lies above it. When the CI says that residual is real and it is at
+   least `min_share` of the whole regression, that side is searched too (with its own endpoints).
+   A point that stays between its endpoints at the launch cap (PARTIAL) splits the search in two.
+5. SKIP. A point whose environment does not build or whose launch fails is SKIP; the next nearest
+   point of the bracket is tried instead, and a culprit that can only be narrowed to a range
+   because of skipped points is reported with that range and the reasons.
+
+Everything is deterministic given the launches, so a resumed search takes the same path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from regdiag.bisect import classify as C
+from regdiag.bisect.factors import COMMIT, PACKAGE, Factor
+from regdiag.bisect.lab import Lab, Point
+from regdiag.bisect.measure import USAGE
+from regdiag.errors import BadInput, ProbeError
+
+ValuesBetween = Callable[[Factor], list[str]]
+
+
+@dataclass
+class Options:
+    launches: int = 3  # per point before the first classification, and the step when adding
+    max_launches: int = 9  # per point: the cap after which a step is PARTIAL or INCONCLUSIVE
+    margin: float = 0.02  # the endpoints must differ by more than this (ratio - 1)
+    min_share: float = 0.1  # a residual smaller than this share of the regression is not searched
+
+
+@dataclass
+class Step:
+    """A change between two adjacent tested points of an ordered list (points in between: SKIP)."""
+
+    lo: int
+    hi: int
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+
+
+@dataclass
+class Unresolved:
+    lo: int
+    hi: int
+    why: str
+
+
+@dataclass
+class Culprit:
+    factors: list[Factor]  # with the exact good/bad values of the change (a commit pair, a version pair)
+    lo: Point
+    hi: Point
+    interaction: bool = False
+    alone: str | None = None  # the verdict of the factor tried alone
+    within: Factor | None = None  # the factor this refines, when found by a range search
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class Outcome:
+    verdict: str  # CULPRIT, NOT-REPRODUCED, INCONCLUSIVE
+    endpoints: C.Regression | None
+    culprits: list[Culprit] = field(default_factory=list)
+    unresolved: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    statement: str = ""
+    wall_s: float = 0.0
+
+
+def order_from_middle(lo: int, hi: int) -> list[int]:
+    mid = (lo + hi) // 2
+    out = [mid]
+    for d in range(1, hi - lo):
+        for i in (mid + d, mid - d):
+            if lo < i < hi and i not in out:
+                out.append(i)
+    return out
+
+
+class Search:
+    def __init__(self, lab: Lab, options: Options, values_between: ValuesBetween | None = None) -> None:
+        self.lab = lab
+        self.o = options
+        self.values_between = values_between or (lambda f: [f.good or "", f.bad or ""])
+        self.factors = lab.factors
+        self.skipped: list[dict[str, str]] = []
+        self.skip_known: dict[str, str] = {}
+
+    def _note(self, event: dict[str, Any]) -> None:
+        self.lab.progress(event)
+
+    # -- measuring and classifying ---------------------------------------------------------------
+
+    def _decide(
+        self, what: str, verdict: str, est: C.Theta | C.Regression | None, points: dict[str, Point]
+    ) -> None:
+        rec: dict[str, Any] = {"what": what, "verdict": verdict}
+        rec["points"] = {k: self.lab.key(p) for k, p in points.items()}
+        if isinstance(est, C.Theta):
+            rec.update(theta=_r(est.theta), lo=_r(est.lo), hi=_r(est.hi), launches=est.launches)
+        elif isinstance(est, C.Regression):
+            rec.update(ratio=_r(est.ratio), lo=_r(est.lo), hi=_r(est.hi), launches=list(est.launches))
+        self.lab.journal.decision(rec)
+        self._note({"event": "decision", "what": what, "verdict": verdict, "theta": rec.get("theta")})
+
+    def differs(self, good: Point, bad: Point, what: str) -> C.Regression | str:
+        """The phantom check for a bracket: REPRODUCED, NOT-REPRODUCED or INCONCLUSIVE (or a SKIP reason)."""
+        n = self.o.launches
+        while True:
+            self._note(
+                {"event": "step", "what": what, "good": self.lab.label(good), "bad": self.lab.label(bad)}
+            )
+            self.lab.ensure([(good, n), (bad, n)])
+            g, b = self.lab.samples(good, n), self.lab.samples(bad, n)
+            if g.values is None or b.values is None:
+                why = g.skip if g.values is None else b.skip
+                side = "good" if g.values is None else "bad"
+                self._decide(what, C.SKIP, None, {"good": good, "bad": bad})
+                return f"the {side} side cannot be measured: {why}"
+            final = n >= self.o.max_launches
+            r = C.regression(g.values, b.values, self.o.margin, final)
+            if r.verdict != C.MORE:
+                self._decide(what, r.verdict, r, {"good": good, "bad": bad})
+                return r
+            n = min(self.o.max_launches, n + self.o.launches)
+
+    def _classify(
+        self, what: str, points: dict[str, Point], theta: Callable[[dict[str, list[float]]], C.Theta]
+    ) -> tuple[str, C.Theta | None]:
+        """Classify the first of `points` (BAD / GOOD / PARTIAL / INCONCLUSIVE / SKIP), adding launches."""
+        n = self.o.launches
+        first = next(iter(points))
+        while True:
+            self._note({"event": "step", "what": what, "label": self.lab.label(points[first])})
+            self.lab.ensure([(p, n) for p in points.values()])
+            got = {name: self.lab.samples(p, n) for name, p in points.items()}
+            if got[first].values is None:
+                key = self.lab.key(points[first])
+                if key not in self.skip_known:
+                    self.skip_known[key] = str(got[first].skip)
+                    self.skipped.append(
+                        {"point": self.lab.label(points[first]), "reason": str(got[first].skip)}
+                    )
+                self._decide(what, C.SKIP, None, points)
+                return C.SKIP, None
+            if any(s.values is None for s in got.values()):
+                self._decide(what, C.INCONCLUSIVE, None, points)
+                return C.INCONCLUSIVE, None
+            est = theta({name: s.values for name, s in got.items() if s.values is not None})
+            verdict = C.classify(est, final=n >= self.o.max_launches)
+            if verdict != C.MORE:
+                self._decide(what, verdict, est, points)
+                return verdict, est
+            n = min(self.o.max_launches, n + self.o.launches)
+
+    def classify_point(self, x: Point, lo: Point, hi: Point, what: str) -> tuple[str, C.Theta | None]:
+        keys = {n: self.lab.key(p) for n, p in (("x", x), ("lo", lo), ("hi", hi))}
+        return self._classify(
+            what,
+            {"x": x, "lo": lo, "hi": hi},
+            lambda s: C.theta_point((keys["x"], s["x"]), (keys["lo"], s["lo"]), (keys["hi"], s["hi"])),
+        )
+
+    def effect_present(self, x_hi: Point, x_lo: Point, ref_hi: Point, ref_lo: Point, what: str) -> str:
+        names = {"x_hi": x_hi, "x_lo": x_lo, "ref_hi": ref_hi, "ref_lo": ref_lo}
+        keys = {n: self.lab.key(p) for n, p in names.items()}
+        # One environment may play two roles (x_lo is ref_lo when a factor is tried alone): measure it once.
+        points: dict[str, Point] = {}
+        for n, p in names.items():
+            if p not in points.values():
+                points[n] = p
+        role = {n: next(m for m, q in points.items() if q == p) for n, p in names.items()}
+        verdict, _ = self._classify(
+            what,
+            points,
+            lambda s: C.theta_effect(
+                *[(keys[n], s[role[n]]) for n in ("x_hi", "x_lo", "ref_hi", "ref_lo")]  # type: ignore[arg-type]
+            ),
+        )
+        return verdict
+
+    # -- the ordered search ----------------------------------------------------------------------
+
+    def ordered(
+        self, points: Sequence[Point], lo: int, hi: int, scale: float, what: str
+    ) -> list[Step | Unresolved]:
+        """Find the changes between points[lo] (good) and points[hi] (bad), which differ.
+
+        `scale` is this bracket's share of the whole regression: residuals below `min_share` of the
+        whole are not searched.
+        """
+        if hi - lo <= 1:
+            return [Step(lo, hi)]
+        verdict, est, at = C.SKIP, None, -1
+        for i in order_from_middle(lo, hi):
+            if self.lab.key(points[i]) in self.skip_known:
+                continue
+            verdict, est = self.classify_point(
+                points[i], points[lo], points[hi], f"{what} [{lo}..{hi}] at {i}"
+            )
+            if verdict != C.SKIP:
+                at = i
+                break
+        if at < 0:  # every point in between is SKIP: the change is somewhere in (lo, hi]
+            return [Step(lo, hi, [(i, self.skip_known[self.lab.key(points[i])]) for i in range(lo + 1, hi)])]
+        assert est is not None
+        th = min(max(est.theta, 0.0), 1.0)
+        used = min(est.launches.values())
+        if verdict == C.BAD:
+            out = self.ordered(points, lo, at, scale * th, what)
+            if (
+                est.hi < 1.0
+                and (1.0 - th) * scale >= self.o.min_share
+                and self._residual(points, at, hi, used, what)
+            ):
+                out += self.ordered(points, at, hi, scale * (1.0 - th), what)
+            return out
+        if verdict == C.GOOD:
+            out = self.ordered(points, at, hi, scale * (1.0 - th), what)
+            if est.lo > 0.0 and th * scale >= self.o.min_share and self._residual(points, lo, at, used, what):
+                out = self.ordered(points, lo, at, scale * th, what) + out
+            return out
+        if verdict == C.PARTIAL:
+            return self.ordered(points, lo, at, scale * th, what) + self.ordered(
+                points, at, hi, scale * (1.0 - th), what
+            )
+        why = f"point {at} stayed inconclusive (theta {est.theta:.2f}, CI {est.lo:.2f}..{est.hi:.2f})"
+        return [Unresolved(lo, hi, why)]
+
+    def _residual(self, points: Sequence[Point], lo: int, hi: int, n: int, what: str) -> bool:
+        """Is the rest of a bracket a regression of its own? Its two ends must differ as the endpoints
+        had to (regdiag.stats' verdict, on the launches already measured): theta's CI alone, from a
+        handful of launches of a noisy probe, would send the search after noise."""
+        a, b = self.lab.samples(points[lo], n), self.lab.samples(points[hi], n)
+        if a.values is None or b.values is None:
+            return False
+        r = C.regression(a.values, b.values, self.o.margin, final=True)
+        self._decide(f"{what} residual [{lo}..{hi}]", r.verdict, r, {"good": points[lo], "bad": points[hi]})
+        return r.verdict == C.REPRODUCED
+
+    # -- interactions ----------------------------------------------------------------------------
+
+    def partners(self, prefix: list[Factor], f: Factor, ref_hi: Point, ref_lo: Point) -> list[Factor]:
+        """ddmin over `prefix`: the smallest subset T with which f does what it did in context."""
+        good = self.lab.good()
+
+        def test(subset: list[Factor]) -> bool:
+            base = self.lab.with_values(good, {g.key: g.bad for g in subset})
+            with_f = self.lab.with_values(base, {f.key: f.bad})
+            names = ", ".join(g.name for g in subset)
+            verdict = self.effect_present(with_f, base, ref_hi, ref_lo, f"{f.name} with {{{names}}}")
+            return verdict == C.BAD
+
+        c = list(prefix)
+        n = 2
+        while len(c) >= 2:
+            size = len(c)
+            chunks = [c[i * size // n : (i + 1) * size // n] for i in range(n)]
+            chunks = [ch for ch in chunks if ch]
+            hit = next((ch for ch in chunks if test(ch)), None)
+            if hit is not None:
+                c, n = hit, 2
+                continue
+            if n > 2:
+                comp = next(
+                    (cm for ch in chunks if (cm := [x for x in c if x not in ch]) and test(cm)),
+                    None,
+                )
+                if comp is not None:
+                    c, n = comp, max(n - 1, 2)
+                    continue
+            if n >= len(c):
+                break
+            n = min(2 * n, len(c))
+        return c
+
+    # -- the whole search ------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        t0 = time.monotonic()
+        lab = self.lab
+        good, bad = lab.good(), lab.bad()
+        if not self.factors:
+            raise BadInput("the two sides do not differ in any factor this bisect can change")
+        ends = self.differs(good, bad, "endpoints")
+        if isinstance(ends, str):
+            if "no metric" in ends:
+                raise BadInput(f"--metric: {ends.split(': ', 1)[-1]}")
+            if USAGE in ends:
+                raise BadInput(ends.split(USAGE, 1)[-1])
+            raise ProbeError(ends.replace("side", "endpoint", 1))
+        if ends.verdict != C.REPRODUCED:
+            why = (
+                f"the regression does not reproduce: all-bad / all-good = {ends.ratio:.3f} "
+                f"(95 % CI {ends.lo:.3f}..{ends.hi:.3f}, margin {self.o.margin:.0%})"
+            )
+            if ends.verdict == C.NOT_REPRODUCED:
+                why += "; these differences do not cause it here (a phantom, or a cause outside them)"
+            else:
+                why += f"; still unclear after {self.o.max_launches} launches per side"
+            return Outcome(ends.verdict, ends, statement=why, wall_s=time.monotonic() - t0)
+
+        chain = [
+            lab.with_values(good, {f.key: f.bad for f in self.factors[:i]})
+            for i in range(len(self.factors) + 1)
+        ]
+        culprits: list[Culprit] = []
+        unresolved: list[dict[str, Any]] = []
+        for st in self.ordered(chain, 0, len(chain) - 1, 1.0, "factors"):
+            if isinstance(st, Unresolved):
+                unresolved.append(
+                    {
+                        "between": [lab.label(chain[st.lo]), lab.label(chain[st.hi])],
+                        "factors": [f.label() for f in self.factors[st.lo : st.hi]],
+                        "why": st.why,
+                    }
+                )
+                continue
+            if st.hi - st.lo > 1:
+                culprits.append(
+                    Culprit(
+                        list(self.factors[st.lo : st.hi]),
+                        chain[st.lo],
+                        chain[st.hi],
+                        skipped=[{"point": lab.label(chain[i]), "reason": r} for i, r in st.skipped],
+                    )
+                )
+                continue
+            culprits += self._explain_step(chain, st.hi)
+        verdict = "CULPRIT" if culprits else C.INCONCLUSIVE
+        statement = "" if culprits else "no culprit could be named"
+        return Outcome(verdict, ends, culprits, unresolved, self.skipped, statement, time.monotonic() - t0)
+
+    def _explain_step(self, chain: list[Point], i: int) -> list[Culprit]:
+        lab = self.lab
+        f = self.factors[i - 1]
+        prefix = list(self.factors[: i - 1])
+        group = [f]
+        culprit = Culprit([f], chain[i - 1], chain[i])
+        if prefix:
+            alone = lab.with_values(lab.good(), {f.key: f.bad})
+            culprit.alone = self.effect_present(alone, lab.good(), chain[i], chain[i - 1], f"{f.name} alone")
+            if culprit.alone != C.BAD:
+                partners = self.partners(prefix, f, chain[i], chain[i - 1])
+                group = [*partners, f]
+                culprit.factors = group
+                culprit.interaction = bool(partners)
+        refined: list[Culprit] = []
+        for m in group:
+            if m.kind not in (COMMIT, PACKAGE):
+                continue
+            refined += self._range(m, chain, i, culprit)
+        return refined or [culprit]
+
+    def _range(self, m: Factor, chain: list[Point], i: int, parent: Culprit) -> list[Culprit]:
+        lab = self.lab
+        values = self.values_between(m)
+        if len(values) <= 2:
+            return []
+        points = [lab.with_values(chain[i], {m.key: v}) for v in values]
+        if points[0] != chain[i - 1]:
+            ends = self.differs(points[0], points[-1], f"{m.name} range endpoints")
+            if isinstance(ends, str) or ends.verdict != C.REPRODUCED:
+                return []
+        out: list[Culprit] = []
+        for st in self.ordered(points, 0, len(points) - 1, 1.0, f"{m.name} range"):
+            if isinstance(st, Unresolved):
+                continue
+            narrowed = Factor(m.kind, m.name, values[st.lo], values[st.hi])
+            others = [g for g in parent.factors if g.key != m.key]
+            out.append(
+                Culprit(
+                    [*others, narrowed],
+                    points[st.lo],
+                    points[st.hi],
+                    interaction=parent.interaction,
+                    alone=parent.alone,
+                    within=m,
+                    skipped=[{"point": m.show(values[j]), "reason": r} for j, r in st.skipped],
+                )
+            )
+        return out
+
+
+def _r(x: float) -> float | None:
+    if x != x or x in (float("inf"), float("-inf")):
+        return None
+    return round(x, 4)

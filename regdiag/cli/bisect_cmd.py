@@ -1,0 +1,193 @@
+"""`regdiag bisect`: parse, call regdiag.bisect.run_bisect, render. Progress on stderr."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from regdiag.cli.common import JsonOpt, PythonOpt, err_console, print_json
+from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, BadInput
+
+HELP = (
+    "Find which change makes the bad environment slower: the engine commit, a package version, an env "
+    "var, or several acting together, with the milliseconds of each phase it costs.\n\n"
+    "--good/--bad: a snapshot or run record file (its snapshot_before), or a spec such as "
+    "'sgl-kernel==0.3.5 flashinfer-python==0.2.11 NCCL_PROTO=LL commit=bba2fc4' (-NAME: variable unset). "
+    "Every difference is a factor. The endpoints are measured first (no reproducible regression: it says "
+    "so and stops); then the factors are bisected (ddmin finds causes that act only together), then the "
+    "commits (git rev-list) or package versions between a culprit's two values. Each step is classified "
+    "against its endpoints with a confidence interval (BAD / GOOD / more launches; PARTIAL or "
+    "INCONCLUSIVE at --max-launches, never a guess). Environments are built for real: git worktrees "
+    "(+ --setup), venvs layered on the interpreter with the differing packages pinned (uv if installed, "
+    "else pip), env vars per process; cached under $REGDIAG_HOME/envs. An environment that fails to "
+    "build or run is SKIP (a --setup or command exit status of 125 asks for it).\n\n"
+    "Every launch and decision goes to the journal as it happens; --resume continues an interrupted "
+    "bisect without measuring anything twice.\n\n"
+    "Exit status: 0 culprit(s) named, 3 none named (not reproduced or inconclusive), 2 bad input, "
+    "5 an endpoint cannot be measured."
+)
+
+
+def _progress_printer(quiet: bool) -> tuple[Any, Any]:
+    """A rich status line on a terminal; plain decision lines otherwise (CI logs)."""
+    from rich.markup import escape as e
+
+    state = {"what": "", "label": "", "launches": 0}
+    live = err_console.is_terminal and not quiet
+    status = err_console.status("starting") if live else None
+
+    def show() -> None:
+        if status is not None:
+            status.update(
+                f"[bold]{e(str(state['what']))}[/] · {e(str(state['label']))} · launches run {state['launches']}"
+            )
+
+    def on_event(ev: dict[str, Any]) -> None:
+        kind = ev.get("event")
+        if kind == "start":
+            resumed = " (resumed)" if ev.get("resumed") else ""
+            err_console.print(f"[dim]journal{resumed}: {e(ev['journal'])}[/]")
+            err_console.print(f"[dim]{len(ev['factors'])} factors: " + e("; ".join(ev["factors"])) + "[/]")
+        elif kind == "step":
+            state["what"] = str(ev.get("what", ""))
+            if ev.get("label"):
+                state["label"] = str(ev["label"])
+            elif ev.get("bad"):
+                state["label"] = f"{ev.get('good')} .. {ev.get('bad')}"
+        elif kind == "build":
+            state["label"] = f"building {ev['label']}"
+        elif kind == "launch":
+            state["label"] = f"{ev['label']} #{ev['index'] + 1}"
+            state["launches"] = int(ev.get("run", 0)) + 1
+        elif kind == "skip":
+            err_console.print(f"[yellow]SKIP[/] {e(ev['label'])}: {e(str(ev.get('reason')))}")
+        elif kind == "decision":
+            theta = ev.get("theta")
+            tail = f" (theta {theta:.2f})" if isinstance(theta, (int, float)) else ""
+            err_console.print(f"[dim]{e(ev['what'])}: [/]{ev['verdict']}{tail}")
+        show()
+
+    return on_event, status
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "bisect",
+        help=HELP,
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": False},
+    )
+    def bisect(
+        ctx: typer.Context,
+        good: str = typer.Option(..., "--good", help="The fast side: snapshot / run record file, or a spec."),
+        bad: str = typer.Option(..., "--bad", help="The slow side: snapshot / run record file, or a spec."),
+        probe: str | None = typer.Option(
+            None,
+            "--probe",
+            help="Probe to run in each environment, e.g. spec-decode; its options go after --.",
+        ),
+        command: str | None = typer.Option(
+            None,
+            "--command",
+            help="Instead of --probe: a command whose stdout follows the probe protocol (docs/probes.md). "
+            "`python` (or {python}) is the environment's interpreter; it runs in the commit's worktree.",
+        ),
+        metric: str = typer.Option(
+            "cycle", "--metric", help="What is bisected: cycle or a phase (default cycle)."
+        ),
+        repo: Path | None = typer.Option(
+            None,
+            "--repo",
+            help="The engine's git checkout, for a commit factor (default: the snapshot's).",
+            file_okay=False,
+        ),
+        setup: str | None = typer.Option(
+            None,
+            "--setup",
+            help="Shell command run in each commit's worktree after checkout (default: none).",
+        ),
+        find_links: Path | None = typer.Option(
+            None,
+            "--find-links",
+            help="Install packages from this directory of wheels only (no index).",
+            file_okay=False,
+        ),
+        index_url: str | None = typer.Option(None, "--index-url", help="Package index (default: pip's own)."),
+        installer: str = typer.Option(
+            "auto", "--installer", help="auto (uv if on PATH, else pip), uv or pip."
+        ),
+        launches: int = typer.Option(
+            3, "--launches", help="Launches per point before classifying (default 3)."
+        ),
+        max_launches: int = typer.Option(
+            9, "--max-launches", help="Cap per point; then PARTIAL or INCONCLUSIVE (default 9)."
+        ),
+        margin: float = typer.Option(
+            0.02, "--margin", help="The endpoints must differ by more than this fraction (default 0.02)."
+        ),
+        min_share: float = typer.Option(
+            0.1,
+            "--min-share",
+            help="Search for further culprits down to this share of the regression (default 0.1).",
+        ),
+        launch_timeout: float = typer.Option(
+            600.0, "--launch-timeout", help="Seconds per launch (default 600)."
+        ),
+        journal: Path | None = typer.Option(
+            None,
+            "--journal",
+            help="Journal file (default: $REGDIAG_HOME/bisect/<time>.jsonl).",
+            dir_okay=False,
+        ),
+        resume: bool = typer.Option(False, "--resume", help="Continue the bisect recorded in --journal."),
+        python: str | None = PythonOpt,
+        json_out: bool = JsonOpt,
+        markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown on stdout."),
+    ) -> None:
+        from regdiag.bisect.report import render, to_markdown
+        from regdiag.bisect.run import Request, run_bisect
+
+        extra = list(ctx.args)
+        if extra and not probe:
+            raise BadInput(f"unexpected arguments {' '.join(extra)!r} (probe options after -- need --probe)")
+        if resume and journal is None:
+            raise BadInput("--resume needs --journal FILE (the journal of the bisect to continue)")
+        if installer not in ("auto", "uv", "pip"):
+            raise BadInput(f"--installer {installer}: use auto, uv or pip")
+        req = Request(
+            good=good,
+            bad=bad,
+            command=command,
+            probe=probe,
+            probe_args=extra,
+            metric=metric,
+            repo=str(repo) if repo else None,
+            setup=setup,
+            find_links=str(find_links) if find_links else None,
+            index_url=index_url,
+            python=python,
+            installer=installer,
+            launches=launches,
+            max_launches=max_launches,
+            margin=margin,
+            min_share=min_share,
+            launch_timeout=launch_timeout,
+            journal=str(journal) if journal else None,
+            resume=resume,
+        )
+        on_event, status = _progress_printer(quiet=False)
+        if status is not None:
+            with status:
+                report = run_bisect(req, progress=on_event)
+        else:
+            report = run_bisect(req, progress=on_event)
+        if json_out:
+            print_json(report)
+        elif markdown:
+            typer.echo(to_markdown(report))
+        else:
+            from regdiag.cli.common import console
+
+            render(report, console)
+        raise typer.Exit(EXIT_OK if report["verdict"] == "CULPRIT" else EXIT_INCONCLUSIVE)

@@ -1,0 +1,113 @@
+"""`regdiag demo`: a whole diagnosis on this machine (regdiag.demo), rendered stage by stage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from regdiag.cli.common import JsonOpt, console, err_console, print_json
+
+HELP = (
+    "Run a whole diagnosis here, with no GPU and nothing to set up: two environments that differ in "
+    "four factors (three NCCL variables, harmless on CPU, and REGDIAG_PROBE_SLOW=verify:MS, a hook of "
+    "the probe that adds real busy work to the verify phase) are probed with the tiny CPU preset of "
+    "spec-decode, compared, bisected and explained. About a minute and a half on 2 cores. The runs "
+    "and the bisect journal are kept under $REGDIAG_HOME/demo/ with the commands to redo each step."
+)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("demo", help=HELP)
+    def demo(
+        launches: int = typer.Option(
+            3, "--launches", min=2, help="Probe launches per environment (default 3)."
+        ),
+        slow_ms: float = typer.Option(
+            20.0, "--slow-ms", min=0.0, help="Busy work the culprit adds to verify, in ms (default 20)."
+        ),
+        json_out: bool = JsonOpt,
+    ) -> None:
+        from regdiag.bisect.report import render as render_bisect
+        from regdiag.demo import run_demo
+        from regdiag.report import explain_view, terminal
+
+        out = err_console if json_out else console
+        status = err_console.status("starting") if err_console.is_terminal else None
+        if status is not None:
+            status.start()
+
+        def note(text: str) -> None:
+            if status is not None:
+                status.update(text)
+
+        def on_stage(stage: str, data: dict[str, Any]) -> None:
+            if stage == "probe":
+                env = " ".join(f"{k}={v}" for k, v in data["env"].items())
+                out.print(
+                    f"\n[bold]probe spec-decode --preset tiny[/], {data['side']} environment: [dim]{env}[/]"
+                )
+                note(f"probing the {data['side']} environment")
+            elif stage == "probed":
+                out.print(f"[dim]  run record: {data['path']}[/]")
+            elif stage == "compare":
+                out.print("\n[bold]compare good bad[/]: is it real, and where?")
+            elif stage == "compared" and not json_out:
+                terminal.render(data["comparison"], out, "good", "bad")
+            elif stage == "bisect":
+                out.print(
+                    f"\n[bold]bisect --metric {data['metric']}[/]: which of the four differences costs the "
+                    "milliseconds?"
+                )
+                note("bisecting")
+            elif stage == "bisected" and not json_out:
+                render_bisect(data["report"], out)
+            elif stage == "explain":
+                out.print("\n[bold]explain bad[/]: regression or physics?")
+            elif stage == "explained" and not json_out:
+                explain_view.terminal(data["explanation"], out)
+
+        def on_probe(kind: str, data: dict[str, Any]) -> None:
+            if kind == "launch_start":
+                note(f"probe launch {data['index'] + 1} of {data['of']}")
+
+        def on_bisect(ev: dict[str, Any]) -> None:
+            if ev.get("event") == "launch":
+                note(f"bisect: {ev['label']} launch {ev['index'] + 1}")
+            elif ev.get("event") == "decision":
+                theta = ev.get("theta")
+                tail = f" (theta {theta:.2f})" if isinstance(theta, (int, float)) else ""
+                out.print(f"[dim]  {ev['what']}: {ev['verdict']}{tail}[/]")
+
+        try:
+            result = run_demo(
+                on_stage,
+                launches=launches,
+                slow_ms=slow_ms,
+                on_probe_event=on_probe,
+                on_bisect_event=on_bisect,
+            )
+        finally:
+            if status is not None:
+                status.stop()
+        report = result["bisect"]
+        if json_out:
+            print_json(
+                {
+                    "workdir": result["workdir"],
+                    "runs": result["runs"],
+                    "compare": result["comparison"].to_dict(),
+                    "bisect": report,
+                    "explain": result["explanation"].to_dict(),
+                    "seconds": round(result["seconds"], 1),
+                    "commands": result["commands"],
+                }
+            )
+        else:
+            console.print(f"\n[bold]found:[/] {report['statement']}")
+            console.print(f"[dim]{result['seconds']:.0f} s in all; everything is in {result['workdir']}[/]")
+            console.print("[dim]each step by hand:[/]")
+            for c in result["commands"]:
+                console.print(f"  {c}", soft_wrap=True, highlight=False)
+        if report["verdict"] != "CULPRIT":
+            raise typer.Exit(3)
