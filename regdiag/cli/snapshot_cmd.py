@@ -135,7 +135,7 @@ def register(app: typer.Typer) -> None:
             if host or python or repo_s:
                 raise BadInput("--from reads a stored snapshot; it takes no --host, --python or --repo")
             records = [_snapshot_in(_load(from_file), str(from_file))]
-            host_errors = []
+            host_errors: list[str] = []
         else:
             from regdiag.cli.common import err_console
 
