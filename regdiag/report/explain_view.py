@@ -55,16 +55,21 @@ def terminal(e: Explanation, console: Console) -> None:
         for col in (
             "phase",
             "tokens",
-            "experts/layer",
-            "bytes/rank",
+            "experts",
+            "bytes",
             "floor",
             "measured",
             "achieved",
             "mode",
-            "",
         ):
-            table.add_column(col, justify="right" if col not in ("phase", "mode", "") else "left")
+            table.add_column(col, justify="right" if col not in ("phase", "mode") else "left", no_wrap=True)
+        # Notes go under the table, numbered: a sentence in a cell wraps into a column of single words.
+        notes: list[str] = []
         for p in e.phases:
+            mark = ""
+            if p.note:
+                notes.append(p.note)
+                mark = f" [{len(notes)}]"
             table.add_row(
                 p.phase,
                 str(p.tokens),
@@ -73,11 +78,17 @@ def terminal(e: Explanation, console: Console) -> None:
                 _ms(p.floor_ms),
                 _ms(p.measured_ms),
                 _frac(p),
-                _graph(p),
-                p.note,
+                _graph(p) + mark,
                 style="yellow" if p.launch_bound else None,
             )
         console.print(table)
+        console.print(
+            "  experts: distinct routed experts read per MoE layer; bytes: read per rank per forward",
+            style="dim",
+            highlight=False,
+        )
+        for i, text in enumerate(notes, 1):
+            console.print(f"  [{i}] {text}", highlight=False, markup=False)
         if physics := e.physics_line():
             console.print(physics, highlight=False)
     for n in e.notes:
