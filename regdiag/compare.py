@@ -265,6 +265,11 @@ def compare_runs(
     old = _check_kind(old, old_label)
     new = _check_kind(new, new_label)
     warnings: list[str] = []
+    if old.get("id") and old.get("id") == new.get("id") and old.get("created") == new.get("created"):
+        warnings.append(
+            f"OLD and NEW are the same run ({old.get('id')}): this compares a record with itself, "
+            "not two measurements"
+        )
     notes: list[str] = []
 
     po, pn = old.get("probe") or {}, new.get("probe") or {}

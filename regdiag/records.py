@@ -169,7 +169,12 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     if not p.exists():
         return []
     out: list[dict[str, Any]] = []
-    lines = p.read_text(encoding="utf-8").split("\n")
+    try:
+        lines = p.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError:
+        raise RecordError(f"{p}: not a text file (not UTF-8)") from None
+    except OSError as e:
+        raise RecordError(f"{p}: cannot read ({e.strerror})") from None
     for i, line in enumerate(lines):
         if not line.strip():
             continue

@@ -96,6 +96,10 @@ def main(argv: list[str] | None = None) -> None:
         _fail(str(e), EXIT_BAD_INPUT)
     except KeyboardInterrupt:
         _fail("interrupted; everything finished before this point was kept", EXIT_INTERRUPTED)
+    except OSError as e:
+        # A path the user gave that cannot be written or read (-o /proc/x, a journal in a missing dir).
+        where = f"{e.filename}: " if e.filename else ""
+        _fail(f"{where}{e.strerror or e}", EXIT_BAD_INPUT)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except typer.Abort:
@@ -103,7 +107,11 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as e:  # click's usage errors (typer may vendor its own click)
         exc_mod = click_exceptions()
         if isinstance(e, exc_mod.NoArgsIsHelpError):
-            sys.exit(0)
+            # `regdiag` or `regdiag probe` alone: help was asked for. A command whose required
+            # arguments are missing printed its help too, but that is a usage error for scripts.
+            ctx = getattr(e, "ctx", None)
+            is_group = ctx is not None and hasattr(ctx.command, "commands")
+            sys.exit(0 if is_group else EXIT_BAD_INPUT)
         if isinstance(e, exc_mod.ClickException):
             e.show()
             sys.exit(EXIT_BAD_INPUT)

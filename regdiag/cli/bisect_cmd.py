@@ -91,7 +91,9 @@ def register(app: typer.Typer) -> None:
             None,
             "--command",
             help="Instead of --probe: a command whose stdout follows the probe protocol (docs/probes.md). "
-            "`python` (or {python}) is the environment's interpreter; it runs in the commit's worktree.",
+            "`python` (or {python}) is the environment's interpreter; it runs in the commit's worktree. "
+            "It is split into words like a shell would (shlex) but not run by a shell: for pipes or &&, "
+            "give `sh -c '...'`.",
         ),
         metric: str = typer.Option(
             "cycle", "--metric", help="What is bisected: cycle or a phase (default cycle)."
@@ -129,10 +131,12 @@ def register(app: typer.Typer) -> None:
         min_share: float = typer.Option(
             0.1,
             "--min-share",
+            min=0.0,
+            max=1.0,
             help="Search for further culprits down to this share of the regression (default 0.1).",
         ),
         launch_timeout: float = typer.Option(
-            600.0, "--launch-timeout", help="Seconds per launch (default 600)."
+            600.0, "--launch-timeout", min=0.001, help="Seconds per launch (default 600)."
         ),
         journal: Path | None = typer.Option(
             None,

@@ -70,7 +70,9 @@ def compare(
         help="welch: Welch's t on log launch medians (default; valid from 2 launches a side). "
         "bootstrap: hierarchical bootstrap, launches then cycles (needs >= 8 launches a side to hold its level).",
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap resampling (default 0: reproducible)."),
+    seed: int = typer.Option(
+        0, "--seed", min=0, help="Seed of the bootstrap resampling (default 0: reproducible)."
+    ),
     allow_mismatch: bool = typer.Option(
         False,
         "--allow-mismatch",

@@ -12,7 +12,7 @@ HELP = (
     "Run a whole diagnosis here, with no GPU and nothing to set up: two environments that differ in "
     "four factors (three NCCL variables, harmless on CPU, and REGDIAG_PROBE_SLOW=verify:MS, a hook of "
     "the probe that adds real busy work to the verify phase) are probed with the tiny CPU preset of "
-    "spec-decode, compared, bisected and explained. About a minute and a half on 2 cores. The runs "
+    "spec-decode, compared, bisected and explained. One to two minutes on 2 cores. The runs "
     "and the bisect journal are kept under $REGDIAG_HOME/demo/ with the commands to redo each step."
 )
 

@@ -84,7 +84,9 @@ LaunchesOpt = typer.Option(
     help="Fresh probe processes, the unit of evidence. 8 per side gives >= 95 % power to call a 5 % change "
     "at 2 % launch-to-launch noise (docs/statistics.md).",
 )
-TimeoutOpt = typer.Option(1800.0, "--timeout", help="Seconds one launch may take before it is stopped.")
+TimeoutOpt = typer.Option(
+    1800.0, "--timeout", min=0.001, help="Seconds one launch may take before it is stopped."
+)
 NoSnapOpt = typer.Option(False, "--no-snapshot", help="Skip the environment snapshots before and after.")
 
 
@@ -100,7 +102,7 @@ def _probe_group(app: typer.Typer) -> typer.Typer:
 
 def spec_decode(
     preset: str = typer.Option("auto", "--preset", help="kimi-k2, deepseek-v3, deepseek-v2-lite, tiny; auto = tiny without a GPU, kimi-k2 with one."),
-    layers: int = typer.Option(None, "--layers", help="Full-size target layers (default: as many of the preset's as fit; the record says how many)."),
+    layers: int = typer.Option(None, "--layers", min=1, help="Full-size target layers (default: as many of the preset's as fit; the record says how many)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel ranks, one process each (NCCL on GPUs, gloo on CPU)."),
     tp_slice: int = typer.Option(None, "--tp-slice", help="With --tp 1: one rank's shapes of TP=N on one device, without communication."),
     launches: int = LaunchesOpt,
@@ -335,7 +337,8 @@ def runs_cmd(json_out: bool = JsonOpt) -> None:
         return
     table = Table(title=f"runs in {runs_dir()}", title_justify="left")
     for col in ("id", "created", "probe", "config", "status", "launches", "host"):
-        table.add_column(col)
+        # ids are what compare / explain / baseline take: never cut them; the config may wrap
+        table.add_column(col, no_wrap=col in ("id", "created", "probe", "status"))
     for r in items:
         if "problem" in r:
             table.add_row(Path(r["path"]).stem, "", "", f"[red]{r['problem']}[/red]", "unreadable", "", "")

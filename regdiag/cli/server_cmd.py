@@ -366,7 +366,7 @@ def ingest_log(
         ..., help="Engine log files; each becomes one launch.", exists=True, dir_okay=False
     ),
     idle_gap: float = typer.Option(
-        5.0, "--idle-gap", help="Seconds between two lines of a rank that count as idle. Default: 5."
+        5.0, "--idle-gap", min=0.0, help="Seconds between two lines of a rank that count as idle. Default: 5."
     ),
     rank: str | None = typer.Option(
         None, "--rank", help="Keep only SGLang lines of this rank, e.g. 'TP0' or 'DP1 TP1'. Default: all."
