@@ -40,3 +40,17 @@ def print_json(obj: Any) -> None:
 
 def ensure_parent(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+
+
+PROBE_HELP = "Measure: synthetic probes on the GPU, or a live inference server."
+
+
+def probe_group(app: typer.Typer) -> typer.Typer:
+    """The `probe` group: `probe spec-decode` / `collectives` and `probe server` live in two modules;
+    whichever registers first makes the group, the other adds to it."""
+    for info in app.registered_groups:
+        if info.name == "probe" and info.typer_instance is not None:
+            return info.typer_instance
+    group = typer.Typer(help=PROBE_HELP, no_args_is_help=True)
+    app.add_typer(group, name="probe")
+    return group

@@ -11,10 +11,17 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from regdiag.cli.common import HostOpt, JsonOpt, PythonOpt, SshConfigOpt, console, err_console, print_json
+from regdiag.cli.common import (
+    HostOpt,
+    JsonOpt,
+    PythonOpt,
+    SshConfigOpt,
+    console,
+    err_console,
+    print_json,
+    probe_group,
+)
 from regdiag.errors import EXIT_INTERRUPTED, BadInput, RegdiagError
-
-PROBE_HELP = "Measure: synthetic probes on the GPU, or a live inference server."
 
 SPEC_HELP = """Synchronized per-phase timing of a speculative-decoding cycle on a synthetic MoE.
 
@@ -88,16 +95,6 @@ TimeoutOpt = typer.Option(
     1800.0, "--timeout", min=0.001, help="Seconds one launch may take before it is stopped."
 )
 NoSnapOpt = typer.Option(False, "--no-snapshot", help="Skip the environment snapshots before and after.")
-
-
-def _probe_group(app: typer.Typer) -> typer.Typer:
-    """The `probe` group, shared with `probe server` (whichever module registers first makes it)."""
-    for info in app.registered_groups:
-        if info.name == "probe" and info.typer_instance is not None:
-            return info.typer_instance
-    group = typer.Typer(help=PROBE_HELP, no_args_is_help=True)
-    app.add_typer(group, name="probe")
-    return group
 
 
 def spec_decode(
@@ -353,7 +350,7 @@ def runs_cmd(json_out: bool = JsonOpt) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    group = _probe_group(app)
+    group = probe_group(app)
     group.command("spec-decode", help=SPEC_HELP)(spec_decode)
     group.command("collectives", help=COLL_HELP)(collectives)
     app.command("runs", help=RUNS_HELP)(runs_cmd)

@@ -19,12 +19,11 @@ from regdiag.cli.common import (
     console,
     err_console,
     print_json,
+    probe_group,
 )
 from regdiag.errors import BadInput, ProbeError
 from regdiag.records import save_record
 from regdiag.runs import RunWriter, runs_dir
-
-PROBE_HELP = "Measure: synthetic probes on the GPU, or a live inference server."
 
 SERVER_HELP = """Measure a live SGLang or vLLM endpoint: TTFT, inter-token latency, tok/s, accept length.
 
@@ -48,16 +47,6 @@ The first interval after idle is flagged warm-up and dropped. The record's prima
 (ms per token of one request, 1000 x #running-req / gen throughput), the same metric as
 `probe server`, so last week's log compares with today's run.
 """
-
-
-def _probe_group(app: typer.Typer) -> typer.Typer:
-    """The `probe` group made by probe_cmd if it is registered, else a new one."""
-    for info in app.registered_groups:
-        if info.name == "probe" and info.typer_instance is not None:
-            return info.typer_instance
-    group = typer.Typer(help=PROBE_HELP, no_args_is_help=True)
-    app.add_typer(group, name="probe")
-    return group
 
 
 def _is_local_url(url: str) -> bool:
@@ -440,6 +429,6 @@ def ingest_log(
 
 
 def register(app: typer.Typer) -> None:
-    group = _probe_group(app)
+    group = probe_group(app)
     group.command("server", help=SERVER_HELP, no_args_is_help=True)(probe_server)
     app.command("ingest-log", help=INGEST_HELP, no_args_is_help=True)(ingest_log)
