@@ -59,3 +59,18 @@ def test_comparing_a_record_with_itself_says_so() -> None:
     r = run_cli("compare", str(RUN), str(RUN))
     assert "Traceback" not in r.stderr
     assert "same run" in (r.stdout + r.stderr).replace("\n", " ")
+
+
+def test_bisect_unknown_metric_is_refused_after_one_launch() -> None:
+    r = run_cli(
+        "bisect", "--good", "NCCL_PROTO=LL", "--bad", "NCCL_PROTO=Simple", "--probe", "spec-decode",
+        "--metric", "bogus", "--", "--preset", "tiny", "--cycles", "5", "--warmup", "1",
+    )  # fmt: skip
+    line = _one_line(r, 2)
+    assert "--metric 'bogus'" in line and "verify" in line
+
+
+def test_ingest_log_refuses_to_mix_engines() -> None:
+    r = run_cli("ingest-log", str(DATA / "sglang_decode_dot.log"), str(DATA / "vllm_v1.log"))
+    line = _one_line(r, 2)
+    assert "different engines" in line and "sglang" in line and "vllm" in line

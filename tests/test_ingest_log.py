@@ -131,7 +131,12 @@ def test_garbage_interleaved_changes_nothing() -> None:
 def test_cli_record_and_json(cli, tmp_path: Path) -> None:
     out = tmp_path / "log.json"
     p = cli(
-        "ingest-log", str(DATA / "sglang_decode_dot.log"), str(DATA / "vllm_v1.log"), "-o", str(out), "--json"
+        "ingest-log",
+        str(DATA / "sglang_decode_dot.log"),
+        str(DATA / "sglang_decode_comma.log"),
+        "-o",
+        str(out),
+        "--json",
     )
     assert p.returncode == 0, p.stderr
     summary = json.loads(p.stdout)
@@ -140,7 +145,7 @@ def test_cli_record_and_json(cli, tmp_path: Path) -> None:
     assert run["kind"] == "log" and run["primary"] == "itl" and run["phases"] == ["itl", "cycle"]
     assert run["phases_sum_to_primary"] is False
     assert [la["index"] for la in run["launches"]] == [0, 1]
-    assert run["launches"][0]["header"]["sha256"] and run["launches"][1]["header"]["engine"] == "vllm"
+    assert run["launches"][0]["header"]["sha256"] and run["launches"][1]["header"]["engine"] == "sglang"
     assert load_record(summary["path"], "run")["id"] == run["id"]  # also stored with the other runs
 
 

@@ -23,6 +23,7 @@ from regdiag.bisect.envs import Builder, BuildFailed, Built
 from regdiag.bisect.factors import COMMIT, ENV, PACKAGE, Factor
 from regdiag.bisect.journal import Journal
 from regdiag.bisect.measure import Launch, run_launch
+from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 
 Point = tuple[str | None, ...]  # one value per factor, in factor order
@@ -194,5 +195,10 @@ class Lab:
         launch.duration_s = time.monotonic() - t0
         self.journal.launch(key, index, launch, self.label(p))
         self.launches_run += 1
+        if launch.status != "ok" and launch.medians and self.metric not in launch.medians:
+            # The probe ran and spoke the protocol but has no such metric: a typo in --metric, not an
+            # environment that fails. Say so now rather than after measuring both endpoints.
+            have = ", ".join(sorted(launch.medians))
+            raise BadInput(f"--metric {self.metric!r}: the probe reports {have}")
         if launch.status != "ok":
             self.progress({"event": "skip", "label": self.label(p), "reason": launch.error})

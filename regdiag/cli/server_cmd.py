@@ -379,6 +379,13 @@ def ingest_log(
                 + (f" ({parse.malformed} malformed)" if parse.malformed else "")
             )
         launches.append(log_launch(parse, str(f), i))
+    by_engine: dict[str, list[str]] = {}
+    for la in launches:
+        by_engine.setdefault(str(la["header"]["engine"]), []).append(str(la["header"]["file"]))
+    if len(by_engine) > 1:
+        # Launches of one run are repeats of one measurement; two engines are two runs to compare.
+        parts = "; ".join(f"{eng}: {', '.join(fs)}" for eng, fs in sorted(by_engine.items()))
+        raise BadInput(f"the logs come from different engines ({parts}): ingest each into its own run")
     if any("cycle" in la["samples"] for la in launches):
         run["phases"] = ["itl", "cycle"]
     run["launches"] = launches
