@@ -158,5 +158,5 @@ def test_endpoint_that_cannot_run_is_a_clear_error(tmp_path, cli) -> None:
     assert "good endpoint cannot be measured: the probe exited with status 3" in res.stderr
     from regdiag.errors import BadInput
 
-    with pytest.raises(BadInput, match="--metric: no metric 'nope' in the output"):
+    with pytest.raises(BadInput, match="--metric 'nope': the probe reports"):
         run_bisect(_req(tmp_path, "A=0", "A=1", metric="nope"))
