@@ -1,8 +1,7 @@
 """Model shapes for `regdiag explain`, and the bytes a forward pass must read.
 
-The shapes are the published config.json values (SOURCES); the spec-decode probe carries the same
-table for the machine under test (probes are self-contained), and tests/test_explain.py checks
-the two agree. Field names follow the probe's header (`model.shape`), so a run's own resolved
+The shapes are the published config.json values (SOURCES), read from the spec-decode probe's own
+table (probes/_presets.py), so the probe and explain cannot disagree about a model. Field names follow the probe's header (`model.shape`), so a run's own resolved
 shape (layers actually run, tensor-parallel shard) can be used as it is.
 
 Byte accounting, per rank, bf16 unless said (`elt` bytes per element):
@@ -19,43 +18,38 @@ its MLP and its lm_head over draft_vocab.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
-# hidden, layers, heads, q_lora (0: no q compression), kv_lora, nope, rope, v_head, experts
-# (n_routed_experts), shared (n_shared_experts), topk (num_experts_per_tok), moe_inter
-# (moe_intermediate_size), inter (intermediate_size), dense_layers (first_k_dense_replace), vocab.
-# draft_*: the EAGLE-3 draft layer, which has no single published config: the target's heads and
-# MLP width, 8 KV heads of 128, EAGLE-3's default 32000-token draft vocabulary.
-PRESETS: dict[str, dict[str, int]] = {
-    "kimi-k2": dict(
-        hidden=7168, layers=61, heads=64, q_lora=1536, kv_lora=512, nope=128, rope=64, v_head=128,
-        experts=384, shared=1, topk=8, moe_inter=2048, inter=18432, dense_layers=1, vocab=163840,
-        draft_heads=64, draft_kv_heads=8, draft_head_dim=128, draft_inter=18432, draft_vocab=32000,
-    ),
-    "deepseek-v3": dict(
-        hidden=7168, layers=61, heads=128, q_lora=1536, kv_lora=512, nope=128, rope=64, v_head=128,
-        experts=256, shared=1, topk=8, moe_inter=2048, inter=18432, dense_layers=3, vocab=129280,
-        draft_heads=128, draft_kv_heads=8, draft_head_dim=128, draft_inter=18432, draft_vocab=32000,
-    ),
-    "deepseek-v2-lite": dict(
-        hidden=2048, layers=27, heads=16, q_lora=0, kv_lora=512, nope=128, rope=64, v_head=128,
-        experts=64, shared=2, topk=6, moe_inter=1408, inter=10944, dense_layers=1, vocab=102400,
-        draft_heads=16, draft_kv_heads=8, draft_head_dim=128, draft_inter=10944, draft_vocab=32000,
-    ),
-    "tiny": dict(
-        hidden=256, layers=4, heads=4, q_lora=128, kv_lora=64, nope=32, rope=16, v_head=32,
-        experts=16, shared=1, topk=2, moe_inter=64, inter=512, dense_layers=1, vocab=2048,
-        draft_heads=4, draft_kv_heads=2, draft_head_dim=32, draft_inter=512, draft_vocab=1024,
-    ),
-}  # fmt: skip
 
-SOURCES = {
-    "kimi-k2": "https://huggingface.co/moonshotai/Kimi-K2-Instruct/blob/main/config.json",
-    "deepseek-v3": "https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json",
-    "deepseek-v2-lite": "https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json",
-    "tiny": "regdiag's own CI shape (the spec-decode probe's tiny preset)",
-}
+def _probe_presets() -> Any:
+    """The spec-decode probe's preset module: the one table of published config.json values.
+
+    probes/ import nothing of regdiag (they run on bare remote hosts), so the table lives there and
+    regdiag reads it: from the installed `regdiag.probes` package, else from the source tree's probes/.
+    """
+    try:
+        from regdiag.probes import _presets
+
+        return _presets
+    except ImportError:
+        pass
+    name = "_regdiag_probe_presets"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "probes" / "_presets.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"probe presets not found at {path}")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # dataclasses look their module up while the class is built
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+SOURCES: dict[str, str] = dict(_probe_presets().SOURCES)
 
 DTYPE_BYTES = {
     "bfloat16": 2,
@@ -177,3 +171,11 @@ class ModelShape:
             "lm_head": float(h * self._local(self.draft_vocab) * elt),
             "embedding_rows": float(tokens * h * elt),
         }
+
+
+# The shape fields of each probe preset (hidden, layers, heads, MLA ranks, experts, top-k, widths,
+# vocab, and the EAGLE-3 draft layer's): routing options such as scoring are the probe's business.
+PRESETS: dict[str, dict[str, int]] = {
+    name: {f.name: int(d[f.name]) for f in fields(ModelShape) if f.name in d}
+    for name, d in _probe_presets().PRESETS.items()
+}
