@@ -25,16 +25,26 @@ from _presets import Shape  # noqa: E402  (the probe directory is on sys.path)
 
 
 class Comm:
-    """The collectives of one rank; a world of 1 (or a --tp-slice run) communicates nothing."""
+    """The collectives of one rank; a world of 1 (or a --tp-slice run) communicates nothing.
+
+    `enabled = False` leaves every collective out while keeping the per-rank shapes (the vocabulary
+    argmax then reads this rank's shard only): the probe times the same phases with and without
+    communication, interleaved, and the difference is the communication's share. While `log` is a list,
+    each collective appends (op, bytes) to it: the header's count and size of collectives per phase."""
 
     def __init__(self, group: Any, world: int) -> None:
         self.group = group
         self.world = world
-        self.count = 0  # collectives issued per forward, counted while building the header
+        self.enabled = True
+        self.log: list[tuple[str, int]] | None = None
+
+    def _note(self, op: str, x: torch.Tensor) -> None:
+        if self.log is not None:
+            self.log.append((op, x.numel() * x.element_size()))
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
-        self.count += 1  # counted at any world size: the header says how many a TP run would issue
-        if self.world > 1:
+        self._note("all_reduce", x)  # noted at any world size: the header says what TP would issue
+        if self.world > 1 and self.enabled:
             import torch.distributed as dist
 
             dist.all_reduce(x, group=self.group)
@@ -42,8 +52,8 @@ class Comm:
 
     def vocab_argmax(self, logits: torch.Tensor) -> torch.Tensor:
         """Argmax over a vocabulary sharded across ranks: all-gather the logits like ParallelLMHead."""
-        self.count += 1
-        if self.world == 1:
+        self._note("all_gather", logits)
+        if self.world == 1 or not self.enabled:
             return logits.argmax(-1)
         import torch.distributed as dist
 
@@ -308,11 +318,14 @@ class GQA:
 
 
 class Target:
-    def __init__(self, s: Shape, init: Init, comm: Comm, batch: int, slots: int, moe_impl: str) -> None:
+    def __init__(self, s: Shape, init: Init, comm: Comm, batch: int, slots: int, moe_impl: str,
+                 on_layer: Any = None) -> None:  # fmt: skip
         self.s, self.comm = s, comm
         self.embed = init.w(s.vocab, s.hidden, fan_in=1)  # replicated: a lookup reads T rows only
         self.layers: list[dict[str, Any]] = []
         for i in range(s.layers):
+            if on_layer is not None:
+                on_layer(i, s.layers)
             layer: dict[str, Any] = {
                 "ln1": init.ones(s.hidden),
                 "ln2": init.ones(s.hidden),

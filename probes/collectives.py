@@ -19,20 +19,16 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _probe_common import (  # noqa: E402
+from _dist import device_info, init_dist, nccl_version, pick_device, probe_main, teardown  # noqa: E402
+from _protocol import (  # noqa: E402
     PROTOCOL,
     Emitter,
     ProbeArgParser,
     Progress,
     UsageError,
-    add_rank_args,
-    apply_env_defaults,
+    add_common_args,
     env_vars,
-    one_line,
-    rank_error,
     summary,
-    supervise,
-    watch_parent,
 )
 
 NAME = "collectives"
@@ -105,16 +101,13 @@ def build_parser() -> ProbeArgParser:
         help="fewer iterations for sizes whose one all-reduce already takes this long (default 20)",
     )
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto", help="default auto")
-    p.add_argument(
-        "--launch-index", type=int, default=0, help="which launch of a run this is (set by regdiag)"
-    )
-    add_rank_args(p)
+    add_common_args(p)
     return p  # fmt: skip
 
 
 def validate(a: Any) -> None:
-    if a.tp < 1:
-        raise UsageError("--tp must be >= 1")
+    if a.tp < 2:
+        raise UsageError("--tp must be >= 2: an all-reduce needs two ranks")
     for name in ("iters", "reps"):
         if getattr(a, name) < 1:
             raise UsageError(f"--{name} must be >= 1")
@@ -122,57 +115,36 @@ def validate(a: Any) -> None:
         raise UsageError("--warmup must be >= 0")
     if a.sizes is not None and not parse_sizes(a.sizes):
         raise UsageError("--sizes: no sizes given")
+    if a.hang_timeout is not None and a.hang_timeout <= 0:
+        raise UsageError("--hang-timeout must be > 0 seconds")
 
 
-def run_rank(a: Any) -> None:
+def run_rank(a: Any, _checked: Any = None) -> None:
     import torch
     import torch.distributed as dist
 
     rank, world = a._rank, a._world
-    progress = Progress() if rank == 0 else (lambda *x, **k: None)
+    progress = Progress()
+    progress("start", force=True)
     t_rank0 = time.time()
-    cuda = a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available())
-    if cuda and rank >= torch.cuda.device_count():
-        raise UsageError(f"--tp {world} needs {world} GPUs; {torch.cuda.device_count()} visible")
-    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    from datetime import timedelta
-
-    kw: dict[str, Any] = dict(backend="nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{a._port}",
-                              rank=rank, world_size=world, timeout=timedelta(seconds=600))  # fmt: skip
-    if cuda:
-        kw["device_id"] = device
-    try:
-        dist.init_process_group(**kw)
-    except TypeError:
-        kw.pop("device_id", None)
-        dist.init_process_group(**kw)
+    device = pick_device(a.device, rank, world)
+    cuda = device.type == "cuda"
+    backend = "nccl" if cuda else "gloo"
+    init_dist(a._port, rank, world, cuda)
     sizes = parse_sizes(a.sizes or ("1K:256M" if cuda else "1K:16M"))
     dtype = getattr(torch, a.dtype)
     elt = torch.finfo(dtype).bits // 8
     names = ["ar_" + size_name(n) for n in sizes]
     factor = 2 * (world - 1) / world
     cfg = {"tp": world, "sizes": sizes, "dtype": a.dtype, "iters": a.iters, "warmup": a.warmup, "reps": a.reps,
-           "target_ms": a.target_ms, "device": device.type, "backend": kw["backend"], "op": "all_reduce(sum), in place"}  # fmt: skip
+           "target_ms": a.target_ms, "device": device.type, "backend": backend, "op": "all_reduce(sum), in place"}  # fmt: skip
     if rank == 0:
-        import platform
-
-        dev = (
-            {"type": "cuda", "name": torch.cuda.get_device_name(device), "count": torch.cuda.device_count()}
-            if cuda
-            else {"type": "cpu", "name": platform.processor() or platform.machine(), "count": os.cpu_count()}
-        )
-        nccl = None
-        if cuda:
-            v = torch.cuda.nccl.version()
-            nccl = ".".join(str(x) for x in v) if isinstance(v, tuple) else str(v)
         Emitter().emit({
             "type": "header", "protocol": PROTOCOL, "probe": NAME, "version": VERSION, "config": cfg,
             "primary": names[-1], "phases": [], "units": {n: "us" for n in names},
             "timer": "cuda-events" if cuda else "perf_counter", "python": sys.version.split()[0],
-            "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl, "device": dev, "world": world,
-            "backend": kw["backend"], "env": env_vars(), "launch_index": a.launch_index,
+            "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl_version() if cuda else None,
+            "device": device_info(device), "world": world, "backend": backend, "env": env_vars(), "launch_index": a.launch_index,
             "busbw_factor": factor, "labels": {"busbw": "algbw * 2(n-1)/n, as nccl-tests reports for all-reduce"},
         })  # fmt: skip
 
@@ -191,7 +163,7 @@ def run_rank(a: Any) -> None:
         for r in range(a.reps):
             table[r, j] = _time_ops(dist, buf, iters, cuda)
         buf.mul_(0.0)  # values grow with every sum; never time on overflowing data
-        progress("measure", j + 1, len(sizes))
+        progress("measure", j + 1, len(sizes), force=True)
     t = table.to(device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     table = t.cpu()
@@ -219,7 +191,9 @@ def run_rank(a: Any) -> None:
             "scalars": {"busbw_max_GBps": max(r["busbw_GBps"] for r in rows), "latency_min_us": min(r["us"] for r in rows)},
             "duration_s": round(time.time() - t_rank0, 3),
         })  # fmt: skip
-    dist.destroy_process_group()
+    progress("teardown", force=True)
+    del buf, t
+    teardown(world, cuda)
 
 
 def _time_ops(dist: Any, buf: Any, iters: int, cuda: bool) -> float:
@@ -241,33 +215,9 @@ def _time_ops(dist: Any, buf: Any, iters: int, cuda: bool) -> float:
 
 
 def main(argv: list[str]) -> int:
-    a = build_parser().parse_args(argv)
-    try:
-        validate(a)
-    except UsageError as e:
-        if a._rank is None:
-            Emitter().emit({"type": "error", "kind": "usage", "rank": None, "message": one_line(str(e))})
-        else:
-            rank_error(str(e), "usage")
-        return 2
-    if a._rank is None:
-        return supervise(os.path.abspath(__file__), argv, a.tp, gpu_sampling=a.device != "cpu")
-    watch_parent()
-    apply_env_defaults()
-    try:
-        run_rank(a)
-    except UsageError as e:
-        rank_error(str(e), "usage")
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except BaseException as e:
-        import traceback
-
-        traceback.print_exc(file=sys.stderr)
-        rank_error(f"{type(e).__name__}: {e}")
-        return 1
-    return 0
+    return probe_main(
+        argv, build_parser, validate, run_rank, __file__, gpu_sampling=lambda a: a.device != "cpu"
+    )
 
 
 if __name__ == "__main__":

@@ -17,22 +17,14 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _presets  # noqa: E402
-from _probe_common import (  # noqa: E402
-    CRASH_ENV,
+from _dist import probe_main  # noqa: E402
+from _hooks import CRASH_ENV, HANG_ENV, SLOW_ENV, parse_crash, parse_hang, parse_slow  # noqa: E402
+from _protocol import (  # noqa: E402
     PROTOCOL,
-    SLOW_ENV,
-    Emitter,
     ProbeArgParser,
     UsageError,
-    add_rank_args,
-    apply_env_defaults,
+    add_common_args,
     env_vars,
-    one_line,
-    parse_crash,
-    parse_slow,
-    rank_error,
-    supervise,
-    watch_parent,
 )
 
 NAME = "spec-decode"
@@ -117,9 +109,6 @@ def build_parser() -> ProbeArgParser:
     )
     p.add_argument("--seed", type=int, default=0, help="weights seed; inputs use seed + launch index")
     p.add_argument(
-        "--launch-index", type=int, default=0, help="which launch of a run this is (set by regdiag)"
-    )
-    p.add_argument(
         "--slow-phase",
         action="append",
         metavar="PHASE:MS",
@@ -132,7 +121,7 @@ def build_parser() -> ProbeArgParser:
         help=f"test hook: this rank exits abruptly (also {CRASH_ENV}=R@L)",
     )
     p.add_argument("--crash-at-launch", type=int, default=0, help="test hook: ... in this launch (default 0)")
-    add_rank_args(p)
+    add_common_args(p)
     return p  # fmt: skip
 
 
@@ -166,12 +155,17 @@ def validate(a: Any) -> dict[str, Any]:
     if crash is not None and not 0 <= crash[0] < a.tp:
         raise UsageError(f"crash hook rank {crash[0]} is not a rank of --tp {a.tp}")
     slow = parse_slow(a.slow_phase, os.environ.get(SLOW_ENV), phases_for(a.mode))
+    hang = parse_hang(os.environ.get(HANG_ENV))
+    if hang is not None and not 0 <= hang[0] < a.tp:
+        raise UsageError(f"hang hook rank {hang[0]} is not a rank of --tp {a.tp}")
+    if a.hang_timeout is not None and a.hang_timeout <= 0:
+        raise UsageError("--hang-timeout must be > 0 seconds")
     if a.preset != "auto":
         try:
             _presets.resolve_shape(a.preset, a.layers, a.tp_slice or a.tp)
         except ValueError as e:
             raise UsageError(f"{a.preset}: {e}") from None
-    return {"slow_ms": slow, "crash": list(crash) if crash else None}
+    return {"slow_ms": slow, "crash": list(crash) if crash else None, "hang": list(hang) if hang else None}
 
 
 def accept_alpha(mean: float, n: int) -> float:
@@ -186,35 +180,23 @@ def accept_alpha(mean: float, n: int) -> float:
     return (lo + hi) / 2
 
 
+def run_rank(a: Any, hooks: dict[str, Any]) -> None:
+    from _spec_runner import run_rank as run
+
+    meta = {
+        "name": NAME,
+        "version": VERSION,
+        "protocol": PROTOCOL,
+        "phases": phases_for(a.mode),
+        "env": env_vars(),
+    }
+    run(a, hooks, meta, accept_alpha)
+
+
 def main(argv: list[str]) -> int:
-    parser = build_parser()
-    a = parser.parse_args(argv)
-    if a._rank is None:
-        try:
-            validate(a)
-        except UsageError as e:
-            Emitter().emit({"type": "error", "kind": "usage", "rank": None, "message": one_line(str(e))})
-            return 2
-        return supervise(os.path.abspath(__file__), argv, a.tp, gpu_sampling=a.device != "cpu")
-    watch_parent()
-    apply_env_defaults()
-    try:
-        hooks = validate(a)
-        from _spec_runner import run_rank
-
-        run_rank(a, hooks, NAME, VERSION, PROTOCOL, phases_for(a.mode), env_vars(), accept_alpha)
-    except UsageError as e:
-        rank_error(str(e), "usage")
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except BaseException as e:  # one line for the user; the traceback stays on stderr for debugging
-        import traceback
-
-        traceback.print_exc(file=sys.stderr)
-        rank_error(f"{type(e).__name__}: {e}")
-        return 1
-    return 0
+    return probe_main(
+        argv, build_parser, validate, run_rank, __file__, gpu_sampling=lambda a: a.device != "cpu"
+    )
 
 
 if __name__ == "__main__":

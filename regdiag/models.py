@@ -18,35 +18,15 @@ its MLP and its lm_head over draft_vocab.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
 
 def _probe_presets() -> Any:
-    """The spec-decode probe's preset module: the one table of published config.json values.
+    """The spec-decode probe's preset module: the one table of published config.json values."""
+    from regdiag.probe_modules import load
 
-    probes/ import nothing of regdiag (they run on bare remote hosts), so the table lives there and
-    regdiag reads it: from the installed `regdiag.probes` package, else from the source tree's probes/.
-    """
-    try:
-        from regdiag.probes import _presets
-
-        return _presets
-    except ImportError:
-        pass
-    name = "_regdiag_probe_presets"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "probes" / "_presets.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"probe presets not found at {path}")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod  # dataclasses look their module up while the class is built
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
+    return load("_presets")
 
 
 SOURCES: dict[str, str] = dict(_probe_presets().SOURCES)

@@ -11,8 +11,9 @@ renders, `on_event` reports progress.
 Failure semantics (docs/probes.md): a launch whose probe fails (a rank crashed, a timeout, no footer)
 is recorded with status "error" and a one-line error, the launches before it are kept, no further
 launch is started and ProbeError (exit 5) is raised; a usage error reported by the probe in its first
-launch raises BadInput (exit 2) and leaves no record; Ctrl-C records the launch in flight as
-"interrupted" and re-raises KeyboardInterrupt (exit 130).
+launch raises BadInput (exit 2) and leaves no record, and so does a first launch refused because other
+processes hold the GPUs (ProbeError, exit 5); Ctrl-C, SIGTERM or SIGHUP (regdiag.interrupts) records the
+launch in flight as "interrupted" and re-raises (exit 130, 143, 129).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from regdiag import interrupts
 from regdiag.errors import BadInput, ProbeError
 from regdiag.hosts.base import CommandResult, Host
 from regdiag.runs import RunWriter, new_run, now_iso
@@ -34,7 +36,8 @@ from regdiag.runs import RunWriter, new_run, now_iso
 PROGRESS_PREFIX = "regdiag-progress "
 PROTOCOL = 1
 
-# What a run record says before the first header arrives (the header's own values replace these).
+# The probes: what a run record says before the first header arrives (the header's own values replace
+# these), and the script that runs on the host. One table: the SSH bundle is sent the script name too.
 PROBES: dict[str, dict[str, Any]] = {
     "spec-decode": {"script": "spec_decode.py", "primary": "cycle", "phases": ["draft", "verify", "extend"]},
     "collectives": {"script": "collectives.py", "primary": "ar_256MiB", "phases": []},
@@ -43,12 +46,24 @@ PRESETS = ("auto", "kimi-k2", "deepseek-v3", "deepseek-v2-lite", "tiny")  # prob
 
 EventCallback = Callable[[str, dict[str, Any]], None]
 
+# Launch deadlines when the user sets none (--timeout): the probe's own hang watch ends a hung rank
+# within minutes (docs/probes.md); this is the backstop should the probe process itself stall. Launch 0
+# may take up to LAUNCH_CAP_S; later ones LAUNCH_FACTOR times launch 0's duration, at least LAUNCH_MIN_S.
+LAUNCH_CAP_S = 1800.0
+LAUNCH_FACTOR = 4.0
+LAUNCH_MIN_S = 120.0
+
 
 def probe_script(name: str) -> Path:
-    """The probe file: from the installed `regdiag.probes` package, else the repository's probes/ dir."""
+    """The probe file that belongs with this regdiag: the probes/ beside this package in a source tree,
+    else the installed `regdiag.probes` package."""
     if name not in PROBES:
         raise BadInput(f"unknown probe {name!r}; choose from {', '.join(PROBES)}")
     fname = PROBES[name]["script"]
+    here = Path(__file__).resolve().parent
+    for p in (here.parent / "probes" / fname, here / "probes" / fname):
+        if p.is_file():
+            return p
     try:
         from importlib.resources import files
 
@@ -57,9 +72,6 @@ def probe_script(name: str) -> Path:
             return p
     except (ModuleNotFoundError, TypeError):
         pass
-    p = Path(__file__).resolve().parent.parent / "probes" / fname
-    if p.is_file():
-        return p
     raise ProbeError(f"probe script {fname} not found (neither in regdiag.probes nor in the repository)")
 
 
@@ -71,6 +83,7 @@ class LaunchStream:
     header: dict[str, Any] | None = None
     footer: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    teardown: dict[str, Any] | None = None
     cycles: list[dict[str, Any]] = field(default_factory=list)
     stray: list[str] = field(default_factory=list)
     stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
@@ -97,6 +110,8 @@ class LaunchStream:
             self.footer = obj
         elif kind == "error":
             self.error = obj
+        elif kind == "teardown":
+            self.teardown = obj
 
     def stderr_line(self, line: str) -> None:
         if line.startswith(PROGRESS_PREFIX):
@@ -131,15 +146,17 @@ class LaunchStream:
         values: dict[str, list[Any]] = {}
         naive: dict[str, list[float]] = {}
         bare: dict[str, list[float]] = {}
+        nocomm: dict[str, list[float]] = {}
         warm = 0
         for c in self.cycles:
             if c.get("warmup"):
                 warm += 1
                 continue
             t = c.get("t") or {}
-            if c.get("bare"):
+            if c.get("bare") or c.get("nocomm"):
+                side = bare if c.get("bare") else nocomm
                 for k, v in t.items():
-                    bare.setdefault(k, []).append(v)
+                    side.setdefault(k, []).append(v)
                 continue
             for k, v in t.items():
                 samples.setdefault(k, []).append(v)
@@ -150,7 +167,7 @@ class LaunchStream:
         footer = dict(self.footer) if self.footer else None
         clocks = footer.pop("clocks", []) if footer else []
         launch: dict[str, Any] = {
-            "header": self.header,
+            "header": _redacted_header(self.header),
             "warmup_dropped": (footer or {}).get("warmup_dropped", warm),
             "samples": samples,
             "values": values,
@@ -162,6 +179,12 @@ class LaunchStream:
             launch["naive_samples"] = naive
         if bare:
             launch["bare_samples"] = bare
+        if nocomm:
+            launch["nocomm_samples"] = nocomm
+        if self.teardown is not None:
+            launch["teardown"] = {k: v for k, v in self.teardown.items() if k != "type"}
+        if self.error is not None and self.error.get("kind") == "hang":
+            launch["hang"] = {k: self.error.get(k) for k in ("rank", "stage", "stacks")}
         if self.stray:
             launch["stray_stdout"] = self.stray
         return launch
@@ -206,7 +229,7 @@ def _run_once(
 
         return run_bundle(
             host,
-            ["probe", name, *args],
+            ["probe", PROBES[name]["script"], *args],
             on_stdout_line=stream.stdout_line,
             on_stderr_line=stream.stderr_line,
             timeout=timeout,
@@ -224,15 +247,20 @@ def _run_once(
 
 
 def _env_for_record(env: Mapping[str, str] | None) -> dict[str, str]:
+    """Variables as a record may hold them: the snapshot's redaction rules, so no secret is stored."""
     if not env:
         return {}
-    try:
-        from regdiag.snapshot.redact import redact_env
+    from regdiag.snapshot.redact import redact_env
 
-        kept, redacted = redact_env(dict(env))
-        return {**kept, **{k: "<redacted>" for k in redacted}}
-    except ImportError:
-        return {k: "<set>" for k in env}
+    kept, redacted = redact_env(dict(env))
+    return {**kept, **{k: "<redacted>" for k in redacted}}
+
+
+def _redacted_header(header: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The probe reports the NCCL_* variables each rank saw, raw (it knows no redaction rules)."""
+    if header is None or not isinstance(header.get("env"), dict):
+        return header
+    return {**header, "env": _env_for_record({str(k): str(v) for k, v in header["env"].items()})}
 
 
 def run_probe(
@@ -249,7 +277,8 @@ def run_probe(
 ) -> RunResult:
     """Run `launches` launches of probe `name` with `args` on `host`; see the module docstring.
 
-    `env` is added to each launch's environment (bisect's env-var factors); `timeout` bounds one launch.
+    `env` is added to each launch's environment (bisect's env-var factors); `timeout` bounds one launch
+    (None: LAUNCH_CAP_S for the first, then LAUNCH_FACTOR x the first's duration).
     Events for a progress display: ("start", {"path", "id"}), ("snapshot", {"when"}), ("launch_start", {"index", "of"}),
     ("progress", {"index", "stage", "done", "total"}), ("launch_end", {"index", "launch"}).
     """
@@ -276,7 +305,7 @@ def run_probe(
     emit("start", {"path": str(writer.path), "id": run["id"]})
     try:
         _launches(writer, host, name, args, launches, env, timeout, snapshot, emit, warnings)
-    except _UsageAbort:
+    except (_UsageAbort, _BusyAbort):
         writer.path.unlink(missing_ok=True)  # nothing was measured: leave no record behind
         raise
     except KeyboardInterrupt:
@@ -310,15 +339,19 @@ def _launches(
         if why:
             warnings.append(f"snapshot before: {why}")
         writer.flush()
+    limit = timeout or LAUNCH_CAP_S
     for i in range(launches):
+        if i == 1 and timeout is None and writer.run["launches"][0]["status"] == "ok":
+            # The first launch says how long one takes; a later one far past that is hung.
+            limit = max(LAUNCH_MIN_S, LAUNCH_FACTOR * writer.run["launches"][0]["duration_s"])
         emit("launch_start", {"index": i, "of": launches})
         stream = LaunchStream(on_progress=_progress_to(emit, i))
         started, t0 = now_iso(), time.monotonic()
         res: CommandResult | None = None
         try:
-            res = _run_once(host, name, [*args, "--launch-index", str(i)], stream, env, timeout)
-        except KeyboardInterrupt:
-            launch = _finish_launch(stream, i, started, t0, None, "interrupted", "interrupted (Ctrl-C)")
+            res = _run_once(host, name, [*args, "--launch-index", str(i)], stream, env, limit)
+        except KeyboardInterrupt as e:
+            launch = _finish_launch(stream, i, started, t0, None, "interrupted", interrupts.describe(e))
             writer.add_launch(launch)
             emit("launch_end", {"index": i, "launch": launch})
             raise
@@ -327,9 +360,12 @@ def _launches(
             writer.add_launch(launch)
             emit("launch_end", {"index": i, "launch": launch})
             raise
-        why = stream.failure(res, timeout)
-        if why is not None and i == 0 and (stream.error or {}).get("kind") == "usage":
+        why = stream.failure(res, limit)
+        kind = (stream.error or {}).get("kind")
+        if why is not None and i == 0 and kind == "usage":
             raise _UsageAbort(why)
+        if why is not None and i == 0 and kind == "busy":
+            raise _BusyAbort(why)
         launch = _finish_launch(stream, i, started, t0, res, "ok" if why is None else "error", why)
         if i == 0 and stream.header is not None:
             _adopt_header(writer.run, stream.header)
@@ -354,6 +390,10 @@ def _progress_to(emit: EventCallback, index: int) -> Callable[[dict[str, Any]], 
 
 class _UsageAbort(BadInput):
     """The probe refused its arguments: nothing was measured, so no record is left behind."""
+
+
+class _BusyAbort(ProbeError):
+    """The GPUs are held by other processes: nothing was measured, so no record is left behind."""
 
 
 def _after(writer: RunWriter, host: Host, emit: EventCallback, warnings: list[str]) -> None:

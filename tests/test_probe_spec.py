@@ -29,8 +29,9 @@ def plain():
 @pytest.mark.slow
 def test_protocol_header_cycles_footer(plain):
     kinds = [ln["type"] for ln in plain.lines]
-    assert kinds[0] == "header" and kinds[-1] == "footer"
-    assert set(kinds) == {"header", "cycle", "footer"}
+    assert kinds[0] == "header" and kinds[-2:] == ["footer", "teardown"]
+    assert set(kinds) == {"header", "cycle", "footer", "teardown"}
+    assert plain.of("teardown")[0]["forced"] is False  # the ranks left on their own after the footer
     h = plain.header
     assert h["protocol"] == 1 and h["probe"] == "spec-decode" and h["version"] == "1"
     assert h["config"]["preset"] == "tiny" and h["config"]["context"] == 64 and h["config"]["tp"] == 1

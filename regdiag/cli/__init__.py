@@ -7,7 +7,7 @@ import sys
 
 import typer
 
-from regdiag import __version__
+from regdiag import __version__, interrupts
 from regdiag.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RegdiagError
 from regdiag.records import RecordError
 
@@ -86,16 +86,24 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _interrupted(exc: BaseException | None = None) -> None:
+    _fail(
+        f"{interrupts.describe(exc)}; everything finished before this point was kept",
+        interrupts.exit_status(exc),
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: every user-facing error is one line on stderr with a documented exit code."""
+    interrupts.install()  # SIGTERM and SIGHUP stop children and keep results, like Ctrl-C
     try:
         rv = app(args=argv, standalone_mode=False)
     except RegdiagError as e:
         _fail(str(e), e.exit_code)
     except RecordError as e:
         _fail(str(e), EXIT_BAD_INPUT)
-    except KeyboardInterrupt:
-        _fail("interrupted; everything finished before this point was kept", EXIT_INTERRUPTED)
+    except KeyboardInterrupt as e:
+        _interrupted(e)
     except OSError as e:
         # A path the user gave that cannot be written or read (-o /proc/x, a journal in a missing dir).
         where = f"{e.filename}: " if e.filename else ""
@@ -103,6 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except typer.Abort:
+        if interrupts.last_signal() is not None:
+            _interrupted()
         _fail("aborted", EXIT_INTERRUPTED)
     except Exception as e:  # click's usage errors (typer may vendor its own click)
         exc_mod = click_exceptions()
@@ -119,5 +129,5 @@ def main(argv: list[str] | None = None) -> None:
     # In non-standalone mode click returns the code of a `typer.Exit(code)` instead of exiting; newer
     # typer also turns Ctrl-C inside a command into a returned 130 rather than KeyboardInterrupt.
     if rv == EXIT_INTERRUPTED:
-        _fail("interrupted; everything finished before this point was kept", EXIT_INTERRUPTED)
+        _interrupted()
     sys.exit(rv if isinstance(rv, int) else 0)

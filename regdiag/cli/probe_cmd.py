@@ -11,6 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from regdiag import interrupts
 from regdiag.cli.common import (
     HostOpt,
     JsonOpt,
@@ -21,7 +22,7 @@ from regdiag.cli.common import (
     print_json,
     probe_group,
 )
-from regdiag.errors import EXIT_INTERRUPTED, BadInput, RegdiagError
+from regdiag.errors import BadInput, RegdiagError
 
 SPEC_HELP = """Synchronized per-phase timing of a speculative-decoding cycle on a synthetic MoE.
 
@@ -92,7 +93,21 @@ LaunchesOpt = typer.Option(
     "at 2 % launch-to-launch noise (docs/statistics.md).",
 )
 TimeoutOpt = typer.Option(
-    1800.0, "--timeout", min=0.001, help="Seconds one launch may take before it is stopped."
+    None,
+    "--timeout",
+    min=0.001,
+    help="Seconds one launch may take before it is stopped. Default: 1800 for the first launch, then 4x "
+    "its duration (at least 120); a rank that stops making progress is caught sooner (--hang-timeout).",
+)
+HangOpt = typer.Option(
+    None,
+    "--hang-timeout",
+    min=0.001,
+    help="Seconds a rank may go without progress before the launch ends as hung, naming the rank and "
+    "where it was stuck. Default 180 while starting and building, 60 once measuring.",
+)
+BusyOpt = typer.Option(
+    False, "--allow-busy-gpu", help="Run even when other processes hold memory on the GPUs the probe uses."
 )
 NoSnapOpt = typer.Option(False, "--no-snapshot", help="Skip the environment snapshots before and after.")
 
@@ -121,6 +136,8 @@ def spec_decode(
     slow_phase: list[str] = typer.Option(None, "--slow-phase", help="Test hook: PHASE:MS adds MS of real busy work to PHASE (also REGDIAG_PROBE_SLOW)."),
     crash_rank: int = typer.Option(None, "--crash-rank", help="Test hook: this rank exits abruptly ..."),
     crash_at_launch: int = typer.Option(None, "--crash-at-launch", help="Test hook: ... in this launch (default 0; also REGDIAG_PROBE_CRASH=R@L)."),
+    hang_timeout: float = HangOpt,
+    allow_busy_gpu: bool = BusyOpt,
     timeout: float = TimeoutOpt,
     no_snapshot: bool = NoSnapOpt,
     output: Path = RecordOpt,
@@ -145,7 +162,7 @@ def spec_decode(
         "num_draft_tokens": num_draft_tokens, "accept_mean": accept_mean, "batch": batch, "context": context,
         "naive_timer": naive_timer, "block": block, "device": device.value, "dtype": dtype.value,
         "moe_impl": moe_impl.value, "seed": seed, "slow_phase": slow_phase or None, "crash_rank": crash_rank,
-        "crash_at_launch": crash_at_launch,
+        "crash_at_launch": crash_at_launch, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu,
     }  # fmt: skip
     _run("spec-decode", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config)
 
@@ -158,6 +175,8 @@ def collectives(
     reps: int = typer.Option(5, "--reps", help="Timed repetitions per size (the 'cycles' of the record)."),
     warmup: int = typer.Option(5, "--warmup", help="Untimed all-reduces per size."),
     device: Device = typer.Option(Device.auto, "--device", help="auto: CUDA when torch sees a GPU, else CPU."),
+    hang_timeout: float = HangOpt,
+    allow_busy_gpu: bool = BusyOpt,
     launches: int = LaunchesOpt,
     timeout: float = TimeoutOpt,
     no_snapshot: bool = NoSnapOpt,
@@ -170,7 +189,7 @@ def collectives(
     if dtype not in ("float32", "bfloat16"):
         raise BadInput(f"--dtype {dtype!r}: float32 or bfloat16")
     for name, val, low in (
-        ("--tp", tp, 1),
+        ("--tp", tp, 2),
         ("--iters", iters, 1),
         ("--reps", reps, 1),
         ("--warmup", warmup, 0),
@@ -178,7 +197,7 @@ def collectives(
         if val < low:
             raise BadInput(f"{name} must be >= {low}")
     options = {"tp": tp, "sizes": sizes, "dtype": dtype, "iters": iters, "reps": reps, "warmup": warmup,
-               "device": device.value}  # fmt: skip
+               "device": device.value, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu}  # fmt: skip
     _run("collectives", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config)
 
 
@@ -186,7 +205,7 @@ def _run(
     name: str,
     options: dict[str, Any],
     launches: int,
-    timeout: float,
+    timeout: float | None,
     no_snapshot: bool,
     output: Path | None,
     json_out: bool,
@@ -239,10 +258,10 @@ def _run(
                 host, name, args, launches=launches, output=output, timeout=timeout, snapshot=not no_snapshot,
                 on_event=on_event,
             )  # fmt: skip
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         # Said here, in one line: typer turns a KeyboardInterrupt into a silent exit 130.
         kept = f"; finished launches kept in {where['path']}" if "path" in where else ""
-        raise RegdiagError(f"interrupted{kept}", EXIT_INTERRUPTED) from None
+        raise RegdiagError(f"{interrupts.describe(e)}{kept}", interrupts.exit_status(e)) from None
     finally:
         host.close()
     summary = summarize_run(result.run)

@@ -52,13 +52,16 @@ def bundle_files() -> dict[str, bytes]:
         "__main__.py": (root / "hosts" / "bundle_main.py").read_bytes(),
         "regdiag/__init__.py": (root / "__init__.py").read_bytes(),
         "regdiag/records.py": (root / "records.py").read_bytes(),
+        "regdiag/probe_modules.py": (root / "probe_modules.py").read_bytes(),
     }
     snapshot = root / "snapshot"
     if snapshot.is_dir():
         for f in sorted(snapshot.rglob("*.py")):
             if "__pycache__" not in f.parts:
                 files["regdiag/snapshot/" + f.relative_to(snapshot).as_posix()] = f.read_bytes()
-    probes = _package_dir("regdiag.probes")
+    # The probes that belong with this regdiag: the source tree's, else the installed package's.
+    probes = root.parent / "probes" if (root.parent / "probes" / "_protocol.py").is_file() else None
+    probes = probes or _package_dir("regdiag.probes")
     files["regdiag/probes/__init__.py"] = b""
     if probes is not None and probes.is_dir():
         for f in sorted(probes.glob("*.py")):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from regdiag.hosts.base import CommandResult, Host, LineCallback
+from regdiag.interrupts import deferred
 
 
 def _pump(stream: IO[bytes], sink: list[bytes] | None, callback: LineCallback | None) -> None:
@@ -69,20 +70,26 @@ class LocalHost(Host):
         if env:
             full_env.update(env)
         t0 = time.monotonic()
+        proc: subprocess.Popen[bytes] | None = None
         try:
-            proc = subprocess.Popen(
-                list(argv),
-                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=full_env,
-                cwd=cwd,
-                start_new_session=True,  # its own process group, so a timeout kills the whole tree
-            )
+            with deferred():  # a Ctrl-C here would orphan a child that was already started
+                proc = subprocess.Popen(
+                    list(argv),
+                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=full_env,
+                    cwd=cwd,
+                    start_new_session=True,  # its own process group, so a timeout kills the whole tree
+                )
         except FileNotFoundError:
             return CommandResult(list(argv), 127, b"", f"{argv[0]}: not found\n".encode(), 0.0)
         except PermissionError:
             return CommandResult(list(argv), 126, b"", f"{argv[0]}: permission denied\n".encode(), 0.0)
+        except KeyboardInterrupt:  # held back until the child existed: stop it, then go
+            if proc is not None:
+                kill_tree(proc)
+            raise
         out: list[bytes] | None = [] if keep_output else None
         err: list[bytes] = []
         assert proc.stdout is not None and proc.stderr is not None

@@ -15,7 +15,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from regdiag.probe_modules import load as load_probe_module
 from regdiag.snapshot import fields as F
+
+describe_processes = load_probe_module("_nvml").describe_processes
 
 ERROR = "error"
 WARNING = "warning"
@@ -97,7 +100,10 @@ def _check_gpu(g: dict[str, Any]) -> list[dict[str, Any]]:
             what = []
             if util is not None:
                 what.append(f"utilization {util} %")
-            if procs:
+            listed = v("processes")
+            if listed:  # who: pid, command and memory, as the probes' busy-GPU refusal says it
+                what.append(describe_processes(listed))
+            elif procs:
                 what.append(f"{procs} compute process{'es' if procs != 1 else ''}")
             out.append(
                 _reason(

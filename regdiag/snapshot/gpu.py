@@ -13,22 +13,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from regdiag.probe_modules import load as load_probe_module
 from regdiag.snapshot import fields as F
 
-# Clock-event ("throttle") reason bits, from nvml.h (nvmlClocksEventReason*).
-REASON_BITS = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-    (0x200, "board_limit"),
-    (0x400, "reliability"),
-)
+# Clock-event ("throttle") reason bits: the one table, shared with the probes' clock sampler.
+_NVML = load_probe_module("_nvml")
+REASON_BITS = _NVML.REASON_BITS
+reason_names = _NVML.reason_names
 
 # nvmlPerfPolicyType_t -> name, for the cumulative violation (throttle time) counters.
 VIOLATION_POLICIES = (
@@ -59,16 +50,6 @@ NVML_FUNCTION_NOT_FOUND = 13
 NVLINK_MAX_LINKS = 18
 # Device nodes the NVIDIA driver creates (/dev/dxg: WSL2, where NVML goes through DirectX).
 DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
-
-
-def reason_names(mask: int) -> list[str]:
-    if mask == 0:
-        return ["none"]
-    names = [name for bit, name in REASON_BITS if mask & bit]
-    rest = mask & ~sum(bit for bit, _ in REASON_BITS)
-    if rest:
-        names.append(hex(rest))
-    return names
 
 
 def _s(v: Any) -> str:
@@ -218,10 +199,21 @@ def _device(nv: _Nvml, i: int, h: Any) -> dict[str, F.Field]:
         "memory_used_mib": nv.call("nvmlDeviceGetMemoryInfo", h, conv=lambda m: m.used >> 20),
         "memory_total_mib": nv.call("nvmlDeviceGetMemoryInfo", h, conv=lambda m: m.total >> 20),
         "compute_processes": nv.call("nvmlDeviceGetComputeRunningProcesses", h, conv=len),
+        # Who holds the GPU, for `snapshot --check` and the probes' busy-GPU refusal (one helper for both).
+        "processes": _processes(nv, i, h),
         "numa_node": nv.call("nvmlDeviceGetNumaNodeId", h),
         "nvlink": _nvlinks(nv, h),
     }
     return {f"gpu{i}.{k}": v for k, v in f.items()}
+
+
+def _processes(nv: _Nvml, i: int, h: Any) -> F.Field:
+    """[{gpu, pid, used_bytes, command}] of the processes on this GPU (the command is its program and
+    first argument only: the rest of a command line may carry secrets)."""
+    try:
+        return F.ok(_NVML.gpu_processes(nv.n, [(i, h)]))
+    except Exception as e:  # noqa: BLE001
+        return F.error(f"processes: {F.describe_exc(e)}")
 
 
 def _violations(nv: _Nvml, h: Any) -> F.Field:

@@ -1,0 +1,65 @@
+"""Test hooks, documented in docs/probes.md: they do real work (slow), really kill a rank (crash) or
+really hang one (hang), so the failure paths are exercised by the real code on CPU and GPU alike."""
+
+from __future__ import annotations
+
+from _protocol import UsageError
+
+SLOW_ENV = "REGDIAG_PROBE_SLOW"  # "verify:2.0,draft:0.5" = add that many ms of busy work to the phase
+CRASH_ENV = "REGDIAG_PROBE_CRASH"  # "RANK@LAUNCH" = that rank exits abruptly in that launch
+HANG_ENV = "REGDIAG_PROBE_HANG"  # "RANK@STAGE" = that rank sleeps forever when it reaches STAGE
+HANG_STAGES = ("build", "measure", "teardown")
+
+
+def parse_crash(spec: str | None, env: str | None) -> tuple[int, int] | None:
+    """'--crash-rank R --crash-at-launch L' or REGDIAG_PROBE_CRASH='R@L' -> (R, L)."""
+    text = spec or env
+    if not text:
+        return None
+    try:
+        r, _, la = text.partition("@")
+        return int(r), int(la or 0)
+    except ValueError:
+        raise UsageError(f"crash hook {text!r}: expected RANK@LAUNCH, e.g. 1@2") from None
+
+
+def parse_hang(env: str | None) -> tuple[int, str] | None:
+    """REGDIAG_PROBE_HANG='R@STAGE' -> (R, STAGE)."""
+    if not env:
+        return None
+    r, _, stage = env.partition("@")
+    if not r.strip().isdigit() or stage not in HANG_STAGES:
+        raise UsageError(f"hang hook {env!r}: expected RANK@STAGE with STAGE one of {', '.join(HANG_STAGES)}")
+    return int(r), stage
+
+
+def parse_slow(items: list[str] | None, env: str | None, phases: list[str]) -> dict[str, float]:
+    """'verify:2.0' (repeatable, or comma-separated in REGDIAG_PROBE_SLOW) -> {'verify': 2.0} in ms."""
+    out: dict[str, float] = {}
+    specs = list(items or [])
+    if env:
+        specs += [s for s in env.split(",") if s.strip()]
+    for spec in specs:
+        name, _, ms = spec.strip().partition(":")
+        if name not in phases:
+            raise UsageError(f"slow-phase {spec!r}: phase must be one of {', '.join(phases)}")
+        try:
+            val = float(ms)
+        except ValueError:
+            raise UsageError(f"slow-phase {spec!r}: expected PHASE:MS, e.g. verify:2.0") from None
+        if val < 0:
+            raise UsageError(f"slow-phase {spec!r}: milliseconds must be >= 0")
+        out[name] = out.get(name, 0.0) + val
+    return out
+
+
+def hang_here(hang: tuple[int, str] | None, rank: int, stage: str) -> None:
+    """The hang hook: block this rank for good (the supervisor must notice, name it and kill it)."""
+    if hang is not None and hang[0] == rank and hang[1] == stage:
+        import sys
+        import time
+
+        sys.stderr.write(f"rank {rank}: hanging on purpose (test hook {HANG_ENV}) at {stage}\n")
+        sys.stderr.flush()
+        while True:
+            time.sleep(3600)
