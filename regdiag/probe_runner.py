@@ -490,7 +490,10 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
         )
         clock = {"sm_mhz_min": min(sm), "sm_mhz_median": statistics.median(sm), "sm_mhz_max": max(sm),
                  "reasons": reasons, "samples": len(clocks)}  # fmt: skip
+    from regdiag.comm import comm_shares
+
     return {
+        "comm": {c.phase: c.to_dict() for c in comm_shares(run)},
         "id": run.get("id"),
         "status": run.get("status"),
         "probe": run.get("probe", {}).get("name"),
