@@ -70,9 +70,10 @@ def rank_setup() -> None:
 # ------------------------------------------------------------------------------ torch.distributed
 
 
-def init_dist(port: int, rank: int, world: int, cuda: bool) -> Any:
-    """The default process group over loopback (NCCL on GPUs, gloo on CPU); None for one rank."""
-    if world == 1:
+def init_dist(port: int, rank: int, world: int, cuda: bool, *, single: bool = False) -> Any:
+    """The default process group over loopback (NCCL on GPUs, gloo on CPU); None for one rank unless
+    `single` (the collectives probe times NCCL's one-rank path too)."""
+    if world == 1 and not single:
         return None
     from datetime import timedelta
 
@@ -173,8 +174,6 @@ def teardown(world: int, cuda: bool, release: Callable[[], None] | None = None) 
         import torch
 
         torch.cuda.synchronize()
-    if world == 1:
-        return
     import torch.distributed as dist
 
     if not dist.is_initialized():

@@ -106,8 +106,8 @@ def build_parser() -> ProbeArgParser:
 
 
 def validate(a: Any) -> None:
-    if a.tp < 2:
-        raise UsageError("--tp must be >= 2: an all-reduce needs two ranks")
+    if a.tp < 1:
+        raise UsageError("--tp must be >= 1")
     for name in ("iters", "reps"):
         if getattr(a, name) < 1:
             raise UsageError(f"--{name} must be >= 1")
@@ -130,7 +130,7 @@ def run_rank(a: Any, _checked: Any = None) -> None:
     device = pick_device(a.device, rank, world)
     cuda = device.type == "cuda"
     backend = "nccl" if cuda else "gloo"
-    init_dist(a._port, rank, world, cuda)
+    init_dist(a._port, rank, world, cuda, single=True)
     sizes = parse_sizes(a.sizes or ("1K:256M" if cuda else "1K:16M"))
     dtype = getattr(torch, a.dtype)
     elt = torch.finfo(dtype).bits // 8

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from regdiag import stats
+from regdiag.comm import CommShare, comm_shares
 from regdiag.errors import BadInput
 from regdiag.models import DTYPE_BYTES, ModelShape, touched_experts
 from regdiag.records import RUN, RecordError, check_record
@@ -148,6 +149,7 @@ class Explanation:
     bandwidth_source: str
     model: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
+    comm: list[CommShare] = field(default_factory=list)  # measured at TP > 1 (regdiag.comm)
 
     def physics_line(self) -> str | None:
         """verify vs decode: how much of the extra cost the bytes explain."""
@@ -170,6 +172,7 @@ class Explanation:
             "bandwidth_source": self.bandwidth_source,
             "model": self.model,
             "physics": self.physics_line(),
+            "communication": [c.to_dict() for c in self.comm],
             "notes": self.notes,
         }
 
@@ -330,7 +333,8 @@ def explain_run(
             notes.append(
                 f"the probe ran {shape.layers} of {_full_layers(shape, header)} layers: bytes and floors are for those"
             )
-    return Explanation(tput, rows, bandwidth, bw_src, None if shape is None else shape.to_dict(), notes)
+    comm = [c for c in comm_shares(run) if c.phase != "cycle"]
+    return Explanation(tput, rows, bandwidth, bw_src, None if shape is None else shape.to_dict(), notes, comm)
 
 
 def _full_layers(shape: ModelShape, header: dict[str, Any]) -> int:

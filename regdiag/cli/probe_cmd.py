@@ -189,7 +189,7 @@ def collectives(
     if dtype not in ("float32", "bfloat16"):
         raise BadInput(f"--dtype {dtype!r}: float32 or bfloat16")
     for name, val, low in (
-        ("--tp", tp, 2),
+        ("--tp", tp, 1),
         ("--iters", iters, 1),
         ("--reps", reps, 1),
         ("--warmup", warmup, 0),

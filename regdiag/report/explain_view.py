@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from regdiag.comm import CommShare
 from regdiag.explain import Explanation, PhaseRoofline
 
 
@@ -31,6 +32,14 @@ def _graph(p: PhaseRoofline) -> str:
 
 def _experts(p: PhaseRoofline) -> str:
     return "-" if p.touched_experts is None else f"{p.touched_experts:.1f}"
+
+
+def _ci(c: CommShare) -> str:
+    return "-" if c.ci_ms is None else f"{c.ci_ms[0]:.3g}–{c.ci_ms[1]:.3g}"
+
+
+def _share(c: CommShare) -> str:
+    return "-" if c.share is None else f"{100 * c.share:.1f} %"
 
 
 def _bw(e: Explanation) -> str:
@@ -91,6 +100,16 @@ def terminal(e: Explanation, console: Console) -> None:
             console.print(f"  [{i}] {text}", highlight=False, markup=False)
         if physics := e.physics_line():
             console.print(physics, highlight=False)
+    if e.comm:
+        table = Table(
+            box=None, header_style="bold", title="communication, measured (TP > 1)", title_justify="left"
+        )
+        for col in ("phase", "with", "without", "comm", "95 % CI", "share", "per forward"):
+            table.add_column(col, justify="left" if col in ("phase", "per forward") else "right")
+        for c in e.comm:
+            table.add_row(c.phase, _ms(c.with_ms), _ms(c.without_ms), _ms(c.comm_ms), _ci(c), _share(c),
+                          c.collectives_text())  # fmt: skip
+        console.print(table)
     for n in e.notes:
         console.print(f"note: {n}", style="dim", highlight=False)
 
@@ -118,5 +137,15 @@ def markdown(e: Explanation) -> str:
         out.append("")
         if physics := e.physics_line():
             out += [physics, ""]
+    if e.comm:
+        out += [
+            "Communication, measured (the same phases with the collectives left out, interleaved):",
+            "",
+            "| phase | with | without | communication | 95 % CI | share | per forward |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        out += [f"| {c.phase} | {_ms(c.with_ms)} | {_ms(c.without_ms)} | {_ms(c.comm_ms)} | {_ci(c)} | {_share(c)} "
+                f"| {c.collectives_text()} |" for c in e.comm]  # fmt: skip
+        out.append("")
     out += [f"- note: {n}" for n in e.notes]
     return "\n".join(out).rstrip() + "\n"
