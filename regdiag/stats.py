@@ -39,6 +39,7 @@ VERDICTS = (REGRESSED, IMPROVED, UNCHANGED, INCONCLUSIVE)
 WELCH = "welch"
 BOOTSTRAP = "bootstrap"
 METHODS = (WELCH, BOOTSTRAP)
+PAIRED = "paired"  # the method of an estimate from an interleaved run (paired t)
 
 DEFAULT_MARGIN = 0.02
 DEFAULT_LEVEL = 0.95
@@ -457,7 +458,6 @@ def estimate_ratio_paired(
 
 # --- drift: do a side's launches trend with time? -----------------------------------------------
 
-PAIRED = "paired"
 DRIFT_MIN_LAUNCHES = 4  # fewer launches than this cannot show a trend
 
 
