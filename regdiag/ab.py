@@ -82,7 +82,12 @@ def _sides(req: AbRequest) -> tuple[Side, Side, str | None]:
     # An empty spec is this environment as it is (the usual A of "does this one change matter?").
     a = load_side(req.a, "--a") if req.a.strip() else Spec(source="this environment")
     b = load_side(req.b, "--b") if req.b.strip() else Spec(source="this environment")
+    if (a.commit is None) != (b.commit is None):
+        raise BadInput("commit= is given for one side only: give the engine commit of both sides")
     d = diff(a, b)
+    if d.notes:
+        # A difference that cannot be reproduced here: measuring anyway would compare something else.
+        raise BadInput(f"--a and --b: {d.notes[0]}")
     repo = req.repo or a.repo or b.repo
     out = []
     for label, spec, pick in (("A", a, 0), ("B", b, 1)):
