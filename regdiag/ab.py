@@ -242,7 +242,9 @@ def _measure(
         try:
             res = _run_once(req, host, s, argv_for, i, stream)
         except KeyboardInterrupt:
-            _add(w, pr._finish_launch(stream, i, started, t0, None, "interrupted", "interrupted (Ctrl-C)"), pos)
+            _add(
+                w, pr._finish_launch(stream, i, started, t0, None, "interrupted", "interrupted (Ctrl-C)"), pos
+            )
             raise
         except (ProbeError, BadInput):
             raise
@@ -284,7 +286,12 @@ def _run_once(
     values = {k: v for k, v in s.env.items() if v is not None}
     if host.via != "local":
         return pr._run_once(
-            host, str(req.probe), [*req.probe_args, "--launch-index", str(index)], stream, values, req.launch_timeout
+            host,
+            str(req.probe),
+            [*req.probe_args, "--launch-index", str(index)],
+            stream,
+            values,
+            req.launch_timeout,
         )
     built = s.built
     assert built is not None

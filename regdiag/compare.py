@@ -335,7 +335,9 @@ def compare_runs(
         paired = method == stats.WELCH and len(lo_) >= 2
         design["pairs"] = len(lo_)
         if unpaired:
-            warnings.append(f"{unpaired} launch(es) without a partner in the other side left out of the pairing")
+            warnings.append(
+                f"{unpaired} launch(es) without a partner in the other side left out of the pairing"
+            )
         if method != stats.WELCH:
             notes.append("interleaved run compared with the bootstrap: the pairing is not used")
     names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, allow_mismatch, warnings)

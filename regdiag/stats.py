@@ -533,7 +533,7 @@ class Trend:
         return asdict(self)
 
 
-def trend(centers: Sequence[float]) -> Trend | None:
+def trend(centers: Sequence[float] | np.ndarray) -> Trend | None:
     """The trend of launch centres given in the order they ran; None with fewer than 4 launches."""
     c = np.asarray(centers, dtype=float)
     if c.size < DRIFT_MIN_LAUNCHES or np.any(c <= 0):

@@ -9,9 +9,9 @@ import math
 
 import numpy as np
 import pytest
+from compare_helpers import launch, run_record
 from scipy import stats as sps
 
-from compare_helpers import launch, run_record
 from regdiag import compare, stats
 
 
@@ -28,7 +28,10 @@ def test_spearman_matches_scipy_and_exact_p():
     ref = sps.spearmanr(np.arange(8), y)
     assert rho == pytest.approx(ref.statistic)
     exact = sps.permutation_test(
-        (y,), lambda v: sps.spearmanr(np.arange(8), v).statistic, permutation_type="pairings", n_resamples=50000
+        (y,),
+        lambda v: sps.spearmanr(np.arange(8), v).statistic,
+        permutation_type="pairings",
+        n_resamples=50000,
     )
     assert p == pytest.approx(exact.pvalue, abs=0.01)
     # A strictly increasing series of 5: only 2 of the 120 orders reach |rho| = 1.
@@ -119,7 +122,9 @@ def _records(old_centers, new_centers, *, interleaved, start_old=0, start_new=10
         for i, c in enumerate(centers):
             cyc = list(c * np.exp(rng.normal(0, 0.001, 15)))
             la = launch({"cycle": cyc}, index=i)
-            la["started"] = f"2026-11-30T10:{(start + 10 * i) // 60 % 60:02d}:{(start + 10 * i) % 60:02d}+00:00"
+            la["started"] = (
+                f"2026-11-30T10:{(start + 10 * i) // 60 % 60:02d}:{(start + 10 * i) % 60:02d}+00:00"
+            )
             la["duration_s"] = 5.0
             if interleaved:
                 la["order"], la["pair"] = orders[i], i

@@ -26,7 +26,9 @@ HELP = (
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("ab", help=HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+    @app.command(
+        "ab", help=HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": False}
+    )
     def ab(
         ctx: typer.Context,
         a: str = typer.Option(..., "--a", help="Side A (the reference): a spec, a snapshot or run file."),
@@ -45,19 +47,27 @@ def register(app: typer.Typer) -> None:
             "2%", "--margin", "-m", help="Smallest change that matters, as 2% or 0.02 (default 2%)."
         ),
         output: Path | None = typer.Option(
-            None, "-o", "--output", help="Write the records to PREFIX-a.json and PREFIX-b.json.", dir_okay=False
+            None,
+            "-o",
+            "--output",
+            help="Write the records to PREFIX-a.json and PREFIX-b.json.",
+            dir_okay=False,
         ),
         repo: Path | None = typer.Option(
             None, "--repo", help="The engine's git checkout, for a commit= spec.", file_okay=False
         ),
         setup: str | None = typer.Option(
-            None, "--setup", help="Shell command run in each commit's worktree after checkout (default: none)."
+            None,
+            "--setup",
+            help="Shell command run in each commit's worktree after checkout (default: none).",
         ),
         find_links: Path | None = typer.Option(
             None, "--find-links", help="Install packages from this directory of wheels only.", file_okay=False
         ),
         index_url: str | None = typer.Option(None, "--index-url", help="Package index (default: pip's own)."),
-        installer: str = typer.Option("auto", "--installer", help="auto (uv if on PATH, else pip), uv or pip."),
+        installer: str = typer.Option(
+            "auto", "--installer", help="auto (uv if on PATH, else pip), uv or pip."
+        ),
         launch_timeout: float = typer.Option(
             600.0, "--launch-timeout", min=0.001, help="Seconds per launch (default 600)."
         ),
