@@ -11,6 +11,7 @@ Library code: no typer, no rich. Bad input raises BadInput with one line.
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -44,6 +45,12 @@ HIGHER_IS_BETTER_UNITS = frozenset({"tok/s", "tokens/s", "GB/s", "GiB/s", "B/s",
 HIGHER_IS_BETTER_NAMES = frozenset(
     {"accept_len", "tok_s", "throughput", "busbw", "algbw", "bandwidth", "goodput"}
 )
+INTERLEAVED = "interleaved"
+SEQUENTIAL = "sequential"
+OVERLAPPING = "overlapping"
+UNKNOWN = "unknown"
+DRIFT_ALPHA = 0.05
+POSSIBLY_DRIFT = "possibly drift"
 EXIT_CODES = {
     stats.REGRESSED: EXIT_REGRESSED,
     stats.INCONCLUSIVE: EXIT_INCONCLUSIVE,
@@ -118,6 +125,10 @@ class Comparison:
     env_diff: list[dict[str, Any]] | None
     env_note: str
     notes: list[str] = field(default_factory=list)
+    # How the two sides were measured: {"kind": "interleaved" | "sequential" | "overlapping" | "unknown", ...}
+    design: dict[str, Any] = field(default_factory=lambda: {"kind": UNKNOWN})
+    drift: dict[str, stats.Trend | None] = field(default_factory=dict)  # per side label, of the primary
+    verdict_note: str | None = None  # "possibly drift": a change that a drifting machine can explain
 
     @property
     def exit_code(self) -> int:
@@ -150,6 +161,9 @@ class Comparison:
                 "notes": self.notes,
                 "env_diff": self.env_diff,
                 "env_note": self.env_note,
+                "design": self.design,
+                "drift": {k: None if t is None else t.to_dict() for k, t in self.drift.items()},
+                "verdict_note": self.verdict_note,
             }
         )
 
@@ -190,6 +204,9 @@ def _usable(run: dict[str, Any], label: str) -> tuple[list[dict[str, Any]], list
                 "clocks": la.get("clocks") if isinstance(la.get("clocks"), list) else [],
                 "header": la.get("header") if isinstance(la.get("header"), dict) else {},
                 "footer": la.get("footer") if isinstance(la.get("footer"), dict) else {},
+                "order": la.get("order") if isinstance(la.get("order"), int) else None,
+                "pair": la.get("pair") if isinstance(la.get("pair"), int) else None,
+                "span": _span(la),
             }
         )
     return used, skipped
@@ -311,9 +328,21 @@ def compare_runs(
                 f"{label} run status is {run.get('status')!r}: using its {len(used)} finished launches"
             )
 
+    design = _design(old, new, lo_, ln_)
+    paired = False
+    if design["kind"] == INTERLEAVED:
+        lo_, ln_, unpaired = _pairs(lo_, ln_)
+        paired = method == stats.WELCH and len(lo_) >= 2
+        design["pairs"] = len(lo_)
+        if unpaired:
+            warnings.append(
+                f"{unpaired} launch(es) without a partner in the other side left out of the pairing"
+            )
+        if method != stats.WELCH:
+            notes.append("interleaved run compared with the bootstrap: the pairing is not used")
     names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, allow_mismatch, warnings)
     rng = np.random.default_rng(seed)
-    results = [_metric(n, role, lo_, ln_, units, method, level, n_boot, rng) for n, role in names]
+    results = [_metric(n, role, lo_, ln_, units, method, level, n_boot, rng, paired) for n, role in names]
     _decide(results, margin, level)
 
     verdict = _overall(results, primary)
@@ -364,6 +393,9 @@ def compare_runs(
     if skip_o or skip_n:
         warnings.append(f"skipped launches: {len(skip_o)} in {old_label}, {len(skip_n)} in {new_label}")
     env, env_note = _env_diff(old, new)
+    head_name = primary or results[0].name
+    drift = _drift(lo_, ln_, head_name, old_label, new_label)
+    verdict_note = _drift_verdict(drift, design, verdict, old_label, new_label, warnings, notes)
     return Comparison(
         old=side_o,
         new=side_n,
@@ -380,7 +412,124 @@ def compare_runs(
         env_diff=env,
         env_note=env_note,
         notes=notes,
+        design=design,
+        drift=drift,
+        verdict_note=verdict_note,
     )
+
+
+# --- design and drift ---------------------------------------------------------------------------
+
+
+def _span(la: dict[str, Any]) -> tuple[float, float] | None:
+    """(start, end) of a launch in seconds since the epoch, from its `started` and `duration_s`."""
+    try:
+        start = _dt.datetime.fromisoformat(str(la["started"])).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return None
+    dur = la.get("duration_s")
+    return start, start + (float(dur) if isinstance(dur, (int, float)) else 0.0)
+
+
+def _design(
+    old: dict[str, Any], new: dict[str, Any], lo_: list[dict[str, Any]], ln_: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """interleaved: the two halves of one `regdiag ab` run; sequential: one side's launches all ended
+    before the other's began; overlapping: they ran at the same time; unknown: no launch times."""
+    do, dn = old.get("design") or {}, new.get("design") or {}
+    if (
+        isinstance(do, dict)
+        and isinstance(dn, dict)
+        and do.get("kind") == INTERLEAVED == dn.get("kind")
+        and do.get("pair_id")
+        and do.get("pair_id") == dn.get("pair_id")
+    ):
+        return {"kind": INTERLEAVED, "order": do.get("order", "ABBA"), "pair_id": do["pair_id"]}
+    so = [la["span"] for la in lo_]
+    sn = [la["span"] for la in ln_]
+    if not so or not sn or any(x is None for x in so + sn):
+        return {"kind": UNKNOWN}
+    o0, o1 = min(x[0] for x in so), max(x[1] for x in so)
+    n0, n1 = min(x[0] for x in sn), max(x[1] for x in sn)
+    if o1 <= n0 or n1 <= o0:
+        gap = n0 - o1 if o1 <= n0 else o0 - n1
+        return {"kind": SEQUENTIAL, "gap_s": round(gap, 1)}
+    return {"kind": OVERLAPPING}
+
+
+def _pairs(
+    lo_: list[dict[str, Any]], ln_: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """The launches of an interleaved run that have a partner, both sides in pair order."""
+    po = {la["pair"]: la for la in lo_ if la["pair"] is not None}
+    pn = {la["pair"]: la for la in ln_ if la["pair"] is not None}
+    both = sorted(set(po) & set(pn))
+    if len(both) < 2:
+        return lo_, ln_, 0
+    return [po[k] for k in both], [pn[k] for k in both], len(lo_) + len(ln_) - 2 * len(both)
+
+
+def _run_order(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Launches in the order they ran: by `order` (an ab run), else by start time, else as recorded."""
+    if all(la["order"] is not None for la in launches):
+        return sorted(launches, key=lambda la: la["order"])
+    if all(la["span"] is not None for la in launches):
+        return sorted(launches, key=lambda la: la["span"][0])
+    return sorted(launches, key=lambda la: la["index"])
+
+
+def _drift(
+    lo_: list[dict[str, Any]], ln_: list[dict[str, Any]], name: str, old_label: str, new_label: str
+) -> dict[str, stats.Trend | None]:
+    """The trend of each side's launch centres of `name` in run order, Holm across the two sides."""
+    out: list[stats.Trend | None] = []
+    for used in (lo_, ln_):
+        key = "samples" if any(la["samples"].get(name) for la in used) else "values"
+        how = "median" if key == "samples" else "mean"
+        series = [la[key][name] for la in _run_order(used) if la[key].get(name)]
+        out.append(stats.trend(stats.launch_centers(series, how)) if series else None)
+    a, b = stats.trends_holm(out)
+    return {old_label: a, new_label: b}
+
+
+def _drift_verdict(
+    drift: dict[str, stats.Trend | None],
+    design: dict[str, Any],
+    verdict: str,
+    old_label: str,
+    new_label: str,
+    warnings: list[str],
+    notes: list[str],
+) -> str | None:
+    """One line per trending side; "possibly drift" on a change measured in a design drift can fake."""
+    flagged = [
+        (label, t)
+        for label, t in drift.items()
+        if t is not None and t.p_adjusted is not None and t.p_adjusted < DRIFT_ALPHA
+    ]
+    kind = design["kind"]
+    for label, t in flagged:
+        what = (
+            f"DRIFT: the {label} launches trend with launch order ({100 * t.slope:+.2f} % per launch, "
+            f"Spearman rho {t.rho:+.2f}, p {t.p_adjusted:.2g} Holm over both sides)"
+        )
+        if kind == INTERLEAVED:
+            notes.append(what + "; the interleaved pairs cancel a steady drift")
+        else:
+            where = "one after the other" if kind == SEQUENTIAL else "without interleaving"
+            warnings.append(
+                f"{what}; the sides were measured {where}, so drift and change cannot be told apart: "
+                "measure them interleaved with `regdiag ab`"
+            )
+    if kind == INTERLEAVED:
+        notes.append(
+            f"design: interleaved ({design.get('order', 'ABBA')}, {design.get('pairs', '?')} pairs of "
+            f"{old_label}/{new_label} launches run back to back); the verdict uses the pairing"
+        )
+        return None
+    if flagged and verdict in (stats.REGRESSED, stats.IMPROVED):
+        return POSSIBLY_DRIFT
+    return None
 
 
 def _metric_names(
@@ -430,6 +579,7 @@ def _metric(
     level: float,
     n_boot: int,
     rng: np.random.Generator,
+    paired: bool = False,
 ) -> MetricResult:
     key = "values" if role == "value" else "samples"
     reduce = "mean" if role == "value" else "median"
@@ -440,7 +590,10 @@ def _metric(
     note = ""
     est = None
     try:
-        est = stats.estimate_ratio(old, new, reduce, method, level, n_boot, rng)
+        if paired and len(old) == len(new) >= 2:
+            est = stats.estimate_ratio_paired(old, new, reduce, level)
+        else:
+            est = stats.estimate_ratio(old, new, reduce, method, level, n_boot, rng)
     except ValueError as e:
         note = f"not compared: {e}"
     if est is not None and (est.n_old < 2 or est.n_new < 2):

@@ -21,6 +21,8 @@ scipy.special is imported instead of scipy.stats (0.3 s instead of 1.4 s at star
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -37,6 +39,7 @@ VERDICTS = (REGRESSED, IMPROVED, UNCHANGED, INCONCLUSIVE)
 WELCH = "welch"
 BOOTSTRAP = "bootstrap"
 METHODS = (WELCH, BOOTSTRAP)
+PAIRED = "paired"  # the method of an estimate from an interleaved run (paired t)
 
 DEFAULT_MARGIN = 0.02
 DEFAULT_LEVEL = 0.95
@@ -390,3 +393,173 @@ def noise(launches: Sequence[Sequence[float]]) -> Noise:
         between=between,
         drift=float(np.median(drifts)) if drifts else float("nan"),
     )
+
+
+# --- interleaved (paired) designs ---------------------------------------------------------------
+
+
+def paired_core(
+    old_log: np.ndarray, new_log: np.ndarray, level: float = DEFAULT_LEVEL
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Paired t on log launch centres: launch k of old ran next to launch k of new (an A B / B A pair).
+
+    Returns (d, lo, hi, p, df) like `welch_core`, for the mean of the per-pair differences. Pairing
+    removes what the two launches of a pair share (the machine's state at that moment), so a slow
+    drift over the run, which moves both launches of a pair together, leaves the estimate alone
+    and barely widens the interval; in ABBA order its residue alternates in sign and averages out.
+    """
+    if old_log.shape[-1] != new_log.shape[-1]:
+        raise ValueError("a paired comparison needs the same number of launches per side")
+    n = old_log.shape[-1]
+    if n < 2:
+        raise ValueError("a paired comparison needs at least 2 pairs")
+    diff = new_log - old_log
+    d = diff.mean(axis=-1)
+    se = np.sqrt(diff.var(axis=-1, ddof=1) / n)
+    df = np.full(np.shape(d), float(n - 1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tcrit = special.stdtrit(df, 0.5 + level / 2)
+        p = 2.0 * special.stdtr(df, -np.abs(d / se))
+    degenerate = se == 0
+    p = np.where(degenerate, np.where(d == 0, 1.0, 0.0), p)
+    half = np.where(degenerate, 0.0, tcrit * se)
+    return d, d - half, d + half, p, df
+
+
+def estimate_ratio_paired(
+    old: Sequence[Sequence[float]],
+    new: Sequence[Sequence[float]],
+    how: str = "median",
+    level: float = DEFAULT_LEVEL,
+) -> RatioEstimate:
+    """`estimate_ratio` for an interleaved run: old[k] and new[k] are the two launches of pair k."""
+    oc = launch_centers(old, how)
+    nc = launch_centers(new, how)
+    if len(oc) != len(nc) or len(oc) < 2:
+        raise ValueError("a paired comparison needs >= 2 pairs and the same number of launches per side")
+    if np.any(oc <= 0) or np.any(nc <= 0):
+        raise ValueError("ratios need positive values")
+    ol, nl = np.log(oc), np.log(nc)
+    d, lo, hi, p, _df = paired_core(ol, nl, level)
+    return RatioEstimate(
+        n_old=len(oc),
+        n_new=len(nc),
+        old_center=geomean(oc),
+        new_center=geomean(nc),
+        ratio=math.exp(float(d)),
+        lo=math.exp(float(lo)),
+        hi=math.exp(float(hi)),
+        p=float(p),
+        # The spread that plans more launches: that of a pair difference, per side (/sqrt 2).
+        sd_log=float(np.std(nl - ol, ddof=1)) / math.sqrt(2.0),
+        method=PAIRED,
+    )
+
+
+# --- drift: do a side's launches trend with time? -----------------------------------------------
+
+DRIFT_MIN_LAUNCHES = 4  # fewer launches than this cannot show a trend
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks along the last axis (ties share their mean rank), 1-based."""
+    order = np.argsort(x, axis=-1, kind="stable")
+    ranks = np.empty_like(x, dtype=float)
+    np.put_along_axis(ranks, order, np.arange(1, x.shape[-1] + 1, dtype=float) * np.ones_like(x), axis=-1)
+    if x.ndim == 1 and len(np.unique(x)) < len(x):  # ties: exact only on the 1-D path (real data)
+        for v in np.unique(x):
+            tie = x == v
+            ranks[tie] = ranks[tie].mean()
+    return ranks
+
+
+EXACT_MAX = 9  # up to this many launches the p-value of rho comes from all n! orders (9! = 362880)
+
+
+@functools.lru_cache(maxsize=8)
+def _rho_null(n: int) -> np.ndarray:
+    """|rho| over every ordering of n distinct values, sorted: the exact null distribution."""
+    perms = np.array(list(itertools.permutations(range(n))), dtype=float)
+    d2 = ((perms - np.arange(n)) ** 2).sum(axis=1)
+    return np.sort(np.abs(1.0 - 6.0 * d2 / (n * (n * n - 1))))
+
+
+def spearman_core(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Spearman's rho of y against its position (launch order) along the last axis, and its two-sided p.
+
+    Up to EXACT_MAX launches p is exact (the share of the n! orders of the launches with |rho| at
+    least as large); the usual t approximation (t = rho sqrt((n-2)/(1-rho^2)), n-2 df) flags
+    5.4-6.6 % of stationary pairs at 8 launches, more than the 5 % it promises (bench/bench_drift.py).
+    Beyond EXACT_MAX launches the approximation is used.
+    """
+    n = y.shape[-1]
+    if n < 3:
+        raise ValueError("a trend needs at least 3 launches")
+    ry = _ranks(np.asarray(y, dtype=float))
+    rx = np.arange(1, n + 1, dtype=float)
+    ry_c = ry - ry.mean(axis=-1, keepdims=True)
+    rx_c = rx - rx.mean()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = (ry_c * rx_c).sum(axis=-1) / np.sqrt((ry_c**2).sum(axis=-1) * (rx_c**2).sum())
+        rho = np.clip(np.nan_to_num(rho), -1.0, 1.0)
+        if n <= EXACT_MAX:
+            null = _rho_null(n)
+            at_least = null.size - np.searchsorted(null, np.abs(rho) - 1e-9, side="left")
+            return rho, at_least / null.size
+        t = rho * np.sqrt((n - 2) / np.maximum(1.0 - rho**2, 1e-300))
+        p = 2.0 * special.stdtr(n - 2, -np.abs(t))
+    return rho, p
+
+
+def theil_sen_core(y: np.ndarray) -> np.ndarray:
+    """Theil-Sen slope of y against launch order 0..n-1: the median of all pairwise slopes."""
+    n = y.shape[-1]
+    i, j = np.triu_indices(n, k=1)
+    slopes = (y[..., j] - y[..., i]) / (j - i)
+    return np.median(slopes, axis=-1)
+
+
+@dataclass(frozen=True)
+class Trend:
+    """How one side's launch centres move with launch order (the order they ran in)."""
+
+    launches: int
+    slope: float  # Theil-Sen, as a fraction per launch (0.004 = +0.4 % per launch)
+    rho: float  # Spearman's rank correlation with launch order
+    p: float  # two-sided, for rho = 0
+    p_adjusted: float | None = None  # Holm across the sides tested together
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def trend(centers: Sequence[float] | np.ndarray) -> Trend | None:
+    """The trend of launch centres given in the order they ran; None with fewer than 4 launches."""
+    c = np.asarray(centers, dtype=float)
+    if c.size < DRIFT_MIN_LAUNCHES or np.any(c <= 0):
+        return None
+    y = np.log(c)
+    rho, p = spearman_core(y)
+    return Trend(launches=int(c.size), slope=math.expm1(float(theil_sen_core(y))), rho=float(rho), p=float(p))
+
+
+def trends_holm(trends: Sequence[Trend | None]) -> list[Trend | None]:
+    """The same trends with Holm-adjusted p-values across those that were tested."""
+    ps = [t.p for t in trends if t is not None]
+    adj = iter(holm(ps))
+    out: list[Trend | None] = []
+    for t in trends:
+        out.append(None if t is None else Trend(t.launches, t.slope, t.rho, t.p, float(next(adj))))
+    return out
+
+
+def abba_order(per_side: int) -> list[str]:
+    """'A B B A A B B A ...' with `per_side` launches of each side: pair k is launches 2k and 2k+1.
+
+    A linear drift over the run then favours A in one pair and B in the next, so it cancels over
+    every two pairs instead of landing on one side.
+    """
+    out: list[str] = []
+    for k in range(per_side):
+        out += ["A", "B"] if k % 2 == 0 else ["B", "A"]
+    return out

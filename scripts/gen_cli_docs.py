@@ -76,6 +76,9 @@ def walk(group, path: list[str]) -> list:
 
 
 def render() -> str:
+    # This checkout's commands, not those of whichever regdiag is installed (an editable install of
+    # another worktree would document that one's).
+    sys.path.insert(0, str(ROOT))
     from regdiag.cli import app
 
     root = typer.main.get_command(app)

@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "regdiag.cli.bisect_cmd",
     "regdiag.cli.server_cmd",
     "regdiag.cli.demo_cmd",
+    "regdiag.cli.ab_cmd",
 ]
 
 

@@ -91,6 +91,8 @@ def headline(c: Comparison) -> str:
     }[c.verdict]
     if c.verdict == stats.UNCHANGED and e.p is not None and e.p < 1 - c.level:
         tail += " (a real but smaller change)"
+    if getattr(c, "verdict_note", None):
+        tail += f"; {c.verdict_note} (see DRIFT below)"
     return f"{c.verdict}: {core}; {tail}"
 
 

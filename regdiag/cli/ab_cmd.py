@@ -1,0 +1,142 @@
+"""`regdiag ab`: parse, call regdiag.ab.run_ab then regdiag.compare, render. Progress on stderr."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from regdiag.cli.common import HostOpt, JsonOpt, PythonOpt, SshConfigOpt, console, err_console, print_json
+from regdiag.errors import BadInput
+
+HELP = (
+    "Measure two environments in one run, launches interleaved A B B A A B B A, and compare them.\n\n"
+    "Two runs measured one after the other differ by whatever the machine did in between (warming up, a "
+    "neighbour starting); compare cannot tell that drift from a change. Here launch k of A and launch k "
+    "of B run back to back, and the verdict is a paired comparison of those pairs (docs/statistics.md).\n\n"
+    "--a/--b: a spec such as 'sgl-kernel==0.3.5 NCCL_PROTO=LL commit=bba2fc4' (-NAME: variable unset), "
+    "or a snapshot / run record file; environments are built like bisect's (git worktree + --setup per "
+    "commit, a venv per package set, cached under $REGDIAG_HOME/envs). Identical specs give an A/A run.\n\n"
+    "Writes one run record per side (-o PREFIX: PREFIX-a.json, PREFIX-b.json; default "
+    "$REGDIAG_HOME/runs/), each launch as it finishes; `regdiag compare A.json B.json` re-reads them.\n\n"
+    "Exit status: like compare (0 unchanged or improved, 1 regressed, 3 inconclusive), 2 bad input, "
+    "5 a launch failed (the launches before it are kept)."
+)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "ab", help=HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": False}
+    )
+    def ab(
+        ctx: typer.Context,
+        a: str = typer.Option(..., "--a", help="Side A (the reference): a spec, a snapshot or run file."),
+        b: str = typer.Option(..., "--b", help="Side B: a spec, a snapshot or run file."),
+        probe: str | None = typer.Option(
+            None, "--probe", help="Probe to run on each side, e.g. spec-decode; its options go after --."
+        ),
+        command: str | None = typer.Option(
+            None,
+            "--command",
+            help="Instead of --probe: a command whose stdout follows the probe protocol (docs/probes.md); "
+            "`python` (or {python}) is the side's interpreter. Split like a shell would, not run by one.",
+        ),
+        launches: int = typer.Option(8, "--launches", min=2, help="Launches per side (default 8)."),
+        margin: str = typer.Option(
+            "2%", "--margin", "-m", help="Smallest change that matters, as 2% or 0.02 (default 2%)."
+        ),
+        output: Path | None = typer.Option(
+            None,
+            "-o",
+            "--output",
+            help="Write the records to PREFIX-a.json and PREFIX-b.json.",
+            dir_okay=False,
+        ),
+        repo: Path | None = typer.Option(
+            None, "--repo", help="The engine's git checkout, for a commit= spec.", file_okay=False
+        ),
+        setup: str | None = typer.Option(
+            None,
+            "--setup",
+            help="Shell command run in each commit's worktree after checkout (default: none).",
+        ),
+        find_links: Path | None = typer.Option(
+            None, "--find-links", help="Install packages from this directory of wheels only.", file_okay=False
+        ),
+        index_url: str | None = typer.Option(None, "--index-url", help="Package index (default: pip's own)."),
+        installer: str = typer.Option(
+            "auto", "--installer", help="auto (uv if on PATH, else pip), uv or pip."
+        ),
+        launch_timeout: float = typer.Option(
+            600.0, "--launch-timeout", min=0.001, help="Seconds per launch (default 600)."
+        ),
+        no_snapshot: bool = typer.Option(False, "--no-snapshot", help="Skip the snapshots before and after."),
+        host: list[str] = HostOpt,
+        python: str | None = PythonOpt,
+        ssh_config: Path | None = SshConfigOpt,
+        json_out: bool = JsonOpt,
+    ) -> None:
+        from regdiag.ab import AbRequest, run_ab
+        from regdiag.cli.compare_cmd import _margin
+        from regdiag.compare import compare_runs
+
+        extra = list(ctx.args)
+        if extra and not probe:
+            raise BadInput(f"unexpected arguments {' '.join(extra)!r} (probe options after -- need --probe)")
+        if installer not in ("auto", "uv", "pip"):
+            raise BadInput(f"--installer {installer}: use auto, uv or pip")
+        host = host or []
+        if len(host) > 1:
+            raise BadInput("an A/B run uses one --host")
+        m = _margin(margin)
+        req = AbRequest(
+            a=a,
+            b=b,
+            probe=probe,
+            command=command,
+            probe_args=extra,
+            launches=launches,
+            repo=str(repo) if repo else None,
+            setup=setup,
+            find_links=str(find_links) if find_links else None,
+            index_url=index_url,
+            python=python,
+            installer=installer,
+            launch_timeout=launch_timeout,
+            output=str(output) if output else None,
+            snapshot=not no_snapshot,
+        )
+        target = None
+        if host:
+            from regdiag.cli.probe_cmd import _open_host
+
+            target = _open_host(host[0], python, ssh_config)
+        try:
+            result = run_ab(req, host=target, progress=_printer())
+        finally:
+            if target is not None:
+                target.close()
+        c = compare_runs(result.runs["A"], result.runs["B"], margin=m, old_label="A", new_label="B")
+        if json_out:
+            out = c.to_dict()
+            out["records"] = {k: str(p) for k, p in result.paths.items()}
+            print_json(out)
+        else:
+            from regdiag.report import terminal
+
+            terminal.render(c, console, str(result.paths["A"]), str(result.paths["B"]))
+        raise typer.Exit(c.exit_code)
+
+
+def _printer() -> Any:
+    def on_event(ev: dict[str, Any]) -> None:
+        kind = ev.get("event")
+        if kind == "start":
+            err_console.print(f"[dim]records: {ev['paths']['A']} {ev['paths']['B']}[/]", soft_wrap=True)
+        elif kind == "build":
+            err_console.print(f"[dim]environment of side {ev['side']}[/]")
+        elif kind == "launch":
+            err_console.print(f"[dim]launch {ev['order'] + 1}/{ev['of']}: {ev['side']} #{ev['index'] + 1}[/]")
+
+    return on_event

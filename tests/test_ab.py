@@ -1,0 +1,84 @@
+"""`regdiag ab` for real: the tiny CPU probe, interleaved A B B A, with a real slowdown on side B.
+
+The slowdown is the probe's test hook REGDIAG_PROBE_SLOW=verify:MS (docs/probes.md): MS of busy work
+in every verify, set on side B by its spec like any env-var factor. The probe runs through --command
+from this checkout's probes/ so the test measures this tree's probe. The margin is wide (25 %): this
+is a shared 2-core machine; the statistics at 2 % are tested by simulation (test_stats_drift.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from regdiag.records import load_record
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBE = ROOT / "probes" / "spec_decode.py"
+SLOW_MS = 60
+
+pytestmark = pytest.mark.skipif(not PROBE.exists(), reason="probe not available")
+
+
+def _command(cycles: int = 12) -> str:
+    return f"{sys.executable} {PROBE} --preset tiny --cycles {cycles}"
+
+
+@pytest.mark.slow
+def test_ab_interleaves_and_finds_the_slow_verify(cli, tmp_path):
+    prefix = tmp_path / "ab"
+    r = cli(
+        "ab", "--a", "", "--b", f"REGDIAG_PROBE_SLOW=verify:{SLOW_MS}", "--command", _command(),
+        "--launches", "3", "--margin", "25%", "--no-snapshot", "-o", str(prefix), "--json",
+        env={"REGDIAG_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr[-2000:]  # REGRESSED
+    out = json.loads(r.stdout)
+    assert out["verdict"] == "REGRESSED" and out["design"]["kind"] == "interleaved"
+    assert out["design"]["pairs"] == 3
+    verify = next(m for m in out["metrics"] if m["name"] == "verify")
+    assert verify["verdict"] == "REGRESSED" and verify["estimate"]["method"] == "paired"
+    a = load_record(Path(f"{prefix}-a.json"), "run")
+    b = load_record(Path(f"{prefix}-b.json"), "run")
+    # ABBA: A0 B0 B1 A1 A2 B2, each launch knows its place in the run and its pair (3 pairs: a paired t
+    # on 2 pairs has 1 degree of freedom, too few even for a 10x slowdown on this noisy machine).
+    assert [la["order"] for la in a["launches"]] == [0, 3, 4]
+    assert [la["order"] for la in b["launches"]] == [1, 2, 5]
+    assert [la["pair"] for la in a["launches"]] == [0, 1, 2] == [la["pair"] for la in b["launches"]]
+    assert a["design"]["pair_id"] == b["design"]["pair_id"] and a["design"]["side"] == "A"
+    assert b["env"] == {"REGDIAG_PROBE_SLOW": f"verify:{SLOW_MS}"} and a["env"] == {}
+    assert a["status"] == b["status"] == "complete"
+    # The slowdown is where the hook put it, and only on B.
+    slow = min(min(la["samples"]["verify"]) for la in b["launches"])
+    fast = max(max(la["samples"]["verify"]) for la in a["launches"])
+    assert slow >= SLOW_MS * 0.95 > fast
+    # compare re-reads the two records and still sees the design.
+    r2 = cli("compare", f"{prefix}-a.json", f"{prefix}-b.json", "--margin", "25%")
+    assert r2.returncode == 1, r2.stderr
+    assert "design: interleaved" in r2.stdout and "paired t" in r2.stdout
+
+
+def test_ab_bad_input_is_one_line(cli, tmp_path):
+    home = {"REGDIAG_HOME": str(tmp_path / "home")}
+    r = cli("ab", "--a", "", "--b", "X=1", "--command", _command(), "--launches", "1", env=home)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    r = cli("ab", "--a", "", "--b", "commit=HEAD", "--command", _command(), env=home)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith("regdiag: error: commit= is given for one side only")
+    r = cli("ab", "--a", "", "--b", "X=1", "--command", _command(), "extra", env=home)
+    assert r.returncode == 2 and "need --probe" in r.stderr
+
+
+def test_ab_probe_usage_error_leaves_no_record(cli, tmp_path):
+    prefix = tmp_path / "bad"
+    r = cli(
+        "ab", "--a", "", "--b", "X=1", "--probe", "spec-decode", "--no-snapshot", "-o", str(prefix),
+        "--", "--preset", "no-such-preset",
+        env={"REGDIAG_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("regdiag: error:")
+    assert not Path(f"{prefix}-a.json").exists() and not Path(f"{prefix}-b.json").exists()
