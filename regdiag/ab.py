@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +35,7 @@ from regdiag.bisect.run import Request as BisectRequest
 from regdiag.bisect.run import argv_builder
 from regdiag.errors import BadInput, ProbeError
 from regdiag.hosts.base import CommandResult, Host
-from regdiag.runs import RunWriter, new_run, now_iso
+from regdiag.runs import RunWriter, new_run
 from regdiag.stats import abba_order
 
 SIDES = ("A", "B")
@@ -236,25 +235,15 @@ def _measure(
         s, w = sides[label], writers[label]
         i = done[label]
         emit({"event": "launch", "side": label, "index": i, "order": pos, "of": len(order)})
-        stream = pr.LaunchStream()
-        started, t0 = now_iso(), time.monotonic()
-        res: CommandResult | None = None
-        try:
-            res = _run_once(req, host, s, argv_for, i, stream)
-        except KeyboardInterrupt:
-            _add(
-                w, pr._finish_launch(stream, i, started, t0, None, "interrupted", "interrupted (Ctrl-C)"), pos
-            )
-            raise
-        except (ProbeError, BadInput):
-            raise
-        except Exception as e:  # the host failed: keep what arrived
-            _add(w, pr._finish_launch(stream, i, started, t0, None, "error", " ".join(str(e).split())), pos)
-            raise
-        why = stream.failure(res, req.launch_timeout)
+
+        def start(stream: pr.LaunchStream, s: Side = s, i: int = i) -> CommandResult:
+            return _run_once(req, host, s, argv_for, i, stream)
+
+        launch, stream, why = pr.measure_launch(
+            i, start, req.launch_timeout, lambda la, w=w, pos=pos: _add(w, la, pos)
+        )
         if why is not None and pos == 0 and (stream.error or {}).get("kind") == "usage":
             raise _UsageAbort(why)
-        launch = pr._finish_launch(stream, i, started, t0, res, "ok" if why is None else "error", why)
         if i == 0 and stream.header is not None:
             pr._adopt_header(w.run, stream.header)
         _add(w, launch, pos)

@@ -345,36 +345,27 @@ def _launches(
             # The first launch says how long one takes; a later one far past that is hung.
             limit = max(LAUNCH_MIN_S, LAUNCH_FACTOR * writer.run["launches"][0]["duration_s"])
         emit("launch_start", {"index": i, "of": launches})
-        stream = LaunchStream(on_progress=_progress_to(emit, i))
-        started, t0 = now_iso(), time.monotonic()
-        res: CommandResult | None = None
-        try:
-            res = _run_once(host, name, [*args, "--launch-index", str(i)], stream, env, limit)
-        except KeyboardInterrupt as e:
-            launch = _finish_launch(stream, i, started, t0, None, "interrupted", interrupts.describe(e))
+
+        def start(stream: LaunchStream, i: int = i, limit: float = limit) -> CommandResult:
+            return _run_once(host, name, [*args, "--launch-index", str(i)], stream, env, limit)
+
+        def keep(launch: dict[str, Any], i: int = i) -> None:
             writer.add_launch(launch)
             emit("launch_end", {"index": i, "launch": launch})
-            raise
-        except Exception as e:  # the host failed (connection dropped): keep what arrived
-            launch = _finish_launch(stream, i, started, t0, None, "error", " ".join(str(e).split()))
-            writer.add_launch(launch)
-            emit("launch_end", {"index": i, "launch": launch})
-            raise
-        why = stream.failure(res, limit)
+
+        launch, stream, why = measure_launch(i, start, limit, keep, _progress_to(emit, i))
         kind = (stream.error or {}).get("kind")
         if why is not None and i == 0 and kind == "usage":
             raise _UsageAbort(why)
         if why is not None and i == 0 and kind == "busy":
             raise _BusyAbort(why)
-        launch = _finish_launch(stream, i, started, t0, res, "ok" if why is None else "error", why)
         if i == 0 and stream.header is not None:
             _adopt_header(writer.run, stream.header)
         elif stream.header is not None and stream.header.get("config") != writer.run["probe"]["config"]:
             warnings.append(f"launch {i} ran with a different resolved config than launch 0")
         if warnings:
             writer.run["warnings"] = list(dict.fromkeys(warnings))
-        writer.add_launch(launch)
-        emit("launch_end", {"index": i, "launch": launch})
+        keep(launch)
         if why is not None:
             if snapshot:
                 _after(writer, host, emit, warnings)
@@ -382,6 +373,30 @@ def _launches(
             raise ProbeError(f"launch {i} failed: {why} ({kept} earlier launch(es) kept in {writer.path})")
     if snapshot:
         _after(writer, host, emit, warnings)
+
+
+def measure_launch(
+    index: int,
+    start: Callable[[LaunchStream], CommandResult],
+    timeout: float | None,
+    keep: Callable[[dict[str, Any]], None],
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[dict[str, Any], LaunchStream, str | None]:
+    """One launch: `start(stream)` runs the probe, feeding its lines to the stream; returns the launch
+    record, the stream and why it failed (None: ok). An interruption or a host failure records what
+    arrived through `keep` before it propagates, so no finished cycle is lost."""
+    stream = LaunchStream(on_progress=on_progress)
+    started, t0 = now_iso(), time.monotonic()
+    try:
+        res = start(stream)
+    except KeyboardInterrupt as e:
+        keep(_finish_launch(stream, index, started, t0, None, "interrupted", interrupts.describe(e)))
+        raise
+    except Exception as e:  # the host failed (connection dropped): keep what arrived
+        keep(_finish_launch(stream, index, started, t0, None, "error", " ".join(str(e).split())))
+        raise
+    why = stream.failure(res, timeout)
+    return _finish_launch(stream, index, started, t0, res, "ok" if why is None else "error", why), stream, why
 
 
 def _progress_to(emit: EventCallback, index: int) -> Callable[[dict[str, Any]], None]:
