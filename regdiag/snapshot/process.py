@@ -139,10 +139,14 @@ class Process:
         except FileNotFoundError:
             raise ProcessError(f"--pid {pid}: no such process (it exited)") from None
         except PermissionError:
-            who = f"uid {uid}" if uid is not None else "another user"
+            if uid is not None and uid == os.geteuid():
+                raise ProcessError(
+                    f"--pid {pid}: cannot read its environment: permission denied by the kernel "
+                    "(a protected or sandboxed process)"
+                ) from None
             raise ProcessError(
-                f"--pid {pid}: cannot read its environment: the process belongs to {who}; "
-                "run regdiag as that user (or root)"
+                f"--pid {pid}: cannot read its environment: the process belongs to uid {uid}, you are uid "
+                f"{os.geteuid()}; run regdiag as that user (or root)"
             ) from None
         if not cmdline and not environ:
             raise ProcessError(f"--pid {pid}: a kernel thread or a zombie has no environment to snapshot")
