@@ -303,17 +303,23 @@ def _render_startup(console: Console, g: dict[str, Any]) -> None:
         if isinstance(v, dict) and (v.get("sets") or v.get("unparsed")):
             files.append(("pth", v))
     for c in _fv(g, "nccl_conf") or []:
-        files.append(("nccl.conf", {"path": c.get("path"), "sha256": c.get("sha256"), "sets": c.get("settings")}))
+        files.append(
+            ("nccl.conf", {"path": c.get("path"), "sha256": c.get("sha256"), "sets": c.get("settings")})
+        )
     for kind, v in files:
         sets = v.get("sets") or {}
         line = f"{v.get('path')}  {v.get('sha256') or v.get('error', '')}"
         if sets:
-            line += "  sets " + " ".join(f"{k}={_plain(x) if x is not None else '(unset)'}" for k, x in sets.items())
+            line += "  sets " + " ".join(
+                f"{k}={_plain(x) if x is not None else '(unset)'}" for k, x in sets.items()
+            )
         if v.get("unparsed"):
             line += "  (not literal: " + ", ".join(v["unparsed"]) + ")"
         t.add_row(kind, line)
     if not files:
-        t.add_row("", Text("no sitecustomize.py, usercustomize.py, variable-setting .pth or nccl.conf", style=DIM))
+        t.add_row(
+            "", Text("no sitecustomize.py, usercustomize.py, variable-setting .pth or nccl.conf", style=DIM)
+        )
     console.print(t)
 
 
@@ -335,7 +341,9 @@ def _render_process(console: Console, groups: dict[str, Any]) -> None:
         t.add_row(Text("workers differ", style="yellow"), f"{name}: " + _plain(vals))
     console.print(t)
     lib = groups.get("libraries")
-    if not lib or not _group_header(console, "libraries", lib, f"{lib.get('count', 0)} shared objects mapped"):
+    if not lib or not _group_header(
+        console, "libraries", lib, f"{lib.get('count', 0)} shared objects mapped"
+    ):
         return
     t = Table(show_header=False, box=None, padding=(0, 1, 0, 2))
     t.add_column(style="cyan", no_wrap=True)

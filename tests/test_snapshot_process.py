@@ -20,7 +20,6 @@ from snapshot_helpers import PLANTED
 
 from regdiag.bisect.factors import ENV, Factor, diff, load_side
 from regdiag.snapshot import collect, keyedhash
-from regdiag.snapshot.diff import diff_snapshots
 
 # What the "engine" does: load a real shared object that a pip distribution owns, say so, wait.
 ENGINE = textwrap.dedent(
@@ -136,7 +135,10 @@ def test_snapshot_by_pid_sees_its_environment_its_sitecustomize_and_its_librarie
     proc = fields(snap["groups"]["process"])
     assert proc["pid"] == e.pid and proc["exe"] == os.path.realpath(sys.executable)
     assert proc["cwd"] == str(tmp_path / "sc")
-    assert proc["cmdline"][-4:-2] == ["--api-key", keyedhash.keyed_hash(key, "--api-key", "cmdlineSecret0123456789")]
+    assert proc["cmdline"][-4:-2] == [
+        "--api-key",
+        keyedhash.keyed_hash(key, "--api-key", "cmdlineSecret0123456789"),
+    ]
     assert proc["cmdline"][-2:] == ["--tp", "8"]
 
     # The library it loaded, identified by the build id readelf reads, owned by the psutil wheel.
@@ -195,13 +197,17 @@ def _snapshot_cli(cli, pid: int, out: Path) -> dict:
     return json.loads(r.stdout)
 
 
-def test_two_engines_differing_only_in_sitecustomize_diff_first_and_bisect_factor(tmp_path, engines, cli) -> None:
+def test_two_engines_differing_only_in_sitecustomize_diff_first_and_bisect_factor(
+    tmp_path, engines, cli
+) -> None:
     sc_dir = tmp_path / "sc"
     write_sitecustomize(sc_dir, 'os.environ.setdefault("NCCL_ALGO", "Ring")\n')
     a = engines(sc_dir)
     _snapshot_cli(cli, a.pid, tmp_path / "good.json")
     a.stop()
-    sc = write_sitecustomize(sc_dir, 'os.environ.setdefault("NCCL_ALGO", "Ring")\nos.environ["NCCL_PROTO"] = "LL"\n')
+    sc = write_sitecustomize(
+        sc_dir, 'os.environ.setdefault("NCCL_ALGO", "Ring")\nos.environ["NCCL_PROTO"] = "LL"\n'
+    )
     b = engines(sc_dir)
     _snapshot_cli(cli, b.pid, tmp_path / "bad.json")
 
@@ -209,7 +215,12 @@ def test_two_engines_differing_only_in_sitecustomize_diff_first_and_bisect_facto
     assert r.returncode == 0, r.stderr
     items = json.loads(r.stdout)
     first = items[0]
-    assert (first["group"], first["field"], first["old"], first["new"]) == ("env", "NCCL_PROTO", "<absent>", "LL")
+    assert (first["group"], first["field"], first["old"], first["new"]) == (
+        "env",
+        "NCCL_PROTO",
+        "<absent>",
+        "LL",
+    )
     assert first["source"] == {"old": None, "new": str(sc)}
     # The only other difference is the file itself (its hash and what it sets).
     assert [(it["group"], it["field"]) for it in items[1:]] == [("startup", "sitecustomize")]
@@ -279,13 +290,22 @@ def test_secrets_in_environment_cmdline_and_sitecustomize_leak_nowhere(tmp_path,
         r = cli("diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), *extra, env={"COLUMNS": "400"})
         assert r.returncode == 0, r.stderr
         outs += [r.stdout, r.stderr]
-    secrets = [s for _, _, s in PLANTED] + ["cmdlineSecret0123456789", "pw0rdSecret77", SITE_SECRET, "anotherSecret"]
+    secrets = [s for _, _, s in PLANTED] + [
+        "cmdlineSecret0123456789",
+        "pw0rdSecret77",
+        SITE_SECRET,
+        "anotherSecret",
+    ]
     for text in outs:
         assert [s for s in secrets if s in text] == []
     # The changed secret is still a difference, shown without its value.
     items = json.loads(cli("diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json").stdout)
     changed = [it for it in items if it["field"] == "SGLANG_API_KEY"]
-    assert changed and (changed[0]["old"], changed[0]["new"], changed[0]["change"]) == ("<hashed>", "<hashed>", "changed")
+    assert changed and (changed[0]["old"], changed[0]["new"], changed[0]["change"]) == (
+        "<hashed>",
+        "<hashed>",
+        "changed",
+    )
 
 
 def test_a_pid_that_does_not_exist_is_one_line_exit_2(cli) -> None:
@@ -311,7 +331,15 @@ def test_another_users_process_is_one_line_exit_2(tmp_path, engines) -> None:
     os.chmod(tmp_path, 0o755)
     root = Path(__file__).resolve().parent.parent
     r = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-m", "regdiag.snapshot"]
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-m",
+            "regdiag.snapshot",
+        ]
         + ["--pid", str(target.pid)],
         capture_output=True,
         text=True,

@@ -149,7 +149,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         if pid is not None and (host or python or from_file is not None):
             # The remote snapshot path passes a fixed set of options to the host; --pid is not among them.
-            raise BadInput("--pid snapshots a process on this machine; it takes no --host, --python or --from")
+            raise BadInput(
+                "--pid snapshots a process on this machine; it takes no --host, --python or --from"
+            )
         # With --host, --repo names a directory on that host: it is checked there, not here.
         repo_s = str(repo) if (repo is not None and host) else _validate_repo(repo)
         if from_file is not None:

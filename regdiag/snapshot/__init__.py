@@ -139,8 +139,8 @@ def collect(
     env_status, env_value = results.pop("env")
     for name in ("env", "startup"):
         results[name] = (env_status, env_value[name] if env_status == F.OK else env_value)
-        if env_status == F.OK:
-            took[name] = took.get("env")
+        if env_status == F.OK and "env" in took:
+            took[name] = took["env"]
     groups: dict[str, Any] = {}
     for name in names:
         status, value = results[name]

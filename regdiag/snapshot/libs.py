@@ -92,9 +92,13 @@ def build_id(path: str) -> str | None:
             if p_type != 4:  # PT_NOTE
                 continue
             if is64:
-                p_offset, p_filesz, p_align = (struct.unpack_from(e + "Q", ph, off + o)[0] for o in (8, 32, 48))
+                p_offset, p_filesz, p_align = (
+                    struct.unpack_from(e + "Q", ph, off + o)[0] for o in (8, 32, 48)
+                )
             else:
-                p_offset, p_filesz, p_align = (struct.unpack_from(e + "I", ph, off + o)[0] for o in (4, 16, 28))
+                p_offset, p_filesz, p_align = (
+                    struct.unpack_from(e + "I", ph, off + o)[0] for o in (4, 16, 28)
+                )
             align = 8 if p_align == 8 else 4
             f.seek(p_offset)
             notes = f.read(min(p_filesz, 1 << 16))

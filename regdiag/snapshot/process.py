@@ -240,7 +240,8 @@ def children_of(pid: int) -> list[int]:
         except (OSError, ValueError, IndexError):
             continue
         parent.setdefault(ppid, []).append(int(name))
-    out, todo = [], [pid]
+    out: list[int] = []
+    todo = [pid]
     while todo and len(out) < MAX_CHILDREN:
         nxt = []
         for p in todo:
@@ -256,7 +257,7 @@ def _env_delta(parent: dict[str, str], child: dict[str, str]) -> dict[str, str |
 
 
 def collect_children(proc: Process, hide: Any, key: bytes | None) -> F.Field:
-    kids = []
+    kids: list[dict[str, Any]] = []
     envs: dict[int, dict[str, str]] = {}
     for pid in children_of(proc.pid):
         try:

@@ -47,7 +47,9 @@ class StartupFile:
 
     def to_value(self, hide: Any) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "sha256": self.sha256}
-        sets = {s.name: (None if s.value is None else hide(s.name, s.value)) for s in self.settings if s.literal}
+        sets = {
+            s.name: (None if s.value is None else hide(s.name, s.value)) for s in self.settings if s.literal
+        }
         if sets:
             out["sets"] = sets
         unparsed = sorted({s.name for s in self.settings if not s.literal})
@@ -117,8 +119,9 @@ class _EnvVisitor(ast.NodeVisitor):
                 self._add(args[0], UNSET, None)
             elif f.attr == "update":
                 if args and isinstance(args[0], ast.Dict):
-                    for k, v in zip(args[0].keys, args[0].values):
-                        self._add(k, SET, v)
+                    values = args[0].values  # zip(strict=) is 3.10+; this runs on 3.9 hosts
+                    for i, k in enumerate(args[0].keys):
+                        self._add(k, SET, values[i])
                 for kw in node.keywords:
                     if kw.arg:
                         self._add(ast.Constant(kw.arg), SET, kw.value)
@@ -229,7 +232,7 @@ def nccl_files(environ: dict[str, str], home: str | None, root: str = "") -> lis
     elif home:
         paths.append(os.path.join(home, ".nccl.conf"))
     paths.append("/etc/nccl.conf")
-    out = []
+    out: list[dict[str, Any]] = []
     for p in paths:
         data, err = _read(root + p)
         if data is None:
@@ -243,7 +246,9 @@ def nccl_files(environ: dict[str, str], home: str | None, root: str = "") -> lis
                 continue
             k, _, v = line.partition("=")
             settings.setdefault(k.strip(), v.strip())
-        out.append({"path": p, "sha256": "sha256:" + hashlib.sha256(data).hexdigest()[:16], "settings": settings})
+        out.append(
+            {"path": p, "sha256": "sha256:" + hashlib.sha256(data).hexdigest()[:16], "settings": settings}
+        )
     return out
 
 
@@ -305,7 +310,9 @@ def _self_initial_env() -> dict[str, str]:
     return env
 
 
-def collect(hasher: Any, proc: Any = None, environ: dict[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def collect(
+    hasher: Any, proc: Any = None, environ: dict[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the startup group, the env group): of this interpreter, or of a running process `proc`.
 
     The env group holds the effective environment: for this process, os.environ (its start-up
@@ -329,9 +336,13 @@ def collect(hasher: Any, proc: Any = None, environ: dict[str, str] | None = None
         no_site = bool(sys.flags.no_site)
         user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
         site_dirs = [] if no_site else site.getsitepackages()
-        loaded = {m: getattr(sys.modules.get(m), "__file__", None) for m in ("sitecustomize", "usercustomize")}
+        loaded = {
+            m: getattr(sys.modules.get(m), "__file__", None) for m in ("sitecustomize", "usercustomize")
+        }
         files = find(sys.path, site_dirs, user_site, no_site=no_site, loaded=loaded)
-        fields["interpreter"] = F.ok({"executable": sys.executable, "no_site": no_site, "user_site": user_site})
+        fields["interpreter"] = F.ok(
+            {"executable": sys.executable, "no_site": no_site, "user_site": user_site}
+        )
         current = dict(os.environ) if environ is None else dict(environ)
         initial = _self_initial_env() if environ is None else current
         home = current.get("HOME")
