@@ -341,16 +341,15 @@ def _render_process(console: Console, groups: dict[str, Any]) -> None:
         t.add_row(Text("workers differ", style="yellow"), f"{name}: " + _plain(vals))
     console.print(t)
     lib = groups.get("libraries")
-    if not lib or not _group_header(
-        console, "libraries", lib, f"{lib.get('count', 0)} shared objects mapped"
-    ):
+    extra = f" {(lib or {}).get('count', 0)} shared objects mapped; shown: those that set speed or came with a package"
+    if not lib or not _group_header(console, "libraries", lib, extra):
         return
     t = Table(show_header=False, box=None, padding=(0, 1, 0, 2))
     t.add_column(style="cyan", no_wrap=True)
     t.add_column(overflow="fold")
     for name, f in lib.get("fields", {}).items():
         v = f.get("value") if isinstance(f, dict) else None
-        if not isinstance(v, dict) or not v.get("role"):
+        if not isinstance(v, dict) or not (v.get("role") or v.get("distribution")):
             continue
         owner = f"{v['distribution']} {v.get('version')}" if v.get("distribution") else "no distribution"
         ident = v.get("build_id") or v.get("sha256") or ("deleted" if v.get("deleted") else "")
