@@ -232,6 +232,8 @@ def test_two_engines_differing_only_in_sitecustomize_diff_first_and_bisect_facto
     assert d.factors == [Factor(ENV, "NCCL_PROTO", None, "LL")]
     assert d.same_env["NCCL_ALGO"] == "Ring"
     assert "SHLVL" not in d.same_env and "_" not in d.same_env
+    # The bisect puts its environment's interpreter first on PATH: a snapshot's PATH must not win.
+    assert "PATH" not in d.same_env and "HOME" not in d.same_env
 
 
 def test_bisect_takes_a_sitecustomize_variable_as_its_culprit(tmp_path, engines, cli) -> None:

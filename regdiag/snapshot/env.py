@@ -9,8 +9,9 @@ is stored as an HMAC under a key kept in $REGDIAG_HOME (regdiag.snapshot.keyedha
 Families decide the order in `diff`: NCCL first, then the variables known to change how kernels,
 allocators, threads, the loader or the engines behave (`PERF_PREFIXES`), then the rest. Variables
 that only describe the login session (`_`, SHLVL, SSH_CLIENT, ...) are recorded too but listed in
-`session`: they differ between any two shells, so `diff` treats them as momentary and `bisect`
-neither varies nor fixes them.
+`session`: they differ between any two shells, so `diff` treats them as momentary. `not_bisected`
+lists those and the variables a bisect sets itself (PATH, HOME, VIRTUAL_ENV, ...): `bisect` neither
+varies nor fixes them.
 """
 
 from __future__ import annotations
@@ -81,6 +82,26 @@ SESSION = frozenset(
         "PS1",
         "PROMPT_COMMAND",
         "HISTFILE",
+    }
+)
+# Shown by `diff` like any other variable, but a bisect must own them: it puts the environment's
+# interpreter first on PATH, and a launch run with another machine's HOME or VIRTUAL_ENV would not
+# be the point being measured. Neither varied nor fixed by `bisect` (listed in `not_bisected`).
+OWNED_BY_BISECT = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "HOSTNAME",
+        "TERM",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "CONDA_DEFAULT_ENV",
+        "CONDA_SHLVL",
+        "PYTHONHOME",
+        "PYENV_VERSION",
     }
 )
 SESSION_PREFIXES = ("VSCODE_", "TERM_PROGRAM", "ITERM_", "KITTY_", "WEZTERM_", "KONSOLE_", "VTE_")
@@ -156,6 +177,7 @@ def collect(
     # For people: the value with its secret cut out (a URL's host), while the field holds the hash.
     group["scrubbed"] = scrubbed
     group["session"] = [n for n in sorted(src) if family(n) == "session"]
+    group["not_bisected"] = [n for n in sorted(src) if family(n) == "session" or n in OWNED_BY_BISECT]
     group["sources"] = {k: v for k, v in sorted((sources or {}).items()) if k in src}
     if hasher.note:
         group["note"] = hasher.note
