@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,6 +120,8 @@ class Process:
     ppid: int | None
     root: str = ""  # prefix for paths when the process lives in another mount namespace
     _interp: dict[str, Any] | None = field(default=None, repr=False)
+    # Three groups ask for the interpreter at once (packages, startup, process): start it once.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def open(cls, pid: int) -> Process:
@@ -181,8 +184,12 @@ class Process:
         """{'path', 'site', 'user_site' (None when disabled), 'no_site', 'version', 'prefix'}.
 
         Raises RuntimeError with one line when it cannot be learned."""
-        if self._interp is not None:
+        with self._lock:
+            if self._interp is None:
+                self._interp = self._ask_interpreter(timeout_s)
             return self._interp
+
+    def _ask_interpreter(self, timeout_s: float) -> dict[str, Any]:
         if not self.is_python or not self.exe:
             raise RuntimeError(f"not a Python interpreter ({self.exe or 'executable unknown'})")
         if self.root:
@@ -206,7 +213,6 @@ class Process:
             info["user_site"] = None
         info["no_site"] = "S" in flags
         info["flags"] = "".join(sorted(flags))
-        self._interp = info
         return info
 
     def search_path(self) -> list[str]:
