@@ -6,6 +6,8 @@ command alike), each command N times after one warm-up:
     regdiag snapshot --json                      the console script
     python -m regdiag snapshot --json            the same through -m
     python -m regdiag.snapshot                   the collector alone (what runs on remote hosts)
+    python -m regdiag.snapshot --pid PID         the same, of a running python process (started here;
+                                                 it imports psutil, so it maps a package's library)
     python -m torch.utils.collect_env            PyTorch's environment report
     python -m pyperf collect_metadata            pyperf's metadata (installed here if missing)
 
@@ -66,10 +68,25 @@ def main(argv: list[str]) -> int:
     n = int(argv[0]) if argv else 10
     ensure_pyperf()
     py = sys.executable
+    engine = subprocess.Popen(
+        [py, "-c", "import psutil, sys, time; print('ready', flush=True); time.sleep(3600)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert engine.stdout is not None and engine.stdout.readline().strip() == "ready"
+        return measure(n, py, engine.pid)
+    finally:
+        engine.kill()
+        engine.communicate()
+
+
+def measure(n: int, py: str, pid: int) -> int:
     commands = {
         "regdiag snapshot --json": [regdiag_script(), "snapshot", "--json"],
         "python -m regdiag snapshot --json": [py, "-m", "regdiag", "snapshot", "--json"],
         "python -m regdiag.snapshot": [py, "-m", "regdiag.snapshot"],
+        "python -m regdiag.snapshot --pid PID": [py, "-m", "regdiag.snapshot", "--pid", str(pid)],
         "python -m torch.utils.collect_env": [py, "-m", "torch.utils.collect_env"],
         "python -m pyperf collect_metadata": [py, "-m", "pyperf", "collect_metadata"],
     }

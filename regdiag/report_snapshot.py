@@ -111,7 +111,9 @@ def render_snapshot(
     _render_engine(console, groups.get("engine", {}), marks)
     _render_packages(console, groups.get("packages", {}))
     _render_gpu(console, groups.get("gpu", {}), marks)
+    _render_process(console, groups)
     _render_env(console, groups.get("env", {}))
+    _render_startup(console, groups.get("startup", {}))
     _render_host(console, groups.get("host", {}), marks)
 
 
@@ -261,15 +263,98 @@ def _render_gpu(console: Console, g: dict[str, Any], marks: dict[tuple[str, str]
 
 
 def _render_env(console: Console, g: dict[str, Any]) -> None:
+    from regdiag.snapshot.env import family
+
     redacted = g.get("redacted", [])
-    n = len(g.get("fields", {}))
-    if not _group_header(console, "env", g, f"{n} allowlisted variable(s) set, {len(redacted)} redacted"):
+    names = sorted(g.get("fields", {}))
+    sources = g.get("sources") or {}
+    shown = [n for n in names if family(n) in ("nccl", "perf") or n in sources]
+    others = [n for n in names if n not in shown]
+    who = f"pid {g['pid']}" if g.get("pid") else "this shell"
+    extra = (
+        f"{len(names)} variable(s) of {who}, {len(redacted)} not in clear (keyed hash or redacted); "
+        f"{len(shown)} that steer NCCL, kernels, threads, allocators or the engine shown"
+    )
+    if not _group_header(console, "env", g, extra):
         return
     t = Table(show_header=False, box=None, padding=(0, 1, 0, 2))
     t.add_column(style="cyan", no_wrap=True)
     t.add_column(overflow="fold")
-    for name in sorted(g.get("fields", {})):
-        t.add_row(name, _cell(g, name))
+    t.add_column(overflow="fold", style=DIM)
+    for name in shown:
+        t.add_row(name, _cell(g, name), f"from {sources[name]}" if name in sources else "")
+    console.print(t)
+    if others:
+        console.print(Text(f"  and {len(others)} more (--json has them): " + ", ".join(others), style=DIM))
+
+
+def _render_startup(console: Console, g: dict[str, Any]) -> None:
+    if not g or not _group_header(console, "startup", g, "files Python runs before the engine; nccl.conf"):
+        return
+    t = Table(show_header=False, box=None, padding=(0, 1, 0, 2))
+    t.add_column(style="cyan", no_wrap=True)
+    t.add_column(overflow="fold")
+    files = []
+    for kind in ("sitecustomize", "usercustomize"):
+        v = _fv(g, kind)
+        if isinstance(v, dict):
+            files.append((kind, v))
+    for v in (_fv(g, "pth") or {}).values():
+        if isinstance(v, dict) and (v.get("sets") or v.get("unparsed")):
+            files.append(("pth", v))
+    for c in _fv(g, "nccl_conf") or []:
+        files.append(
+            ("nccl.conf", {"path": c.get("path"), "sha256": c.get("sha256"), "sets": c.get("settings")})
+        )
+    for kind, v in files:
+        sets = v.get("sets") or {}
+        line = f"{v.get('path')}  {v.get('sha256') or v.get('error', '')}"
+        if sets:
+            line += "  sets " + " ".join(
+                f"{k}={_plain(x) if x is not None else '(unset)'}" for k, x in sets.items()
+            )
+        if v.get("unparsed"):
+            line += "  (not literal: " + ", ".join(v["unparsed"]) + ")"
+        t.add_row(kind, line)
+    if not files:
+        t.add_row(
+            "", Text("no sitecustomize.py, usercustomize.py, variable-setting .pth or nccl.conf", style=DIM)
+        )
+    console.print(t)
+
+
+def _render_process(console: Console, groups: dict[str, Any]) -> None:
+    g = groups.get("process")
+    if not g or not _group_header(console, "process", g, f"pid {_fv(g, 'pid')}  {_fv(g, 'exe') or ''}"):
+        return
+    t = Table(show_header=False, box=None, padding=(0, 1, 0, 2))
+    t.add_column(style="cyan", no_wrap=True)
+    t.add_column(overflow="fold")
+    t.add_row("cmdline", _plain(" ".join(_fv(g, "cmdline") or [])))
+    t.add_row("cwd", _cell(g, "cwd"))
+    t.add_row("python", _cell(g, "python"))
+    kids = _fv(g, "children") or {}
+    procs = kids.get("processes") or []
+    if procs:
+        t.add_row("children", f"{len(procs)}: " + ", ".join(str(k["pid"]) for k in procs))
+    for name, vals in (kids.get("differ_between_workers") or {}).items():
+        t.add_row(Text("workers differ", style="yellow"), f"{name}: " + _plain(vals))
+    console.print(t)
+    lib = groups.get("libraries")
+    extra = f" {(lib or {}).get('count', 0)} shared objects mapped; shown: those that set speed or came with a package"
+    if not lib or not _group_header(console, "libraries", lib, extra):
+        return
+    t = Table(show_header=False, box=None, padding=(0, 1, 0, 2))
+    t.add_column(style="cyan", no_wrap=True)
+    t.add_column(overflow="fold")
+    for name, f in lib.get("fields", {}).items():
+        v = f.get("value") if isinstance(f, dict) else None
+        if not isinstance(v, dict) or not (v.get("role") or v.get("distribution")):
+            continue
+        owner = f"{v['distribution']} {v.get('version')}" if v.get("distribution") else "no distribution"
+        ident = v.get("build_id") or v.get("sha256") or ("deleted" if v.get("deleted") else "")
+        ver = v.get("nccl_version") or v.get("file_version")
+        t.add_row(name, f"{v['path']}  ({owner}{', ' + ver if ver else ''})  {ident}")
     console.print(t)
 
 
@@ -305,11 +390,11 @@ def render_check(reasons: list[dict[str, Any]], console: Console) -> None:
 
 RANK_TITLES = {
     1: ("engine code", "any kernel path, scheduler or default may differ"),
-    2: ("kernels, libraries, driver", "kernel, communication and driver versions"),
-    3: ("NCCL variables", "collective algorithms, protocols, channels"),
-    4: ("other variables", "engine, kernel and runtime switches"),
+    2: ("kernels, libraries, driver", "loaded library files, kernel, communication and driver versions"),
+    3: ("NCCL variables", "collective algorithms, protocols, channels; nccl.conf"),
+    4: ("runtime variables", "engine, kernel, thread, allocator and loader switches; start-up files"),
     5: ("GPU configuration", "what the hardware is and is allowed to deliver"),
-    6: ("other packages", ""),
+    6: ("other packages, variables, libraries", ""),
     7: ("host", "CPU-side latency and launch overhead; where the snapshot was taken"),
     8: ("momentary readings", "not configuration: they move from second to second"),
 }
@@ -339,11 +424,16 @@ def render_diff(items: list[dict[str, Any]], console: Console, old_name: str, ne
             t.add_column(overflow="fold")
             t.add_column(overflow="fold")
         assert t is not None
+        new = Text(_plain(it["new"]), style="green")
+        src = it.get("source") or {}
+        if src.get("new") or src.get("old"):
+            new.append(f"  (from {src.get('new') or 'the environment'}", style=DIM)
+            new.append(f"; was from {src['old']})" if src.get("old") else ")", style=DIM)
         t.add_row(
             f"{it['group']}.{it['field']}" if it["group"] != "env" else it["field"],
             Text(_plain(it["old"]), style="red"),
             "→",
-            Text(_plain(it["new"]), style="green"),
+            new,
         )
     if t is not None:
         console.print(t)

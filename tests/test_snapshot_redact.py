@@ -27,13 +27,17 @@ def test_env_group_keeps_no_secret_and_every_knob() -> None:
     values = {k: f["value"] for k, f in group["fields"].items()}
     for name, value in HARMLESS.items():
         assert values[name] == value, name
-    # A secret under a sensitive name is still recorded as set, and listed as redacted.
-    assert values["SGLANG_API_KEY"] == REDACTED
-    assert "SGLANG_API_KEY" in group["redacted"]
-    assert "HF_TOKEN" not in values  # not on the allowlist at all
-    # A secret inside an innocent-looking value is cut out, the rest of the value stays readable.
-    assert values["VLLM_S3_URL"] == "https://<redacted>@bucket.example.com/models"
-    assert values["OMP_LAUNCHER_ARGS"] == "--token=<redacted> --threads 4"
+    # A secret under a sensitive name is still recorded as set, as a keyed hash, and listed.
+    assert values["SGLANG_API_KEY"].startswith("hmac-sha256:")
+    assert "SGLANG_API_KEY" in group["redacted"] and "SGLANG_API_KEY" in group["hashed"]
+    # Every variable is recorded now, not only an allowlist: HF_TOKEN too, hashed.
+    assert values["HF_TOKEN"].startswith("hmac-sha256:")
+    # A secret inside an innocent-looking value: the field holds the hash (so a change shows), and
+    # `scrubbed` keeps the rest of the value readable.
+    assert values["VLLM_S3_URL"].startswith("hmac-sha256:")
+    assert group["scrubbed"]["VLLM_S3_URL"] == "https://<redacted>@bucket.example.com/models"
+    assert group["scrubbed"]["OMP_LAUNCHER_ARGS"] == "--token=<redacted> --threads 4"
+    assert "SGLANG_API_KEY" not in group["scrubbed"]  # a secret name: nothing of the value is kept
     assert set(group["redacted"]).isdisjoint(HARMLESS)
 
 

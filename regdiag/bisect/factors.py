@@ -173,8 +173,9 @@ def spec_from_snapshot(snap: dict[str, Any], source: str) -> Spec:
         if v is None or isinstance(v, str):
             spec.packages.setdefault(normalize(name), v)
     envg = groups.get("env") or {}
+    skip = set(envg.get("not_bisected") or [])  # SHLVL, PATH, HOME, ...: neither varied nor fixed
     for name, f in (envg.get("fields") or {}).items():
-        if isinstance(f, dict) and f.get("status") == "ok":
+        if isinstance(f, dict) and f.get("status") == "ok" and name not in skip:
             spec.env[name] = None if f.get("value") is None else str(f.get("value"))
     spec.redacted = {str(n) for n in envg.get("redacted") or []}
     eng = groups.get("engine") or {}

@@ -20,9 +20,15 @@ SNAPSHOT_HELP = (
     "Groups: engine (git commit, branch, dirty + diff hash, describe, commit date); packages (torch, "
     "sgl-kernel, flashinfer, NCCL, ... and a hash of all installed); gpu (per GPU through NVML: clocks, "
     "clock-event reasons, throttle counters, power limit, PCIe link, persistence, ECC, MIG, topology); "
-    "env (NCCL_*, CUDA_*, SGLANG_*, VLLM_*, ... with secrets redacted); host (CPU governor, boost, "
-    "frequencies, memory, THP, limits, cgroup quota, hypervisor). Every field carries a status (ok, "
-    "unsupported, error, timeout); a failing source never fails the snapshot.\n\n"
+    "env (every variable; a sensitive value is recorded as a keyed hash, the key in $REGDIAG_HOME); startup "
+    "(sitecustomize.py, usercustomize.py and .pth files the interpreter runs, the variables they set, "
+    "nccl.conf files); host (CPU governor, boost, frequencies, memory, THP, limits, cgroup quota, "
+    "hypervisor). Every field carries a status (ok, unsupported, error, timeout); a failing source never "
+    "fails the snapshot.\n\n"
+    "With --pid: a running engine's process instead of this shell: its effective environment (its "
+    "/proc/PID/environ plus what its start-up files and nccl.conf set, each with where it came from), "
+    "command line (secrets hashed), cwd, interpreter, children, and the shared libraries it mapped with "
+    "their build ids and owning distributions (groups process, libraries).\n\n"
     "With --check: exit 1 and list the reasons when the machine is not fit for benchmarking (GPU busy, "
     "throttled, power-capped, PCIe link degraded, CPU governor not performance), 0 when it is."
 )
@@ -45,12 +51,17 @@ def _take(
     timeout: float,
     python: str | None,
     ssh_config: Path | None,
+    pid: int | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """The snapshots that could be taken, and one line per host that failed."""
     if not hosts and python is None:
         from regdiag.snapshot import collect  # this interpreter, in-process: the fast path
+        from regdiag.snapshot.process import ProcessError
 
-        return [collect(repo=repo, all_packages=all_packages, timeout_s=timeout)], []
+        try:
+            return [collect(repo=repo, all_packages=all_packages, timeout_s=timeout, pid=pid)], []
+        except ProcessError as e:
+            raise BadInput(str(e)) from None
     # Another interpreter (the engine's venv) or other machines: the collector travels as a bundle.
     from regdiag.hosts.remote import collect_snapshots
     from regdiag.hosts.resolve import open_hosts
@@ -59,7 +70,7 @@ def _take(
     with contextlib.ExitStack() as stack:
         for h in opened:
             stack.callback(h.close)
-        outcomes = collect_snapshots(opened, repo=repo, all_packages=all_packages, timeout_s=timeout)
+        outcomes = collect_snapshots(opened, repo=repo, all_packages=all_packages, timeout_s=timeout, pid=pid)
     if len(outcomes) == 1 and outcomes[0].error is not None:
         raise outcomes[0].error
     records = [o.value for o in outcomes if o.ok and o.value is not None]
@@ -123,12 +134,21 @@ def register(app: typer.Typer) -> None:
             min=0.5,
             help="Seconds before a slow source is recorded as timed out (default 10).",
         ),
+        pid: int | None = typer.Option(
+            None,
+            "--pid",
+            min=1,
+            help="Snapshot this running process (an engine server: its environment, start-up files, "
+            "command line, loaded libraries, children) instead of this shell. Local only (default: off).",
+        ),
         json_out: bool = JsonOpt,
         output: Path | None = OutputOpt,
         host: list[str] | None = HostOpt,
         python: str | None = PythonOpt,
         ssh_config: Path | None = SshConfigOpt,
     ) -> None:
+        if pid is not None and (from_file is not None or len(host or []) > 1):
+            raise BadInput("--pid names a process of one machine: it takes one --host at most, and no --from")
         # With --host, --repo names a directory on that host: it is checked there, not here.
         repo_s = str(repo) if (repo is not None and host) else _validate_repo(repo)
         if from_file is not None:
@@ -146,7 +166,7 @@ def register(app: typer.Typer) -> None:
                 else contextlib.nullcontext()
             )
             with spinner:
-                records, host_errors = _take(host, repo_s, all_packages, timeout, python, ssh_config)
+                records, host_errors = _take(host, repo_s, all_packages, timeout, python, ssh_config, pid)
         if output is not None and from_file is None:
             from regdiag.records import save_record
 

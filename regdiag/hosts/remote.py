@@ -122,8 +122,10 @@ def collect_snapshot(
     repo: str | None = None,
     all_packages: bool = False,
     timeout_s: float = SNAPSHOT_TIMEOUT_S,
+    pid: int | None = None,
 ) -> dict[str, Any]:
-    """A regdiag.snapshot/1 record of `host` (its interpreter is host.python; `repo` is a path there).
+    """A regdiag.snapshot/1 record of `host` (its interpreter is host.python; `repo` is a path there;
+    `pid` a running engine's process there).
 
     `timeout_s` is the collector's own deadline (a slow source is recorded as timed out); the remote
     command as a whole gets COMMAND_SLACK_S more before it is stopped. Raises HostError when the host
@@ -132,12 +134,14 @@ def collect_snapshot(
     if runs_in_process(host):
         from regdiag.snapshot import collect
 
-        return collect(repo=repo, all_packages=all_packages, timeout_s=timeout_s, via="local")
+        return collect(repo=repo, all_packages=all_packages, timeout_s=timeout_s, via="local", pid=pid)
     argv = ["snapshot", "--via", host.via, "--timeout", f"{timeout_s:g}"]
     if repo is not None:
         argv += ["--repo", repo]
     if all_packages:
         argv.append("--all-packages")
+    if pid is not None:
+        argv += ["--pid", str(pid)]
     limit = timeout_s + COMMAND_SLACK_S
     res = run_bundle(host, argv, timeout=limit)
     if res.timed_out:
@@ -242,6 +246,7 @@ def collect_snapshots(
     repo: str | None = None,
     all_packages: bool = False,
     timeout_s: float = SNAPSHOT_TIMEOUT_S,
+    pid: int | None = None,
 ) -> list[HostOutcome[dict[str, Any]]]:
     """collect_snapshot on every host at once; one outcome per host, in order (for `--host a --host b`)."""
-    return for_each_host(hosts, lambda h: collect_snapshot(h, repo, all_packages, timeout_s))
+    return for_each_host(hosts, lambda h: collect_snapshot(h, repo, all_packages, timeout_s, pid))

@@ -25,8 +25,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--via", default="local", help="origin.via to record (default local)")
     p.add_argument("-o", "--output", help="also write the record to this file (atomically)")
+    p.add_argument("--pid", type=int, help="snapshot this running process (an engine server) instead")
     args = p.parse_args(argv)
-    record = collect(repo=args.repo, all_packages=args.all_packages, timeout_s=args.timeout, via=args.via)
+    from regdiag.snapshot.process import ProcessError
+
+    try:
+        record = collect(
+            repo=args.repo, all_packages=args.all_packages, timeout_s=args.timeout, via=args.via, pid=args.pid
+        )
+    except ProcessError as e:
+        sys.stderr.write(f"{p.prog}: error: {e}\n")
+        return 2
     if args.output:
         save_record(args.output, record)
     sys.stdout.write(dumps_record(record))

@@ -3,13 +3,21 @@
     diff_snapshots(old, new, include_volatile=False) -> [{"group", "field", "old", "new", "change",
                                                           "rank", "why"}, ...]
 
-Ranks (lower first): 1 the engine's code; 2 the kernels and libraries under it (sgl-kernel,
-flashinfer, torch, NCCL, triton, GPU driver); 3 NCCL_* variables; 4 other allowlisted variables;
-5 GPU configuration (clock limits, power limit, PCIe link, persistence, ECC, MIG, the GPU model);
-6 other packages; 7 the host (CPU governor, kernel, ...) and where the snapshot was taken.
+Ranks (lower first): 1 the engine's code and its command line; 2 the kernels and libraries under
+it: first the library files a running process really loaded (--pid snapshots: libnccl, sgl_kernel,
+flashinfer, ... by build id), then package versions (sgl-kernel, flashinfer, torch, NCCL, triton, GPU
+driver); 3 NCCL_* variables and nccl.conf files; 4 variables of the families that change kernels,
+allocators, threads, the loader or the engines (regdiag.snapshot.env.PERF_PREFIXES), and the start-up
+files (sitecustomize.py, ...) that set variables; 5 GPU configuration (clock limits, power limit,
+PCIe link, persistence, ECC, MIG, the GPU model); 6 other packages, other variables, other loaded
+libraries; 7 the host (CPU governor, kernel, ...) and where the snapshot was taken.
 Readings that change from one second to the next (current clocks, power draw, temperature, load,
-counters) are not differences between environments; they are left out unless include_volatile,
-and then rank 8. A run record stands for its snapshot_before.
+counters, a process's pid) and variables that only describe a login session are not differences
+between environments; they are left out unless include_volatile, and then rank 8.
+
+A variable recorded as a keyed hash is compared by its hash and shown as "<hashed>", never by
+value. When a variable's value came from a file (a sitecustomize.py, an nccl.conf) the item says
+so in `source`. A run record stands for its snapshot_before.
 """
 
 from __future__ import annotations
@@ -18,8 +26,12 @@ import re
 from typing import Any
 
 from regdiag.snapshot import fields as F
+from regdiag.snapshot.env import family
+from regdiag.snapshot.keyedhash import is_hashed
+from regdiag.snapshot.libs import ROLE_ORDER
 
 ABSENT = "<absent>"
+HASHED = "<hashed>"
 
 # Readings, not configuration: they differ between any two snapshots of the same machine.
 VOLATILE_GPU = frozenset(
@@ -112,7 +124,15 @@ WHY = {
     "library": "a kernel / communication library under the engine changed version",
     "driver": "the GPU driver changed: kernels, clocks and NCCL transports can behave differently",
     "nccl_env": "NCCL variable: changes collective algorithms, protocols or channels",
-    "env": "allowlisted variable: changes engine, kernel or runtime behaviour",
+    "env": "variable of a family that changes engine, kernel, allocator, thread or loader behaviour",
+    "other_env": "another environment variable",
+    "session": "describes the login session, not the environment",
+    "loaded_lib": "the running process loaded a different library file (path, build id or owner)",
+    "other_lib": "the running process loaded another library file",
+    "cmdline": "the engine's command line changed: server flags decide kernels, graphs and batch sizes",
+    "interpreter": "another Python interpreter runs the engine",
+    "nccl_conf": "an NCCL config file changed: it sets NCCL variables the environment does not",
+    "startup": "a start-up file every Python process runs changed (it can set variables)",
     "gpu": "GPU configuration: caps or changes what the hardware delivers",
     "gpu_model": "different GPU hardware: numbers are not like for like",
     "package": "another package changed version",
@@ -143,13 +163,44 @@ def _flat(snapshot: dict[str, Any]) -> dict[tuple[str, str], Any]:
             elif gname == "packages" and fname == "all" and isinstance(f.get("value"), dict):
                 for pkg, ver in f["value"].items():
                     out[("packages", f"all.{pkg}")] = ver
+            elif gname == "process" and fname == "children" and isinstance(f.get("value"), dict):
+                # Pids differ between any two runs: compare what the children are, not their numbers.
+                v = f["value"]
+                kids = sorted(
+                    (" ".join(k.get("cmdline") or []), sorted(k.get("env_differs") or {}))
+                    for k in v.get("processes") or []
+                )
+                out[(gname, fname)] = {
+                    "count": len(kids),
+                    "kinds": sorted({k[0] for k in kids}),
+                    "differ_between_workers": sorted(v.get("differ_between_workers") or {}),
+                }
             else:
                 out[(gname, fname)] = f.get("value")
     return out
 
 
-def _classify(group: str, field: str) -> tuple[int, int, str]:
-    """(rank, order within rank, why key)."""
+def _classify(group: str, field: str, value: Any = None) -> tuple[int, int, str]:
+    """(rank, order within rank, why key). `value` is either side's value (libraries: its role)."""
+    if group == "libraries":
+        role = value.get("role") if isinstance(value, dict) else None
+        if role in ROLE_ORDER:
+            return 2, -100 + ROLE_ORDER[role], "loaded_lib"
+        return 6, 5, "other_lib"
+    if group == "process":
+        if field == "cmdline":
+            return 1, 3, "cmdline"
+        if field in ("exe", "python"):
+            return 2, -200, "interpreter"
+        if field in ("pid", "ppid"):
+            return 8, 0, "volatile"
+        return 7, 50, "host"
+    if group == "startup":
+        if field == "nccl_conf":
+            return 3, 1, "nccl_conf"
+        if field == "interpreter":
+            return 7, 60, "origin"
+        return 4, 1, "startup"
     if group == "engine":
         return 1, 0 if field in ("commit", "dirty", "diff_hash") else 1, "engine"
     if group == "packages":
@@ -160,7 +211,10 @@ def _classify(group: str, field: str) -> tuple[int, int, str]:
             return 2, LIBRARY_ORDER.index(name), "library"
         return 6, 0, "package"
     if group == "env":
-        return (3, 0, "nccl_env") if field.startswith("NCCL_") else (4, 0, "env")
+        fam = family(field)
+        if fam == "session":
+            return 8, 0, "volatile"
+        return {"nccl": (3, 0, "nccl_env"), "perf": (4, 0, "env")}.get(fam, (6, 1, "other_env"))
     if group == "gpu":
         m = re.match(r"gpu\d+\.(.+)", field)
         sub = m.group(1) if m else field
@@ -185,7 +239,9 @@ def diff_snapshots(
 ) -> list[dict[str, Any]]:
     from regdiag.snapshot import snapshot_of
 
-    a, b = _flat(snapshot_of(old)), _flat(snapshot_of(new))
+    sa, sb = snapshot_of(old), snapshot_of(new)
+    a, b = _flat(sa), _flat(sb)
+    env_a, env_b = _env_meta(sa), _env_meta(sb)
     # Without --all-packages on both sides, per-package "all." entries are not comparable.
     if not any(k[1].startswith("all.") for k in a) or not any(k[1].startswith("all.") for k in b):
         a = {k: v for k, v in a.items() if not k[1].startswith("all.")}
@@ -205,26 +261,41 @@ def diff_snapshots(
         va, vb = a.get(key, ABSENT), b.get(key, ABSENT)
         if va == vb:
             continue
-        rank, order, why = _classify(*key)
+        rank, order, why = _classify(*key, va if va != ABSENT else vb)
         if rank == 8 and not include_volatile:
             continue
         change = "added" if va == ABSENT else "removed" if vb == ABSENT else "changed"
-        items.append(
-            {
-                "group": key[0],
-                "field": key[1],
-                "old": va,
-                "new": vb,
-                "change": change,
-                "rank": rank,
-                "why": WHY[why],
-                "_order": order,
-            }
-        )
+        why_text = WHY[why]
+        if key[0] == "env" and (is_hashed(va) or is_hashed(vb)):
+            if is_hashed(va) and is_hashed(vb) and env_a["key"] != env_b["key"]:
+                change = "unknown"
+                why_text += "; hashed under two different keys (two REGDIAG_HOMEs): cannot tell if it changed"
+            va, vb = (HASHED if is_hashed(va) else va), (HASHED if is_hashed(vb) else vb)
+        item = {
+            "group": key[0],
+            "field": key[1],
+            "old": va,
+            "new": vb,
+            "change": change,
+            "rank": rank,
+            "why": why_text,
+            "_order": order,
+        }
+        if key[0] == "env":
+            src = {"old": env_a["sources"].get(key[1]), "new": env_b["sources"].get(key[1])}
+            if src["old"] or src["new"]:
+                item["source"] = src
+        items.append(item)
     items.sort(key=lambda it: (it["rank"], it["_order"], _gpu_index(it["field"]), it["group"], it["field"]))
     for it in items:
         del it["_order"]
     return items
+
+
+def _env_meta(snapshot: dict[str, Any]) -> dict[str, Any]:
+    g = (snapshot.get("groups") or {}).get("env") or {}
+    src = g.get("sources")
+    return {"key": g.get("hash_key_id"), "sources": src if isinstance(src, dict) else {}}
 
 
 def _gpu_set(flat: dict[tuple[str, str], Any]) -> set[int]:

@@ -1,7 +1,17 @@
-"""Environment variables that change how the engine, the kernels and NCCL behave, redacted.
+"""Every environment variable, safely: values in clear unless sensitive, else a keyed hash.
 
-Only an allowlist is recorded (a denylist leaks whatever nobody thought of). LD_LIBRARY_PATH is on
-the list beyond the obvious prefixes because it decides which libnccl / libcudart a process loads.
+An allowlist missed variables that change speed (PYTHONMALLOC, ATEN_CPU_CAPABILITY, MALLOC_ARENA_MAX
+set in a shell never reached a record), so every variable is recorded. What keeps secrets out is
+the value, not the name list: a variable the redaction rules (regdiag.snapshot.redact) would touch
+is stored as an HMAC under a key kept in $REGDIAG_HOME (regdiag.snapshot.keyedhash), so `diff` and
+`bisect` still see that it changed. Without a usable key the value is "<redacted>", as before.
+
+Families decide the order in `diff`: NCCL first, then the variables known to change how kernels,
+allocators, threads, the loader or the engines behave (`PERF_PREFIXES`), then the rest. Variables
+that only describe the login session (`_`, SHLVL, SSH_CLIENT, ...) are recorded too but listed in
+`session`: they differ between any two shells, so `diff` treats them as momentary. `not_bisected`
+lists those and the variables a bisect sets itself (PATH, HOME, VIRTUAL_ENV, ...): `bisect` neither
+varies nor fixes them.
 """
 
 from __future__ import annotations
@@ -11,36 +21,164 @@ from collections.abc import Mapping
 from typing import Any
 
 from regdiag.snapshot import fields as F
-from regdiag.snapshot.redact import redact_env
+from regdiag.snapshot import keyedhash
+from regdiag.snapshot.redact import REDACTED, redact_value
 
-PREFIXES = (
+PERF_PREFIXES = (
     "NCCL_",
     "CUDA_",
-    "TORCH_",
+    "CUBLAS",
+    "CUDNN_",
+    "NVIDIA_",
+    "NVSHMEM_",
+    "UCX_",
+    "TORCH",  # TORCH_*, TORCHINDUCTOR_*, TORCH_NCCL_*
     "PYTORCH_",
+    "ATEN_",
+    "OMP_",
+    "KMP_",
+    "GOMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "NVPL_",
+    "PYTHON",  # PYTHONPATH, PYTHONMALLOC, PYTHONTRACEMALLOC, PYTHONHASHSEED, ...
+    "MALLOC_",
+    "GLIBC_TUNABLES",
+    "LD_",
     "SGLANG_",
     "SGL_",
     "VLLM_",
     "FLASHINFER_",
     "TRITON_",
-    "NVSHMEM_",
-    "UCX_",
-    "OMP_",
-    "MKL_",
+    "DG_",  # DeepGEMM
     "REGDIAG_",  # regdiag's own knobs (the probes' test hooks) change what a run measures
 )
-NAMES = frozenset({"CUDA_VISIBLE_DEVICES", "LD_PRELOAD", "LD_LIBRARY_PATH"})
+SESSION = frozenset(
+    {
+        "_",
+        "PWD",
+        "OLDPWD",
+        "SHLVL",
+        "SSH_CLIENT",
+        "SSH_CONNECTION",
+        "SSH_TTY",
+        "SSH_AUTH_SOCK",
+        "SSH_AGENT_PID",
+        "TERM_SESSION_ID",
+        "WINDOWID",
+        "XDG_SESSION_ID",
+        "XDG_RUNTIME_DIR",
+        "TMUX",
+        "TMUX_PANE",
+        "STY",
+        "GPG_TTY",
+        "INVOCATION_ID",
+        "JOURNAL_STREAM",
+        "LS_COLORS",
+        "COLUMNS",
+        "LINES",
+        "DBUS_SESSION_BUS_ADDRESS",
+        "MAIL",
+        "PS1",
+        "PROMPT_COMMAND",
+        "HISTFILE",
+    }
+)
+# Shown by `diff` like any other variable, but a bisect must own them: it puts the environment's
+# interpreter first on PATH, and a launch run with another machine's HOME or VIRTUAL_ENV would not
+# be the point being measured. Neither varied nor fixed by `bisect` (listed in `not_bisected`).
+OWNED_BY_BISECT = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "HOSTNAME",
+        "TERM",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "CONDA_DEFAULT_ENV",
+        "CONDA_SHLVL",
+        "PYTHONHOME",
+        "PYENV_VERSION",
+    }
+)
+SESSION_PREFIXES = ("VSCODE_", "TERM_PROGRAM", "ITERM_", "KITTY_", "WEZTERM_", "KONSOLE_", "VTE_")
 
 
-def allowed(name: str) -> bool:
-    return name in NAMES or name.startswith(PREFIXES)
+def family(name: str) -> str:
+    """'nccl', 'perf', 'session' or 'other': the order of variables in `diff`."""
+    if name.startswith("NCCL_"):
+        return "nccl"
+    if name.startswith(PERF_PREFIXES):
+        return "perf"
+    if name in SESSION or name.startswith(SESSION_PREFIXES):
+        return "session"
+    return "other"
 
 
-def collect(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+class Hasher:
+    """Redacts one value at a time; sensitive values become keyed hashes when the key is usable."""
+
+    def __init__(self) -> None:
+        self.note: str | None = None
+        try:
+            self.key: bytes | None = keyedhash.load_key()
+        except OSError as e:
+            self.key = None
+            self.note = f"no hash key ({F.one_line(e)}): sensitive values are recorded as {REDACTED}"
+
+    @property
+    def key_id(self) -> str | None:
+        return keyedhash.key_id(self.key) if self.key else None
+
+    def value(self, name: str, value: str) -> tuple[str, bool, bool, str | None]:
+        """(what to record, not the value in clear?, a keyed hash?, the value with only its
+        secret-shaped parts cut out, when the name itself is not sensitive)."""
+        kept, changed = redact_value(name, value)
+        if not changed:
+            return kept, False, False, None
+        readable = None if kept == REDACTED else kept
+        if self.key is None:
+            return REDACTED, True, False, readable
+        return keyedhash.keyed_hash(self.key, name, value), True, True, readable
+
+
+def collect(
+    environ: Mapping[str, str] | None = None,
+    sources: Mapping[str, str] | None = None,
+    hasher: Hasher | None = None,
+) -> dict[str, Any]:
+    """The env group: one field per variable of `environ` (default os.environ).
+
+    `sources` names, for variables that did not come from the process's initial environment, the
+    file that set them (a sitecustomize.py, a .pth, an nccl.conf).
+    """
     src = os.environ if environ is None else environ
-    picked = {k: v for k, v in src.items() if allowed(k)}
-    kept, redacted = redact_env(picked)
-    fields: dict[str, F.Field] = {name: F.ok(value) for name, value in kept.items()}
+    hasher = hasher or Hasher()
+    fields: dict[str, F.Field] = {}
+    redacted: list[str] = []
+    hashed: list[str] = []
+    scrubbed: dict[str, str] = {}
+    for name in sorted(src):
+        value, hidden, is_hash, readable = hasher.value(name, src[name])
+        fields[name] = F.ok(value)
+        if hidden:
+            redacted.append(name)
+        if is_hash:
+            hashed.append(name)
+        if readable is not None:
+            scrubbed[name] = readable
     group = F.group(fields, status=F.OK)
     group["redacted"] = redacted
+    group["hashed"] = hashed
+    group["hash_key_id"] = hasher.key_id
+    # For people: the value with its secret cut out (a URL's host), while the field holds the hash.
+    group["scrubbed"] = scrubbed
+    group["session"] = [n for n in sorted(src) if family(n) == "session"]
+    group["not_bisected"] = [n for n in sorted(src) if family(n) == "session" or n in OWNED_BY_BISECT]
+    group["sources"] = {k: v for k, v in sorted((sources or {}).items()) if k in src}
+    if hasher.note:
+        group["note"] = hasher.note
     return group
