@@ -316,7 +316,7 @@ def test_a_pid_that_does_not_exist_is_one_line_exit_2(cli) -> None:
     r = cli("snapshot", "--pid", str(p.pid))
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [f"regdiag: error: --pid {p.pid}: no such process"]
-    r = cli("snapshot", "--pid", "1", "--host", "gpu-3")
+    r = cli("snapshot", "--pid", "1", "--host", "gpu-3", "--host", "gpu-4")  # a pid belongs to one machine
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--pid" in r.stderr
 
 

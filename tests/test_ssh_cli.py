@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -199,3 +200,24 @@ def test_trust_through_a_jump_host(cli, sshd: Sshd, tmp_path: Path) -> None:  # 
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["status"] == "added"
     assert known.read_text() == sshd.known_hosts_line() + "\n"
+
+
+@pytest.mark.ssh
+def test_snapshot_of_a_running_process_over_ssh(cli, sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    # --pid travels to the host: the engine's own environment is read there, its secrets hashed.
+    engine = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"],
+        env={**os.environ, "NCCL_PROTO": "LL", "HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz0123456789"},
+    )
+    try:
+        r = cli("snapshot", "--pid", str(engine.pid), "--host", "regdiag-test", "--ssh-config",
+                str(sshd.ssh_config), "--python", sys.executable, "--json")  # fmt: skip
+    finally:
+        engine.kill()
+        engine.wait()
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    assert rec["origin"]["via"] == "ssh" and rec["groups"]["process"]["status"] == "ok"
+    env = rec["groups"]["env"]["fields"]
+    assert env["NCCL_PROTO"]["value"] == "LL"
+    assert "hf_abcdefghij" not in r.stdout
