@@ -7,7 +7,8 @@ Exit codes (documented in docs/cli.md):
   3  inconclusive (compare, bisect)
   4  host error: connection, authentication, host key, remote python
   5  the measured program failed (probe crashed, server died)
-  130 interrupted (Ctrl-C); everything finished before it is kept
+  129 / 130 / 143  hung up (SIGHUP) / interrupted (Ctrl-C) / terminated (SIGTERM); everything finished
+      before it is kept, every process regdiag started is stopped (regdiag.interrupts)
 """
 
 from __future__ import annotations

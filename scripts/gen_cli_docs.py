@@ -28,8 +28,10 @@ file and `--help` disagree. Every command also answers `-h` / `--help`.
 | 2 | bad input: unreadable, truncated, empty, wrong-kind or newer-version record; bad option value |
 | 3 | inconclusive (`compare`, `bisect`): more launches needed, or the regression did not reproduce |
 | 4 | host error: connection, authentication, host key, remote python missing or too old, remote timeout |
-| 5 | the measured program failed: a probe rank crashed, the server died |
-| 130 | interrupted (Ctrl-C); everything measured before it is kept on disk |
+| 5 | the measured program failed: a probe rank crashed or hung (named, with where it was stuck), the GPUs are held by another process (named), the server died |
+| 129 | hung up (SIGHUP, e.g. the SSH session to the machine running regdiag dropped); as 130 |
+| 130 | interrupted (Ctrl-C); every process regdiag started is stopped, everything measured before it is kept on disk |
+| 143 | terminated (SIGTERM); as 130 |
 
 Errors are one line on stderr, `regdiag: error: ...`, never a traceback.
 """

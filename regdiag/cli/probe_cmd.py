@@ -35,7 +35,9 @@ each phase the slowest TP rank's. Accept length is SIMULATED (--accept-mean), an
 Runs --launches fresh processes of --cycles cycles each (plus as many bare cycles to measure the
 probe's own overhead), with a snapshot before and after. The record is written after every launch to
 $REGDIAG_HOME/runs/<id>.json (default ~/.regdiag/runs) or to -o. Exit 0 when every launch succeeded,
-5 when a launch failed (earlier launches kept), 2 for bad input, 130 on Ctrl-C (finished launches kept).
+5 when a launch failed, hung or found its GPUs busy (earlier launches kept), 2 for bad input, 130 / 143 /
+129 on Ctrl-C / SIGTERM / SIGHUP (every probe process stopped, finished launches kept). At --tp > 1 every
+launch also times each phase with its collectives left out: the summary shows the communication share.
 
 Without a GPU the defaults run the tiny preset: regdiag probe spec-decode --tp 2
 """
@@ -70,6 +72,11 @@ class DType(str, Enum):
     auto = "auto"
     bfloat16 = "bfloat16"
     float32 = "float32"
+
+
+class CollDType(str, Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
 
 
 class MoEImpl(str, Enum):
@@ -170,7 +177,7 @@ def spec_decode(
 def collectives(
     tp: int = typer.Option(2, "--tp", help="Ranks, one process each."),
     sizes: str = typer.Option(None, "--sizes", help="MIN:MAX[:FACTOR] or a list (1K,64K,1M). Default: 1K:256M doubling on GPUs, 1K:16M on CPU."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16."),
+    dtype: CollDType = typer.Option(CollDType.float32, "--dtype", help="Element type of the buffers."),
     iters: int = typer.Option(20, "--iters", help="All-reduces per timed repetition, at most."),
     reps: int = typer.Option(5, "--reps", help="Timed repetitions per size (the 'cycles' of the record)."),
     warmup: int = typer.Option(5, "--warmup", help="Untimed all-reduces per size."),
@@ -186,8 +193,6 @@ def collectives(
     python: str = PythonOpt,
     ssh_config: Path = SshConfigOpt,
 ) -> None:  # fmt: skip
-    if dtype not in ("float32", "bfloat16"):
-        raise BadInput(f"--dtype {dtype!r}: float32 or bfloat16")
     for name, val, low in (
         ("--tp", tp, 1),
         ("--iters", iters, 1),
@@ -196,7 +201,7 @@ def collectives(
     ):
         if val < low:
             raise BadInput(f"{name} must be >= {low}")
-    options = {"tp": tp, "sizes": sizes, "dtype": dtype, "iters": iters, "reps": reps, "warmup": warmup,
+    options = {"tp": tp, "sizes": sizes, "dtype": dtype.value, "iters": iters, "reps": reps, "warmup": warmup,
                "device": device.value, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu}  # fmt: skip
     _run("collectives", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config)
 
@@ -332,6 +337,13 @@ def _render_summary(s: dict[str, Any]) -> None:
             bits.append("[yellow]clock events: " + ", ".join(c["reasons"]) + "[/yellow]")
     if bits:
         console.print("  " + " · ".join(bits))
+    comm = [c for ph, c in (s.get("comm") or {}).items() if ph != "cycle" and c.get("share") is not None]
+    if comm:
+        console.print(
+            "  communication (measured, phases without their collectives): "
+            + ", ".join(f"{c['phase']} {100 * c['share']:.1f} % ({c['comm_ms']:.3g} ms)" for c in comm),
+            highlight=False,
+        )
     for w in s.get("warnings", []):
         console.print(f"  [yellow]warning:[/yellow] {w}")
     console.print(
