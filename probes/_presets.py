@@ -158,27 +158,50 @@ class Shape:
             + h * (self.draft_vocab // self.shard)
         ) * elt
 
-    def weight_bytes(self, elt: int) -> int:
-        b = self.layer_bytes(elt)
-        moe = b["gate"] + b["shared"] + self.experts * b["expert"]
-        per = self.n_dense * (b["attn"] + b["dense_mlp"]) + self.n_moe * (b["attn"] + moe)
-        return per + b["lm_head"] + b["embed"] + self.draft_bytes(elt)
-
     def expected_unique(self, tokens: int) -> float:
         """Experts a MoE layer reads for `tokens` tokens under uniform independent routing."""
         e, k = self.experts, self.topk
         return e * (1.0 - (1.0 - k / e) ** tokens)
 
+    def target_breakdown(
+        self, tokens: int, batch: int, kv_len: int, elt: int = 2, unique: float | None = None
+    ) -> dict[str, float]:
+        """Bytes one target forward over `tokens` tokens (all sequences together) must read at least once,
+        by part: the HBM floor's numerator (the probe's footer and `regdiag explain` both use this)."""
+        b = self.layer_bytes(elt)
+        u = self.expected_unique(tokens) if unique is None else unique
+        return {
+            "attention": float(self.layers * b["attn"]),
+            "kv_cache": float(self.layers * batch * kv_len * (self.kv_lora + self.rope) * elt),
+            "dense_mlp": float(self.n_dense * b["dense_mlp"]),
+            "router": float(self.n_moe * b["gate"]),
+            "shared_experts": float(self.n_moe * b["shared"]),
+            "routed_experts": float(self.n_moe * u * b["expert"]),
+            "lm_head": float(b["lm_head"]),
+            "embedding_rows": float(tokens * self.hidden * elt),
+        }
+
     def target_bytes(
         self, tokens: int, batch: int, kv_len: int, elt: int, unique: float | None = None
     ) -> int:
-        """Bytes one target forward over `tokens` tokens in total must read at least once."""
-        b = self.layer_bytes(elt)
-        u = self.expected_unique(tokens) if unique is None else unique
-        kv = batch * kv_len * (self.kv_lora + self.rope) * elt
-        moe = b["gate"] + b["shared"] + u * b["expert"]
-        per = self.n_dense * (b["attn"] + b["dense_mlp"] + kv) + self.n_moe * (b["attn"] + moe + kv)
-        return int(per + b["lm_head"] + tokens * self.hidden * elt)
+        return int(sum(self.target_breakdown(tokens, batch, kv_len, elt, unique).values()))
+
+    def draft_breakdown(
+        self, tokens: int, batch: int, kv_len: int, with_fc: bool, elt: int = 2
+    ) -> dict[str, float]:
+        """Bytes one EAGLE-3 draft forward reads (fc only in draft-extend, where hidden states enter)."""
+        h, hl, kvh, hd = self.hidden, self.draft_heads // self.shard, self.draft_kv_local, self.draft_head_dim
+        return {
+            "fc": float(3 * h * h * elt) if with_fc else 0.0,
+            "attention": float((2 * h * (hl + 2 * kvh) * hd + hl * hd * h) * elt),
+            "kv_cache": float(batch * kv_len * 2 * kvh * hd * elt),
+            "mlp": float(3 * h * (self.draft_inter // self.shard) * elt),
+            "lm_head": float(h * (self.draft_vocab // self.shard) * elt),
+            "embedding_rows": float(tokens * h * elt),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def resolve_shape(preset: str, layers: int | None, shard: int) -> Shape:

@@ -25,7 +25,7 @@ import numpy as np
 from regdiag import stats
 from regdiag.comm import CommShare, comm_shares
 from regdiag.errors import BadInput
-from regdiag.models import DTYPE_BYTES, ModelShape, touched_experts
+from regdiag.models import DTYPE_BYTES, preset_shape, shape_from_dict, touched_experts
 from regdiag.records import RUN, RecordError, check_record
 
 DEFAULT_BANDWIDTH = 4.24e12  # B/s: device copy bandwidth measured on one H200 (docs/compare.md)
@@ -334,42 +334,34 @@ def explain_run(
                 f"the probe ran {shape.layers} of {_full_layers(shape, header)} layers: bytes and floors are for those"
             )
     comm = [c for c in comm_shares(run) if c.phase != "cycle"]
-    return Explanation(tput, rows, bandwidth, bw_src, None if shape is None else shape.to_dict(), notes, comm)
+    model_d = None if shape is None else {"name": shape.preset, **shape.to_dict()}
+    return Explanation(tput, rows, bandwidth, bw_src, model_d, notes, comm)
 
 
-def _full_layers(shape: ModelShape, header: dict[str, Any]) -> int:
+def _full_layers(shape: Any, header: dict[str, Any]) -> int:
     s = (header.get("model") or {}).get("shape") or {}
     v = s.get("layers_full")
     return int(v) if isinstance(v, int) else shape.layers
 
 
-def _shape(
-    header: dict[str, Any], config: dict[str, Any], model: str | None, notes: list[str]
-) -> ModelShape | None:
+def _shape(header: dict[str, Any], config: dict[str, Any], model: str | None, notes: list[str]) -> Any | None:
+    """The run's model shape (models.Shape): --model, else the header's own, else the config's preset."""
     hs = (header.get("model") or {}).get("shape") if isinstance(header.get("model"), dict) else None
-    try:
-        if model:
-            return ModelShape.preset(
-                model, int(config.get("layers") or 0) or None, int(config.get("shard") or 1)
-            )
-        if isinstance(hs, dict):
-            return ModelShape.from_dict(hs)
-        preset = config.get("preset")
-        if isinstance(preset, str):
-            return ModelShape.preset(
-                preset,
-                int(config.get("layers") or 0) or None,
-                int(config.get("shard") or config.get("tp") or 1),
-            )
-    except KeyError as e:
-        raise BadInput(str(e).strip("'\"")) from None
+    layers = int(config.get("layers") or 0) or None
+    if model:
+        return preset_shape(model, layers, int(config.get("shard") or 1))
+    if isinstance(hs, dict):
+        return shape_from_dict(hs)
+    preset = config.get("preset")
+    if isinstance(preset, str):
+        return preset_shape(preset, layers, int(config.get("shard") or config.get("tp") or 1))
     notes.append("no model shape in the run (no header, no preset): pass --model for the roofline")
     return None
 
 
 def _roofline(
     phase: str,
-    shape: ModelShape,
+    shape: Any,
     config: dict[str, Any],
     elt: int,
     bandwidth: float,
