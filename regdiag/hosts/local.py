@@ -28,8 +28,10 @@ def _pump(stream: IO[bytes], sink: list[bytes] | None, callback: LineCallback | 
     stream.close()
 
 
-def kill_tree(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
-    """SIGTERM the process group, then SIGKILL what is left after the grace period."""
+def kill_tree(proc: subprocess.Popen[bytes], grace_s: float = 2.0, gone_s: float = 10.0) -> None:
+    """SIGTERM the process group, SIGKILL what is left after the grace period, and return only once the
+    group is gone (up to `gone_s`): a killed process holding GPU memory frees it when it has exited, not
+    when the signal was sent, and on a loaded machine that can take a while."""
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
@@ -37,14 +39,37 @@ def kill_tree(proc: subprocess.Popen[bytes], grace_s: float = 2.0) -> None:
             return
         try:
             proc.wait(timeout=wait)
-            # The leader is gone; make sure nothing of its group is left either.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            return
+            break
         except subprocess.TimeoutExpired:
             continue
+    # The leader is gone; make sure nothing of its group is left either, and wait until it has left.
+    deadline = time.monotonic() + gone_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        if not _live_members(proc.pid):
+            return
+        time.sleep(0.05)
+
+
+def _live_members(pgid: int) -> bool:
+    """Whether a process of group `pgid` is still running: zombies (dead, waiting for init to reap them)
+    do not count. Without /proc, any member counts."""
+    if not os.path.isdir("/proc/self"):
+        return True
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                rest = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(rest) > 2 and int(rest[2]) == pgid and rest[0] != b"Z":
+            return True
+    return False
 
 
 class LocalHost(Host):
