@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from regdiag.cli.common import JsonOpt, PythonOpt, err_console, print_json
+from regdiag.cli.common import JsonOpt, PythonOpt, err_console, format_opt, pick_format, show
 from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, BadInput
 
 HELP = (
@@ -148,10 +148,11 @@ def register(app: typer.Typer) -> None:
         python: str | None = PythonOpt,
         json_out: bool = JsonOpt,
         markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown on stdout."),
+        fmt: str = format_opt("bisect"),
     ) -> None:
-        from regdiag.bisect.report import render, to_markdown
         from regdiag.bisect.run import Request, run_bisect
 
+        chosen = pick_format("bisect", fmt, json_out, markdown)
         extra = list(ctx.args)
         if extra and not probe:
             raise BadInput(f"unexpected arguments {' '.join(extra)!r} (probe options after -- need --probe)")
@@ -186,12 +187,5 @@ def register(app: typer.Typer) -> None:
                 report = run_bisect(req, progress=on_event)
         else:
             report = run_bisect(req, progress=on_event)
-        if json_out:
-            print_json(report)
-        elif markdown:
-            typer.echo(to_markdown(report))
-        else:
-            from regdiag.cli.common import console
-
-            render(report, console)
+        show("bisect", chosen, report)
         raise typer.Exit(EXIT_OK if report["verdict"] == "CULPRIT" else EXIT_INCONCLUSIVE)

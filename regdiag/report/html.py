@@ -13,6 +13,7 @@ from regdiag import __version__
 from regdiag.compare import Comparison, _usable
 from regdiag.report import svg
 from regdiag.report import text as T
+from regdiag.report.registry import Out
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 980px; color: #222; }
@@ -166,3 +167,9 @@ def render(
     )
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def render_out(c: Comparison, out: Out) -> None:
+    """Needs the two raw runs (for the plots) in out.context["runs"]."""
+    old_run, new_run = out.context["runs"]
+    out.text(render(c, old_run, new_run, *out.labels))
