@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from regdiag.bisect.failures import BuildFailed
 from regdiag.records import atomic_write_text
 from regdiag.runs import regdiag_home
 
@@ -47,10 +48,6 @@ BASE_PACKAGES_SCRIPT = (
     "    if n: out.setdefault(re.sub(r'[-_.]+', '-', n).lower(), d.version)\n"
     "print(json.dumps(out))\n"
 )
-
-
-class BuildFailed(Exception):
-    """An environment that cannot be made; the message is one line (the reason for SKIP)."""
 
 
 @dataclass(frozen=True)
