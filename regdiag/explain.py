@@ -25,7 +25,8 @@ import numpy as np
 from regdiag import stats
 from regdiag.errors import BadInput
 from regdiag.models import DTYPE_BYTES, ModelShape, touched_experts
-from regdiag.records import RUN, RecordError, check_record
+from regdiag.records import EXPLANATION, RUN, RecordError, check_record, schema_id
+from regdiag.run_view import usable
 
 DEFAULT_BANDWIDTH = 4.24e12  # B/s: device copy bandwidth measured on one H200 (docs/compare.md)
 LAUNCH_BOUND_FRACTION = 0.5  # an eager phase below this share of its floor is launch-bound
@@ -163,7 +164,7 @@ class Explanation:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": "regdiag.explanation/1",
+            "schema": schema_id(EXPLANATION),
             "throughput": None if self.throughput is None else self.throughput.to_dict(),
             "phases": [p.to_dict() for p in self.phases],
             "bandwidth": self.bandwidth,
@@ -189,7 +190,7 @@ def explain_numbers(
 
 
 def _ok_launches(run: dict[str, Any]) -> list[dict[str, Any]]:
-    return [la for la in run.get("launches", []) if la.get("status") != "error" and la.get("samples")]
+    return [la for la in run.get("launches", []) if usable(la)]
 
 
 def _mean_of_launch_means(launches: list[dict[str, Any]], key: str, name: str) -> float | None:

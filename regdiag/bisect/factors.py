@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from regdiag.errors import BadInput
-from regdiag.records import RUN, SNAPSHOT, RecordError, load_record
+from regdiag.records import RUN, SNAPSHOT, RecordError, load_record, parse_schema
+from regdiag.snapshot.fields import field_value
 
 # Names of the built-in kinds (regdiag.bisect.kinds has them all, in the order factors are tried in).
 PACKAGE = "package"
@@ -144,18 +145,11 @@ def _put(d: dict[str, str | None], key: str, value: str | None, what: str, tok: 
     d[key] = value
 
 
-def _field_value(group: dict[str, Any], name: str) -> Any:
-    f = (group.get("fields") or {}).get(name)
-    if isinstance(f, dict) and f.get("status") == "ok":
-        return f.get("value")
-    return None
-
-
 def spec_from_snapshot(snap: dict[str, Any], source: str) -> Spec:
     groups = snap.get("groups") or {}
     spec = Spec(source=source)
     pk = groups.get("packages") or {}
-    everything = _field_value(pk, "all")
+    everything = field_value(pk, "all")
     if isinstance(everything, dict):
         for name, version in everything.items():
             if normalize(name) not in _NOT_PACKAGES:
@@ -172,12 +166,12 @@ def spec_from_snapshot(snap: dict[str, Any], source: str) -> Spec:
             spec.env[name] = None if f.get("value") is None else str(f.get("value"))
     spec.redacted = {str(n) for n in envg.get("redacted") or []}
     eng = groups.get("engine") or {}
-    commit = _field_value(eng, "commit")
+    commit = field_value(eng, "commit")
     if isinstance(commit, str) and commit:
         spec.commit = commit
-        path = _field_value(eng, "path")
+        path = field_value(eng, "path")
         spec.repo = path if isinstance(path, str) else None
-        spec.dirty = bool(_field_value(eng, "dirty"))
+        spec.dirty = bool(field_value(eng, "dirty"))
     from regdiag.bisect.kinds import KINDS
 
     for kind in KINDS.values():
@@ -195,7 +189,7 @@ def load_side(arg: str, what: str) -> Spec:
         rec = load_record(p, (SNAPSHOT, RUN))
     except RecordError as e:
         raise BadInput(f"{what}: {e}") from None
-    if rec["schema"].startswith(f"regdiag.{RUN}/"):
+    if parse_schema(rec["schema"])[0] == RUN:
         snap = rec.get("snapshot_before")
         if not isinstance(snap, dict):
             raise BadInput(f"{what}: {p}: the run record has no snapshot_before to take the environment from")

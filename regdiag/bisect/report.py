@@ -17,8 +17,9 @@ import numpy as np
 from regdiag import stats
 from regdiag.bisect.lab import Lab, Point
 from regdiag.bisect.search import Culprit, Outcome
+from regdiag.records import BISECT_REPORT, schema_id
 
-REPORT_KIND = "regdiag.bisect-report/1"
+REPORT_KIND = schema_id(BISECT_REPORT)
 
 
 def _means(lab: Lab, p: Point) -> dict[str, float]:

@@ -25,6 +25,7 @@ from regdiag.bisect.search import Options, Search
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 from regdiag.hosts.local import LocalHost
+from regdiag.run_view import usable
 
 
 @dataclass
@@ -187,11 +188,7 @@ def _seed(lab: Lab, seed: dict[str, list[dict[str, Any]]]) -> None:
 
     for side, point in (("good", lab.good()), ("bad", lab.bad())):
         key = lab.key(point)
-        ok = [
-            la
-            for la in seed.get(side, [])
-            if la.get("status") == "ok" and lab.metric in (la.get("samples") or {})
-        ]
+        ok = [la for la in seed.get(side, []) if usable(la) and la["samples"].get(lab.metric)]
         for la in ok:
             samples = la["samples"]
             launch = Launch(

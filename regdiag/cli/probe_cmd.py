@@ -261,14 +261,8 @@ def _launch_median(launch: dict[str, Any]) -> float | None:
 
 
 def _open_host(spec: str | None, python: str | None, ssh_config: Path | None) -> Any:
-    try:
-        from regdiag.hosts.resolve import open_host
-    except ImportError:
-        if spec:
-            raise BadInput("--host needs the SSH layer, which this build lacks") from None
-        from regdiag.hosts.local import LocalHost
+    from regdiag.hosts.resolve import open_host
 
-        return LocalHost(python)
     return open_host(spec, python, ssh_config)
 
 

@@ -22,9 +22,7 @@ STYLE = {ERROR: "bold red", "warning": "yellow"}
 DIM = "dim"
 
 
-def _fv(group: dict[str, Any], name: str) -> Any:
-    f = group.get("fields", {}).get(name)
-    return f.get("value") if isinstance(f, dict) and f.get("status") == F.OK else None
+_fv = F.field_value
 
 
 def _cell(group: dict[str, Any], name: str) -> Text:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from regdiag.bisect.failures import StepFailed
 from regdiag.bisect.kinds import Kind, LaunchSetup, Where
 from regdiag.errors import BadInput
+from regdiag.snapshot.fields import field_value
 
 if TYPE_CHECKING:
     from regdiag.bisect.factors import Factor, Spec
@@ -102,8 +103,8 @@ def open_control() -> ClockControl:
 
 
 def _gpu_fields(snap: dict[str, Any]) -> dict[str, Any]:
-    fields = ((snap.get("groups") or {}).get("gpu") or {}).get("fields") or {}
-    return {n: f.get("value") for n, f in fields.items() if isinstance(f, dict) and f.get("status") == "ok"}
+    group = (snap.get("groups") or {}).get("gpu") or {}
+    return {n: field_value(group, n) for n in group.get("fields") or {}}
 
 
 class GpuClockKind(Kind):
