@@ -136,6 +136,7 @@ class Search:
                 if got.failure is not None:
                     self._decide(what, C.SKIP, None, {"good": good, "bad": bad})
                     raise SideFailed(side, got.failure)
+            assert g.values is not None and b.values is not None  # a Sample has values or a failure
             final = n >= self.o.max_launches
             r = C.regression(g.values, b.values, self.o.margin, final)
             if r.verdict != C.MORE:
