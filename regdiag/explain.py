@@ -285,53 +285,72 @@ def explain_run(
         decode_ms = _mean_of_launch_means(launches, "samples", primary)
 
     # Roofline: bytes per phase at a bandwidth.
-    bw_src = "--bandwidth"
-    if bandwidth is None:
+    bandwidth, bw_src = _bandwidth(launches, bandwidth)
+    shape = _shape(header, config, model, notes)
+    rows = (
+        []
+        if shape is None
+        else _rooflines(shape, phases, config, header, launches, baseline, bandwidth, notes)
+    )
+    return Explanation(tput, rows, bandwidth, bw_src, None if shape is None else shape.to_dict(), notes)
+
+
+def _bandwidth(launches: list[dict[str, Any]], given: float | None) -> tuple[float, str]:
+    """The bandwidth of the floor and where it comes from: given, measured by the probe, or the default."""
+    if given is not None:
+        bandwidth, src = given, "--bandwidth"
+    else:
         measured = [la["header"].get("copy_GBps") for la in launches if isinstance(la.get("header"), dict)]
         measured = [float(x) for x in measured if isinstance(x, (int, float)) and x > 0]
         if measured:
-            bandwidth = float(np.median(measured)) * 1e9
-            bw_src = "copy bandwidth measured by the probe on this device"
+            bandwidth, src = (
+                float(np.median(measured)) * 1e9,
+                "copy bandwidth measured by the probe on this device",
+            )
         else:
-            bandwidth = DEFAULT_BANDWIDTH
-            bw_src = "default: copy bandwidth measured on one H200"
+            bandwidth, src = DEFAULT_BANDWIDTH, "default: copy bandwidth measured on one H200"
     if not (math.isfinite(bandwidth) and bandwidth > 0):
         raise BadInput(f"bandwidth must be positive (got {bandwidth})")
-    shape = _shape(header, config, model, notes)
+    return bandwidth, src
+
+
+def _rooflines(
+    shape: ModelShape,
+    phases: list[str],
+    config: dict[str, Any],
+    header: dict[str, Any],
+    launches: list[dict[str, Any]],
+    baseline: dict[str, Any] | None,
+    bandwidth: float,
+    notes: list[str],
+) -> list[PhaseRoofline]:
+    """One roofline row per phase of the run (and the baseline's decode), with notes on what they cover."""
     rows: list[PhaseRoofline] = []
-    if shape is not None:
-        elt = DTYPE_BYTES.get(str(config.get("dtype") or "bfloat16"), 2)
-        graphs: dict[str, Any] = header["graphs"] if isinstance(header.get("graphs"), dict) else {}
-        if config.get("device") == "cpu":
-            graphs = {}  # no CUDA graphs on a CPU: "eager" says nothing about launch overhead there
-        for ph in phases:
-            row = _roofline(ph, shape, config, elt, bandwidth, _median_center(launches, ph), graphs.get(ph))
-            if row is not None:
-                rows.append(row)
-        if baseline is not None and "decode" not in phases:
-            bl = _ok_launches(baseline)
-            bh = _header(bl)
-            bgraphs: dict[str, Any] = bh["graphs"] if isinstance(bh.get("graphs"), dict) else {}
-            row = _roofline(
-                "decode",
-                shape,
-                config,
-                elt,
-                bandwidth,
-                _median_center(bl, baseline.get("primary") or "cycle"),
-                bgraphs.get("decode"),
-            )
-            if row is not None:
-                rows.append(row)
-        if config.get("device") == "cpu":
-            notes.append(
-                "ran on CPU: the floor is against the CPU's copy bandwidth; the numbers are for shape, not speed"
-            )
-        if shape.layers < _full_layers(shape, header):
-            notes.append(
-                f"the probe ran {shape.layers} of {_full_layers(shape, header)} layers: bytes and floors are for those"
-            )
-    return Explanation(tput, rows, bandwidth, bw_src, None if shape is None else shape.to_dict(), notes)
+    elt = DTYPE_BYTES.get(str(config.get("dtype") or "bfloat16"), 2)
+    graphs: dict[str, Any] = header["graphs"] if isinstance(header.get("graphs"), dict) else {}
+    if config.get("device") == "cpu":
+        graphs = {}  # no CUDA graphs on a CPU: "eager" says nothing about launch overhead there
+    for ph in phases:
+        row = _roofline(ph, shape, config, elt, bandwidth, _median_center(launches, ph), graphs.get(ph))
+        if row is not None:
+            rows.append(row)
+    if baseline is not None and "decode" not in phases:
+        bl = _ok_launches(baseline)
+        bh = _header(bl)
+        bgraphs: dict[str, Any] = bh["graphs"] if isinstance(bh.get("graphs"), dict) else {}
+        center = _median_center(bl, baseline.get("primary") or "cycle")
+        row = _roofline("decode", shape, config, elt, bandwidth, center, bgraphs.get("decode"))
+        if row is not None:
+            rows.append(row)
+    if config.get("device") == "cpu":
+        notes.append(
+            "ran on CPU: the floor is against the CPU's copy bandwidth; the numbers are for shape, not speed"
+        )
+    if shape.layers < _full_layers(shape, header):
+        notes.append(
+            f"the probe ran {shape.layers} of {_full_layers(shape, header)} layers: bytes and floors are for those"
+        )
+    return rows
 
 
 def _full_layers(shape: ModelShape, header: dict[str, Any]) -> int:
