@@ -70,6 +70,12 @@ def test_application_clocks_that_differ_between_snapshots_are_a_factor():
     )
 
 
+def test_clocks_seen_on_one_side_only_are_a_note_not_a_factor():
+    no_gpu = {"schema": "regdiag.snapshot/1", "groups": {}}
+    d = diff(spec_from_snapshot(no_gpu, "a"), spec_from_snapshot(_snap((2619, 1410)), "b"))
+    assert d.factors == [] and d.notes == ["gpu0.app_clocks is known on one side only; not bisected"]
+
+
 def test_without_a_gpu_the_bisect_is_refused_in_one_line_before_any_launch(cli, tmp_path):
     """The real NVML path: this machine has no GPU driver."""
     journal = tmp_path / "j.jsonl"

@@ -140,6 +140,20 @@ class GpuClockKind(Kind):
             if m and isinstance(mem, int) and isinstance(sm, int):
                 spec.settings.setdefault(self.name, {})[f"gpu{m.group(1)}.app_clocks"] = f"{mem},{sm}"
 
+    def factors(self, good: Spec, bad: Spec, notes: list[str]) -> list[Factor]:
+        from regdiag.bisect.factors import Factor
+
+        g, b = good.settings.get(self.name, {}), bad.settings.get(self.name, {})
+        out = []
+        for name in sorted(set(g) | set(b)):
+            if g.get(name) == b.get(name):
+                continue
+            if name not in g or name not in b:  # one snapshot saw no GPU there: nothing to go back to
+                notes.append(f"{name} is known on one side only; not bisected")
+                continue
+            out.append(Factor(self.name, name, g[name], b[name]))
+        return out
+
     def check(self, factors: list[Factor], where: Where) -> list[Factor]:
         if factors:
             self.control()  # no nvidia-ml-py, no GPU, no driver: refused now, before any launch
