@@ -14,6 +14,7 @@ import numpy as np
 
 from regdiag.errors import BadInput
 from regdiag.records import RUN, RecordError, load_record, save_record
+from regdiag.run_view import RunView
 from regdiag.runs import now_iso, regdiag_home, resolve_run
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -43,7 +44,7 @@ def save(name: str, run_path: str, force: bool = False) -> Path:
         run = load_record(resolve_run(run_path), RUN)
     except RecordError as e:
         raise BadInput(str(e)) from None
-    if not any(la.get("samples") and la.get("status") != "error" for la in run.get("launches", [])):
+    if not RunView.of(run).usable:
         raise BadInput(f"{run_path}: the run has no launch with samples; nothing to keep as a baseline")
     if target.exists() and not force:
         raise BadInput(f"baseline {name!r} exists ({target}); --force to replace it")
@@ -64,11 +65,12 @@ def list_baselines() -> list[dict[str, Any]]:
             out.append({"name": p.stem, "path": str(p), "problem": str(e)})
             continue
         probe = r.get("probe") or {}
-        launches = [la for la in r.get("launches", []) if la.get("samples") and la.get("status") != "error"]
-        primary = r.get("primary")
+        view = RunView.of(r)
+        launches = view.usable
+        primary = view.primary
         centre = None
         if primary:
-            meds = [float(np.median(la["samples"][primary])) for la in launches if la["samples"].get(primary)]
+            meds = [float(np.median(la.samples[primary])) for la in launches if la.samples.get(primary)]
             centre = float(np.median(meds)) if meds else None
         out.append(
             {

@@ -21,7 +21,8 @@ import numpy as np
 from regdiag import __version__, phantom, stats
 from regdiag.attribution import Attribution, Throughput, attribute, throughput
 from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSED, BadInput
-from regdiag.records import RUN, RecordError, check_record
+from regdiag.records import COMPARISON, RUN, RecordError, check_record, schema_id
+from regdiag.run_view import usable
 
 # Config keys that say how long or how often to measure, not what is measured: they may differ.
 MEASUREMENT_KEYS = frozenset(
@@ -143,7 +144,7 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         return _finite(
             {
-                "schema": "regdiag.comparison/1",
+                "schema": schema_id(COMPARISON),
                 "regdiag_version": __version__,
                 "verdict": self.verdict,
                 "exit_code": self.exit_code,
@@ -187,12 +188,11 @@ def _usable(run: dict[str, Any], label: str) -> tuple[list[dict[str, Any]], list
     used, skipped = [], []
     for i, la in enumerate(run.get("launches", [])):
         idx = la.get("index", i)
-        if la.get("status") == "error":
-            skipped.append(f"launch {idx}: error: {la.get('error') or 'no message'}")
-            continue
-        samples = _series(la.get("samples"), label, idx, "samples")
-        if not any(len(v) for v in samples.values()):
-            skipped.append(f"launch {idx}: no samples")
+        if la.get("status") != "error":  # a malformed series is refused, not skipped
+            samples = _series(la.get("samples"), label, idx, "samples")
+        if not usable(la):
+            why = f"error: {la.get('error') or 'no message'}" if la.get("status") == "error" else "no samples"
+            skipped.append(f"launch {idx}: {why}")
             continue
         scalars = la.get("scalars") if isinstance(la.get("scalars"), dict) else {}
         used.append(
@@ -673,10 +673,8 @@ def _env_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str, 
     if not isinstance(so, dict) or not isinstance(sn, dict):
         missing = [lbl for lbl, s in (("old", so), ("new", sn)) if not isinstance(s, dict)]
         return None, f"no environment snapshot in the {' and '.join(missing)} run"
-    try:
-        from regdiag.snapshot.diff import diff_snapshots
-    except ImportError:
-        return None, "environment diff not available in this build"
+    from regdiag.snapshot.diff import diff_snapshots
+
     items = diff_snapshots(so, sn)
     if not items:
         return [], "environments identical (as far as the snapshots see)"

@@ -26,7 +26,8 @@ from regdiag import stats
 from regdiag.comm import CommShare, comm_shares
 from regdiag.errors import BadInput
 from regdiag.models import DTYPE_BYTES, preset_shape, shape_from_dict, touched_experts
-from regdiag.records import RUN, RecordError, check_record
+from regdiag.records import EXPLANATION, RUN, RecordError, check_record, schema_id
+from regdiag.run_view import usable
 
 DEFAULT_BANDWIDTH = 4.24e12  # B/s: device copy bandwidth measured on one H200 (docs/compare.md)
 LAUNCH_BOUND_FRACTION = 0.5  # an eager phase below this share of its floor is launch-bound
@@ -165,7 +166,7 @@ class Explanation:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "schema": "regdiag.explanation/1",
+            "schema": schema_id(EXPLANATION),
             "throughput": None if self.throughput is None else self.throughput.to_dict(),
             "phases": [p.to_dict() for p in self.phases],
             "bandwidth": self.bandwidth,
@@ -192,7 +193,7 @@ def explain_numbers(
 
 
 def _ok_launches(run: dict[str, Any]) -> list[dict[str, Any]]:
-    return [la for la in run.get("launches", []) if la.get("status") != "error" and la.get("samples")]
+    return [la for la in run.get("launches", []) if usable(la)]
 
 
 def _mean_of_launch_means(launches: list[dict[str, Any]], key: str, name: str) -> float | None:
@@ -287,55 +288,74 @@ def explain_run(
         decode_ms = _mean_of_launch_means(launches, "samples", primary)
 
     # Roofline: bytes per phase at a bandwidth.
-    bw_src = "--bandwidth"
-    if bandwidth is None:
-        measured = [la["header"].get("copy_GBps") for la in launches if isinstance(la.get("header"), dict)]
-        measured = [float(x) for x in measured if isinstance(x, (int, float)) and x > 0]
-        if measured:
-            bandwidth = float(np.median(measured)) * 1e9
-            bw_src = "copy bandwidth measured by the probe on this device"
-        else:
-            bandwidth = DEFAULT_BANDWIDTH
-            bw_src = "default: copy bandwidth measured on one H200"
-    if not (math.isfinite(bandwidth) and bandwidth > 0):
-        raise BadInput(f"bandwidth must be positive (got {bandwidth})")
+    bandwidth, bw_src = _bandwidth(launches, bandwidth)
     shape = _shape(header, config, model, notes)
-    rows: list[PhaseRoofline] = []
-    if shape is not None:
-        elt = DTYPE_BYTES.get(str(config.get("dtype") or "bfloat16"), 2)
-        graphs: dict[str, Any] = header["graphs"] if isinstance(header.get("graphs"), dict) else {}
-        if config.get("device") == "cpu":
-            graphs = {}  # no CUDA graphs on a CPU: "eager" says nothing about launch overhead there
-        for ph in phases:
-            row = _roofline(ph, shape, config, elt, bandwidth, _median_center(launches, ph), graphs.get(ph))
-            if row is not None:
-                rows.append(row)
-        if baseline is not None and "decode" not in phases:
-            bl = _ok_launches(baseline)
-            bh = _header(bl)
-            bgraphs: dict[str, Any] = bh["graphs"] if isinstance(bh.get("graphs"), dict) else {}
-            row = _roofline(
-                "decode",
-                shape,
-                config,
-                elt,
-                bandwidth,
-                _median_center(bl, baseline.get("primary") or "cycle"),
-                bgraphs.get("decode"),
-            )
-            if row is not None:
-                rows.append(row)
-        if config.get("device") == "cpu":
-            notes.append(
-                "ran on CPU: the floor is against the CPU's copy bandwidth; the numbers are for shape, not speed"
-            )
-        if shape.layers < _full_layers(shape, header):
-            notes.append(
-                f"the probe ran {shape.layers} of {_full_layers(shape, header)} layers: bytes and floors are for those"
-            )
+    rows = (
+        []
+        if shape is None
+        else _rooflines(shape, phases, config, header, launches, baseline, bandwidth, notes)
+    )
     comm = [c for c in comm_shares(run) if c.phase != "cycle"]
     model_d = None if shape is None else {"name": shape.preset, **shape.to_dict()}
     return Explanation(tput, rows, bandwidth, bw_src, model_d, notes, comm)
+
+
+def _bandwidth(launches: list[dict[str, Any]], given: float | None) -> tuple[float, str]:
+    """The bandwidth of the floor and where it comes from: given, measured by the probe, or the default."""
+    if given is not None:
+        bandwidth, src = given, "--bandwidth"
+    else:
+        measured = [la["header"].get("copy_GBps") for la in launches if isinstance(la.get("header"), dict)]
+        measured = [float(x) for x in measured if isinstance(x, (int, float)) and x > 0]
+        if measured:
+            bandwidth, src = (
+                float(np.median(measured)) * 1e9,
+                "copy bandwidth measured by the probe on this device",
+            )
+        else:
+            bandwidth, src = DEFAULT_BANDWIDTH, "default: copy bandwidth measured on one H200"
+    if not (math.isfinite(bandwidth) and bandwidth > 0):
+        raise BadInput(f"bandwidth must be positive (got {bandwidth})")
+    return bandwidth, src
+
+
+def _rooflines(
+    shape: Any,
+    phases: list[str],
+    config: dict[str, Any],
+    header: dict[str, Any],
+    launches: list[dict[str, Any]],
+    baseline: dict[str, Any] | None,
+    bandwidth: float,
+    notes: list[str],
+) -> list[PhaseRoofline]:
+    """One roofline row per phase of the run (and the baseline's decode), with notes on what they cover."""
+    rows: list[PhaseRoofline] = []
+    elt = DTYPE_BYTES.get(str(config.get("dtype") or "bfloat16"), 2)
+    graphs: dict[str, Any] = header["graphs"] if isinstance(header.get("graphs"), dict) else {}
+    if config.get("device") == "cpu":
+        graphs = {}  # no CUDA graphs on a CPU: "eager" says nothing about launch overhead there
+    for ph in phases:
+        row = _roofline(ph, shape, config, elt, bandwidth, _median_center(launches, ph), graphs.get(ph))
+        if row is not None:
+            rows.append(row)
+    if baseline is not None and "decode" not in phases:
+        bl = _ok_launches(baseline)
+        bh = _header(bl)
+        bgraphs: dict[str, Any] = bh["graphs"] if isinstance(bh.get("graphs"), dict) else {}
+        center = _median_center(bl, baseline.get("primary") or "cycle")
+        row = _roofline("decode", shape, config, elt, bandwidth, center, bgraphs.get("decode"))
+        if row is not None:
+            rows.append(row)
+    if config.get("device") == "cpu":
+        notes.append(
+            "ran on CPU: the floor is against the CPU's copy bandwidth; the numbers are for shape, not speed"
+        )
+    if shape.layers < _full_layers(shape, header):
+        notes.append(
+            f"the probe ran {shape.layers} of {_full_layers(shape, header)} layers: bytes and floors are for those"
+        )
+    return rows
 
 
 def _full_layers(shape: Any, header: dict[str, Any]) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from regdiag import stats
+from regdiag.snapshot.fields import value_of
 
 # Clock-event reasons that mean "slowed down"; idle, application-clock and sync-boost reasons do not.
 THROTTLE_REASONS = frozenset(
@@ -159,12 +160,6 @@ def _fields(snapshot: dict[str, Any] | None, group: str) -> dict[str, Any]:
     return fields if isinstance(fields, dict) else {}
 
 
-def _value(f: Any) -> Any:
-    if isinstance(f, dict) and f.get("status", "ok") == "ok":
-        return f.get("value")
-    return None
-
-
 def setting_warnings(old_snap: dict[str, Any] | None, new_snap: dict[str, Any] | None) -> list[str]:
     """GPU settings (power cap, application clocks, persistence, PCIe link) that differ between sides."""
     fo, fn = _fields(old_snap, "gpu"), _fields(new_snap, "gpu")
@@ -174,7 +169,7 @@ def setting_warnings(old_snap: dict[str, Any] | None, new_snap: dict[str, Any] |
         m = pattern.match(key)
         if not m:
             continue
-        a, b = _value(fo[key]), _value(fn[key])
+        a, b = value_of(old_snap, "gpu", key), value_of(new_snap, "gpu", key)
         if a is not None and b is not None and a != b:
             out.append(f"{key}: {a} old vs {b} new")
     return out
@@ -183,13 +178,11 @@ def setting_warnings(old_snap: dict[str, Any] | None, new_snap: dict[str, Any] |
 def machine_warnings(old_snap: dict[str, Any] | None, new_snap: dict[str, Any] | None) -> list[str]:
     """Different GPU models or hosts: comparable only with care (pyperf refuses to mix them)."""
     out = []
-    go, gn = _fields(old_snap, "gpu"), _fields(new_snap, "gpu")
-    a, b = _value(go.get("gpu0.name")), _value(gn.get("gpu0.name"))
+    a, b = value_of(old_snap, "gpu", "gpu0.name"), value_of(new_snap, "gpu", "gpu0.name")
     if a and b and a != b:
         out.append(f"different GPUs: {a} old vs {b} new")
-    ho, hn = _fields(old_snap, "host"), _fields(new_snap, "host")
     for key in ("hostname", "cpu_model"):
-        a, b = _value(ho.get(key)), _value(hn.get(key))
+        a, b = value_of(old_snap, "host", key), value_of(new_snap, "host", key)
         if a and b and a != b:
             out.append(f"different {key.replace('_', ' ')}: {a} old vs {b} new")
     return out

@@ -3,9 +3,15 @@
 This module imports nothing else of regdiag and only the standard library, so it can travel to a
 remote host inside the bundle. Records are plain dicts (JSON objects); unknown fields are kept.
 
-Format history (docs/records.md):
-  regdiag.snapshot/1  2026-11-29  first version
-  regdiag.run/1       2026-11-29  first version
+Every schema id regdiag writes is in SCHEMAS below, with its history (docs/records.md):
+  regdiag.snapshot/1       2026-11-29  first version
+  regdiag.run/1            2026-11-29  first version
+  regdiag.journal/1        2026-11-29  first version (the first line of a bisect journal)
+  regdiag.bisect-report/1  2026-11-29  first version (bisect --json)
+  regdiag.comparison/1     2026-11-29  first version (compare --json)
+  regdiag.explanation/1    2026-11-29  first version (explain --json)
+A reader accepts any minor change and unknown fields, and refuses a newer major version with
+"upgrade regdiag"; an older major version would be upgraded step by step here.
 """
 
 from __future__ import annotations
@@ -19,13 +25,23 @@ from typing import Any
 SNAPSHOT = "snapshot"
 RUN = "run"
 JOURNAL = "journal"
-BASELINE = "baseline"
+BISECT_REPORT = "bisect-report"
+COMPARISON = "comparison"
+EXPLANATION = "explanation"
 
-# The newest major version this regdiag reads, per kind.
-SUPPORTED: dict[str, int] = {SNAPSHOT: 1, RUN: 1}
+# The one table of schema ids: kind -> the major version this regdiag writes and reads.
+SCHEMAS: dict[str, int] = {SNAPSHOT: 1, RUN: 1, JOURNAL: 1, BISECT_REPORT: 1, COMPARISON: 1, EXPLANATION: 1}
+# The kinds stored as record files (load_record); the others are a journal's head line or command output.
+RECORD_KINDS = (SNAPSHOT, RUN)
 
-SNAPSHOT_SCHEMA = f"regdiag.{SNAPSHOT}/{SUPPORTED[SNAPSHOT]}"
-RUN_SCHEMA = f"regdiag.{RUN}/{SUPPORTED[RUN]}"
+
+def schema_id(kind: str) -> str:
+    """'run' -> 'regdiag.run/1'."""
+    return f"regdiag.{kind}/{SCHEMAS[kind]}"
+
+
+SNAPSHOT_SCHEMA = schema_id(SNAPSHOT)
+RUN_SCHEMA = schema_id(RUN)
 
 
 class RecordError(ValueError):
@@ -43,6 +59,24 @@ def parse_schema(value: Any) -> tuple[str, int]:
     return kind, int(major)
 
 
+def check_schema(value: Any, source: str, kinds: tuple[str, ...] = RECORD_KINDS) -> tuple[str, int]:
+    """The (kind, major) of a schema id that this regdiag reads, or RecordError in one line."""
+    try:
+        kind, major = parse_schema(value)
+    except ValueError as e:
+        raise RecordError(f"{source}: {e}") from None
+    if kind not in kinds:
+        raise RecordError(f"{source}: unknown record kind {kind!r} (schema {value})")
+    if major > SCHEMAS[kind]:
+        raise RecordError(
+            f"{source}: written by a newer regdiag (schema {value}, this regdiag reads up to "
+            f"{schema_id(kind)}); upgrade regdiag to read it"
+        )
+    if major < 1:
+        raise RecordError(f"{source}: unsupported schema {value}")
+    return kind, major
+
+
 def check_record(record: Any, source: str, expect: str | tuple[str, ...] | None = None) -> dict[str, Any]:
     """Validate a decoded record; return it or raise RecordError naming `source`."""
     if not isinstance(record, dict):
@@ -51,19 +85,7 @@ def check_record(record: Any, source: str, expect: str | tuple[str, ...] | None 
         )
     if "schema" not in record:
         raise RecordError(f'{source}: not a regdiag record (no "schema" field)')
-    try:
-        kind, major = parse_schema(record["schema"])
-    except ValueError as e:
-        raise RecordError(f"{source}: {e}") from None
-    if kind not in SUPPORTED:
-        raise RecordError(f"{source}: unknown record kind {kind!r} (schema {record['schema']})")
-    if major > SUPPORTED[kind]:
-        raise RecordError(
-            f"{source}: written by a newer regdiag (schema {record['schema']}, this regdiag reads up to "
-            f"regdiag.{kind}/{SUPPORTED[kind]}); upgrade regdiag to read it"
-        )
-    if major < 1:
-        raise RecordError(f"{source}: unsupported schema {record['schema']}")
+    kind, _ = check_schema(record["schema"], source)
     if expect is not None:
         wanted = (expect,) if isinstance(expect, str) else expect
         if kind not in wanted:

@@ -14,6 +14,7 @@ from typing import Any
 
 from regdiag import __version__
 from regdiag.records import RUN, RUN_SCHEMA, RecordError, load_record, save_record
+from regdiag.run_view import RunView
 
 
 def regdiag_home() -> Path:
@@ -132,7 +133,7 @@ def list_runs(directory: Path | None = None) -> list[dict[str, Any]]:
                 "config": r.get("probe", {}).get("config", {}),
                 "status": r.get("status"),
                 "launches": len(launches),
-                "ok_launches": sum(1 for la in launches if la.get("status") == "ok"),
+                "ok_launches": len(RunView.of(r).usable),
                 "host": r.get("host", {}).get("name"),
             }
         )

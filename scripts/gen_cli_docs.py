@@ -13,6 +13,8 @@ import typer
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "docs" / "cli.md"
+# Document this tree's commands, not those of whichever regdiag is installed.
+sys.path.insert(0, str(ROOT))
 
 HEADER = """# Command reference
 

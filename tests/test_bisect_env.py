@@ -11,7 +11,7 @@ import pytest
 from bisect_helpers import command, write_probe
 
 from regdiag.bisect import Request, run_bisect
-from regdiag.bisect.report import to_markdown
+from regdiag.report.bisect import to_markdown
 
 pytestmark = pytest.mark.slow
 

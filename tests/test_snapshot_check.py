@@ -181,7 +181,7 @@ def test_what_looks_wrong_is_highlighted(h200: dict[str, Any]) -> None:
 
     from rich.console import Console
 
-    from regdiag.report_snapshot import render_snapshot
+    from regdiag.report.snapshot import render_snapshot
 
     rec = with_gpu(h200, h200_gpu_fields(0, power_limit_w=450.0, persistence_mode=False))
     buf = io.StringIO()

@@ -34,8 +34,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from regdiag.bisect.failures import BuildFailed
 from regdiag.records import atomic_write_text
 from regdiag.runs import regdiag_home
+from regdiag.snapshot.fields import one_line
 
 READY = "ready.json"
 SKIP_EXIT = 125
@@ -47,10 +49,6 @@ BASE_PACKAGES_SCRIPT = (
     "    if n: out.setdefault(re.sub(r'[-_.]+', '-', n).lower(), d.version)\n"
     "print(json.dumps(out))\n"
 )
-
-
-class BuildFailed(Exception):
-    """An environment that cannot be made; the message is one line (the reason for SKIP)."""
 
 
 @dataclass(frozen=True)
@@ -78,10 +76,10 @@ def envs_dir() -> Path:
     return regdiag_home() / "envs"
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    s = lines[-1] if lines else ""
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+def _last_line(text: str) -> str:
+    """The last non-empty line of a tool's output (where pip, git and uv say what went wrong), as one line."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return one_line(lines[-1] if lines else "")
 
 
 class Builder:
@@ -120,7 +118,7 @@ class Builder:
                 [self.base_python, "-c", BASE_PACKAGES_SCRIPT], capture_output=True, text=True, timeout=120
             )
             if res.returncode != 0:
-                raise BuildFailed(f"{self.base_python}: cannot list its packages: {_one_line(res.stderr)}")
+                raise BuildFailed(f"{self.base_python}: cannot list its packages: {_last_line(res.stderr)}")
             self._base_versions = {str(k): str(v) for k, v in json.loads(res.stdout).items()}
         return self._base_versions
 
@@ -213,7 +211,7 @@ class Builder:
             repo = git.Repo(self.repo)
             repo.git.worktree("add", "--detach", "--force", path, commit)
         except git.GitCommandError as e:
-            raise BuildFailed(f"git worktree add {commit[:10]}: {_one_line(str(e.stderr or e))}") from None
+            raise BuildFailed(f"git worktree add {commit[:10]}: {_last_line(str(e.stderr or e))}") from None
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
             raise BuildFailed(f"{self.repo}: not a git repository") from None
         with open(log, "a", encoding="utf-8") as f:
@@ -226,7 +224,7 @@ class Builder:
             argv = [self.base_python, "-m", "venv", "--without-pip", "--system-site-packages", path]
         res = self._run(argv, log, "venv", timeout=300)
         if res.returncode != 0:
-            raise BuildFailed(f"creating the venv failed: {_one_line(res.stderr or res.stdout)}")
+            raise BuildFailed(f"creating the venv failed: {_last_line(res.stderr or res.stdout)}")
 
     def _install(self, python: str, pins: dict[str, str], log: Path) -> None:
         reqs = [f"{n}=={v}" for n, v in pins.items()]
@@ -256,7 +254,7 @@ class Builder:
             ]
         res = self._run(argv, log, "install", timeout=1800)
         if res.returncode != 0:
-            raise BuildFailed(f"installing {' '.join(reqs)} failed: {_one_line(res.stderr or res.stdout)}")
+            raise BuildFailed(f"installing {' '.join(reqs)} failed: {_last_line(res.stderr or res.stdout)}")
 
     def _setup(self, built: Built, log: Path) -> None:
         env = dict(os.environ)
@@ -273,7 +271,7 @@ class Builder:
         if res.returncode == SKIP_EXIT:
             raise BuildFailed("setup exited 125 (this commit cannot be tested)")
         if res.returncode != 0:
-            tail = _one_line(res.stderr or res.stdout)
+            tail = _last_line(res.stderr or res.stdout)
             raise BuildFailed(f"setup exited {res.returncode}" + (f": {tail}" if tail else ""))
 
     # -- housekeeping --------------------------------------------------------------------------

@@ -4,7 +4,8 @@ A side is a `Spec`: pinned package versions, environment variables (a value, or 
 and an engine commit. It comes from a snapshot, from the `snapshot_before` of a run record, or
 from a spec string such as ``'sgl-kernel==0.3.5 flashinfer-python==0.2.11 NCCL_PROTO=LL commit=bba2fc4'``.
 
-Every difference between the two sides is one `Factor` (kind package, env or commit). What both
+Every difference between the two sides is one `Factor` of a kind (regdiag.bisect.kinds: commit,
+package, env, gpu-clock); the kinds say which factors exist and what each means. What both
 sides agree on is held fixed: such env vars are set in every launch; such packages are whatever
 this machine's interpreter has (a note says where that differs from the sides), since a bisect
 installs only what it varies. The endpoints, measured first, show whether the differences
@@ -21,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from regdiag.errors import BadInput
-from regdiag.records import RUN, SNAPSHOT, RecordError, load_record
+from regdiag.records import RUN, SNAPSHOT, RecordError, load_record, parse_schema
+from regdiag.snapshot.fields import field_value
 
+# Names of the built-in kinds (regdiag.bisect.kinds has them all, in the order factors are tried in).
 PACKAGE = "package"
 ENV = "env"
 COMMIT = "commit"
-KINDS = (COMMIT, PACKAGE, ENV)  # also the order factors are tried in
 
 REDACTED = "<redacted>"
 _PKG_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
@@ -52,9 +54,8 @@ class Spec:
     notes: list[str] = field(default_factory=list)
     redacted: set[str] = field(default_factory=set)
     dirty: bool = False  # the engine checkout had uncommitted changes
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "packages": self.packages, "env": self.env, "commit": self.commit}
+    # Values of the other kinds: {kind name: {factor name: value}} (e.g. gpu-clock's gpu0.sm_lock).
+    settings: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -69,20 +70,14 @@ class Factor:
         return f"{self.kind}:{self.name}"
 
     def show(self, value: str | None) -> str:
-        if self.kind == COMMIT:
-            return f"commit {short(value)}"
-        if self.kind == PACKAGE:
-            return f"{self.name}=={value}" if value is not None else f"{self.name} (not installed)"
-        return f"{self.name}={value}" if value is not None else f"{self.name} unset"
+        from regdiag.bisect.kinds import kind_of
+
+        return kind_of(self).show(self, value)
 
     def label(self) -> str:
-        if self.kind == COMMIT:
-            return f"commit {short(self.good)} -> {short(self.bad)}"
-        if self.kind == PACKAGE:
-            return f"{self.name} {self.good} -> {self.bad}"
-        g = "unset" if self.good is None else repr(self.good)
-        b = "unset" if self.bad is None else repr(self.bad)
-        return f"{self.name} {g} -> {b}"
+        from regdiag.bisect.kinds import kind_of
+
+        return kind_of(self).label(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,10 +87,6 @@ class Factor:
             "bad": self.bad,
             "label": self.label(),
         }
-
-
-def short(commit: str | None) -> str:
-    return (commit or "?")[:10]
 
 
 # ---------------------------------------------------------------------------------------- parsing
@@ -109,8 +100,12 @@ def parse_spec(text: str, what: str = "spec") -> Spec:
         raise BadInput(f"{what}: cannot split {text!r}: {e}") from None
     if not tokens:
         raise BadInput(f"{what}: empty spec (give NAME==VERSION, NAME=VALUE, -NAME or commit=REV items)")
+    from regdiag.bisect.kinds import KINDS
+
     spec = Spec(source="spec")
     for tok in tokens:
+        if any(k.parse(tok, spec) for k in KINDS.values()):
+            continue
         if "==" in tok:
             name, _, version = tok.partition("==")
             if not _PKG_NAME.match(name) or not version or any(c in version for c in " <>=!~;,"):
@@ -150,18 +145,11 @@ def _put(d: dict[str, str | None], key: str, value: str | None, what: str, tok: 
     d[key] = value
 
 
-def _field_value(group: dict[str, Any], name: str) -> Any:
-    f = (group.get("fields") or {}).get(name)
-    if isinstance(f, dict) and f.get("status") == "ok":
-        return f.get("value")
-    return None
-
-
 def spec_from_snapshot(snap: dict[str, Any], source: str) -> Spec:
     groups = snap.get("groups") or {}
     spec = Spec(source=source)
     pk = groups.get("packages") or {}
-    everything = _field_value(pk, "all")
+    everything = field_value(pk, "all")
     if isinstance(everything, dict):
         for name, version in everything.items():
             if normalize(name) not in _NOT_PACKAGES:
@@ -179,12 +167,16 @@ def spec_from_snapshot(snap: dict[str, Any], source: str) -> Spec:
             spec.env[name] = None if f.get("value") is None else str(f.get("value"))
     spec.redacted = {str(n) for n in envg.get("redacted") or []}
     eng = groups.get("engine") or {}
-    commit = _field_value(eng, "commit")
+    commit = field_value(eng, "commit")
     if isinstance(commit, str) and commit:
         spec.commit = commit
-        path = _field_value(eng, "path")
+        path = field_value(eng, "path")
         spec.repo = path if isinstance(path, str) else None
-        spec.dirty = bool(_field_value(eng, "dirty"))
+        spec.dirty = bool(field_value(eng, "dirty"))
+    from regdiag.bisect.kinds import KINDS
+
+    for kind in KINDS.values():
+        kind.read_snapshot(snap, spec)
     return spec
 
 
@@ -198,7 +190,7 @@ def load_side(arg: str, what: str) -> Spec:
         rec = load_record(p, (SNAPSHOT, RUN))
     except RecordError as e:
         raise BadInput(f"{what}: {e}") from None
-    if rec["schema"].startswith(f"regdiag.{RUN}/"):
+    if parse_schema(rec["schema"])[0] == RUN:
         snap = rec.get("snapshot_before")
         if not isinstance(snap, dict):
             raise BadInput(f"{what}: {p}: the run record has no snapshot_before to take the environment from")
@@ -227,49 +219,19 @@ class Diff:
 
 
 def diff(good: Spec, bad: Spec) -> Diff:
-    """The factors (ordered: commit, packages, env vars; names sorted) and what cannot be bisected."""
+    """The factors (ordered by kind: commit, packages, env vars, GPU clocks; names sorted) and what
+    cannot be bisected."""
+    from regdiag.bisect.kinds import KINDS
+
     notes = list(good.notes) + list(bad.notes)
     factors: list[Factor] = []
-    if good.commit != bad.commit:
-        if good.commit is None or bad.commit is None:
-            missing = "--good" if good.commit is None else "--bad"
-            notes.append(f"the engine commit is known on one side only (missing on {missing}); not bisected")
-        else:
-            factors.append(Factor(COMMIT, "commit", good.commit, bad.commit))
-            for spec in (good, bad):
-                if spec.dirty:
-                    notes.append(
-                        f"{spec.source}: the engine checkout had uncommitted changes; a worktree of "
-                        f"{short(spec.commit)} does not include them"
-                    )
-    both_from_specs = good.source == "spec" and bad.source == "spec"
-    for name in sorted(set(good.packages) | set(bad.packages)):
-        g, b = good.packages.get(name), bad.packages.get(name)
-        if g == b:
-            continue
-        if name not in good.packages or name not in bad.packages:
-            if both_from_specs:
-                side = "--good" if name not in good.packages else "--bad"
-                raise BadInput(f"{name} is pinned on one side only (missing on {side}); pin it on both sides")
-        if g is None or b is None:
-            where = "--good" if g is None else "--bad"
-            notes.append(
-                f"{name} is not installed on {where} ({g or b} on the other side); a bisect installs "
-                "pinned versions but does not uninstall, so this difference is not bisected"
-            )
-            continue
-        factors.append(Factor(PACKAGE, name, g, b))
+    for kind in KINDS.values():
+        factors += kind.factors(good, bad, notes)
     same_env: dict[str, str | None] = {}
-    for name in sorted(set(good.env) | set(bad.env)):
-        g, b = good.env.get(name), bad.env.get(name)
-        if g == b:
-            if name in good.env and name in bad.env and g != REDACTED and name not in good.redacted:
-                same_env[name] = g
-            continue
-        if REDACTED in (g, b) or name in good.redacted or name in bad.redacted:
-            notes.append(f"{name} differs but its value was redacted in a snapshot; not bisected")
-            continue
-        factors.append(Factor(ENV, name, g, b))
+    for name in sorted(set(good.env) & set(bad.env)):
+        g = good.env[name]
+        if g == bad.env[name] and g != REDACTED and name not in good.redacted:
+            same_env[name] = g
     same_packages = {
         n: v
         for n, v in good.packages.items()

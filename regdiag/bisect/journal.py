@@ -27,10 +27,10 @@ from typing import Any
 
 from regdiag.bisect.measure import Launch
 from regdiag.errors import BadInput
-from regdiag.records import RecordError, append_jsonl, read_jsonl
+from regdiag.records import JOURNAL, RecordError, append_jsonl, check_schema, read_jsonl, schema_id
 from regdiag.runs import now_iso, regdiag_home
 
-SCHEMA = "regdiag.journal/1"
+SCHEMA = schema_id(JOURNAL)
 
 
 def inputs_hash(inputs: Mapping[str, Any]) -> str:
@@ -81,8 +81,14 @@ class Journal:
         self.measured_s = 0.0
         if events:
             head = events[0]
-            if head.get("type") != "start" or head.get("schema") != SCHEMA:
+            if head.get("type") != "start" or not str(head.get("schema", "")).startswith(
+                f"regdiag.{JOURNAL}/"
+            ):
                 raise BadInput(f"{self.path}: not a regdiag bisect journal ({SCHEMA})")
+            try:  # read by major version: a newer one is refused with "upgrade", not as "not a journal"
+                check_schema(head["schema"], str(self.path), (JOURNAL,))
+            except RecordError as e:
+                raise BadInput(str(e)) from None
             if head.get("inputs_hash") != digest:
                 old = head.get("inputs") or {}
                 changed = sorted(k for k in set(old) | set(inputs) if old.get(k) != inputs.get(k))

@@ -19,9 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from regdiag.bisect.envs import Builder, BuildFailed, Built
-from regdiag.bisect.factors import COMMIT, ENV, PACKAGE, Factor
+from regdiag.bisect.envs import Builder, Built
+from regdiag.bisect.factors import Factor
+from regdiag.bisect.failures import BuildFailed, MetricMissing, StepFailed
 from regdiag.bisect.journal import Journal
+from regdiag.bisect.kinds import BuildPlan, LaunchSetup, kind_of
 from regdiag.bisect.measure import Launch, run_launch
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
@@ -37,7 +39,7 @@ class Sample:
 
     key: str
     values: list[float] | None
-    skip: str | None = None
+    failure: StepFailed | None = None
 
 
 class Lab:
@@ -63,9 +65,7 @@ class Lab:
         self.progress = progress or (lambda ev: None)
         self.fixed_env = dict(fixed_env or {})
         self.built: dict[str, Built] = {}
-        self.build_failed: dict[str, str] = {}
         self.launches_run = 0
-        self.launches_reused = 0
         self.points_used: set[str] = set()
         self._base = json.dumps(
             {"python": os.path.realpath(builder.base_python), "repo": builder.repo, "setup": builder.setup},
@@ -98,21 +98,21 @@ class Lab:
 
     # -- measuring -------------------------------------------------------------------------------
 
-    def _skip_reason(self, key: str, n: int) -> str | None:
+    def _failure(self, key: str, n: int) -> StepFailed | None:
         if key in self.journal.env_skip:
-            return self.journal.env_skip[key]
+            return BuildFailed(self.journal.env_skip[key])
         for la in self.journal.launches.get(key, [])[:n]:
-            if la.status != "ok":
-                return la.error or la.status
+            if (why := la.failed()) is not None:
+                return why
         return None
 
     def samples(self, p: Point, n: int) -> Sample:
         key = self.key(p)
         self.points_used.add(key)
         have = self.journal.launches.get(key, [])
-        reason = self._skip_reason(key, n)
-        if reason is not None:
-            return Sample(key, None, reason)
+        why = self._failure(key, n)
+        if why is not None:
+            return Sample(key, None, why)
         if len(have) < n:
             raise RuntimeError("samples() before ensure()")
         return Sample(key, [la.medians[self.metric] for la in have[:n]])
@@ -128,26 +128,25 @@ class Lab:
             for p, n in targets:
                 key = self.key(p)
                 have = len(self.journal.launches.get(key, []))
-                if have < n and self._skip_reason(key, have) is None and (p, n) not in pending:
+                if have < n and self._failure(key, have) is None and (p, n) not in pending:
                     pending.append((p, n))
             if not pending:
                 return
             for p, n in pending:
                 key = self.key(p)
-                if len(self.journal.launches.get(key, [])) < n and self._skip_reason(key, n) is None:
+                if len(self.journal.launches.get(key, [])) < n and self._failure(key, n) is None:
                     self._launch_one(p, key)
 
     def _environment(self, p: Point, key: str) -> Built | None:
         if key in self.built:
             return self.built[key]
-        packages = {
-            f.name: v for f, v in zip(self.factors, p, strict=True) if f.kind == PACKAGE and v is not None
-        }
-        commit = next((v for f, v in zip(self.factors, p, strict=True) if f.kind == COMMIT), None)
+        plan = BuildPlan()
+        for f, v in zip(self.factors, p, strict=True):
+            kind_of(f).prepare(f, v, plan)
         self.progress({"event": "build", "label": self.label(p)})
         record: dict[str, Any] = {"label": self.label(p), "values": self.values(p)}
         try:
-            built = self.builder.build(packages, commit)
+            built = self.builder.build(plan.packages, plan.commit)
         except BuildFailed as e:
             self.journal.env(key, {**record, "status": "skip", "reason": str(e)})
             self.progress({"event": "skip", "label": self.label(p), "reason": str(e)})
@@ -159,43 +158,45 @@ class Lab:
         self.built[key] = built
         return built
 
+    def _skip_point(self, p: Point, key: str, why: StepFailed) -> None:
+        """A point that cannot be set up: journalled as its environment's SKIP, never tried again."""
+        self.journal.env(
+            key, {"label": self.label(p), "values": self.values(p), "status": "skip", "reason": str(why)}
+        )
+        self.progress({"event": "skip", "label": self.label(p), "reason": str(why)})
+
     def _launch_one(self, p: Point, key: str) -> None:
         built = self._environment(p, key)
         if built is None:
             return
         index = len(self.journal.launches.get(key, []))
         env = dict(built.process_env())
-        bin_dir = os.path.dirname(built.python)
         if "PATH" not in env:
             # `python` in a --command means the environment's interpreter, the base one included.
-            env["PATH"] = os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
-        unset = []
-        variables = dict(self.fixed_env)
-        variables.update({f.name: v for f, v in zip(self.factors, p, strict=True) if f.kind == ENV})
-        for name, v in variables.items():
-            if v is None:
-                unset.append(name)
-            else:
-                env[name] = v
+            env["PATH"] = os.pathsep.join([os.path.dirname(built.python), os.environ.get("PATH", "")])
         env["REGDIAG_BISECT_POINT"] = key
         env["REGDIAG_LAUNCH_INDEX"] = str(index)
         if built.worktree:
             env["REGDIAG_BISECT_WORKTREE"] = built.worktree
         self.progress({"event": "launch", "label": self.label(p), "index": index, "run": self.launches_run})
-        t0 = time.monotonic()
-        launch = run_launch(
-            self.host,
-            self.argv_for(built, index),
-            self.metric,
-            env=env,
-            unset=unset,
-            cwd=built.worktree,
-            timeout=self.launch_timeout,
-        )
-        launch.duration_s = time.monotonic() - t0
+        try:
+            with LaunchSetup(dict(self.fixed_env)) as setup:
+                for f, v in zip(self.factors, p, strict=True):
+                    kind_of(f).apply(f, v, setup)
+                env.update({k: v for k, v in setup.variables.items() if v is not None})
+                unset = [k for k, v in setup.variables.items() if v is None]
+                t0 = time.monotonic()
+                launch = run_launch(
+                    self.host, self.argv_for(built, index), self.metric,
+                    env=env, unset=unset, cwd=built.worktree, timeout=self.launch_timeout,
+                )  # fmt: skip
+                launch.duration_s = time.monotonic() - t0
+        except StepFailed as e:
+            self._skip_point(p, key, e)
+            return
         self.journal.launch(key, index, launch, self.label(p))
         self.launches_run += 1
-        if launch.status != "ok" and launch.medians and self.metric not in launch.medians:
+        if launch.failure == MetricMissing.kind and launch.medians:
             # The probe ran and spoke the protocol but has no such metric: a typo in --metric, not an
             # environment that fails. Say so now rather than after measuring both endpoints.
             have = ", ".join(sorted(launch.medians))

@@ -18,6 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from regdiag.bisect.failures import (
+    CannotTest,
+    LaunchFailed,
+    MetricMissing,
+    ProbeUsage,
+    StepFailed,
+    failure,
+)
 from regdiag.hosts.base import Host
 from regdiag.probe_runner import LaunchStream
 
@@ -35,6 +43,7 @@ class Launch:
     duration_s: float
     returncode: int
     error: str | None = None
+    failure: str | None = None  # the kind of regdiag.bisect.failures class of a failed launch
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -44,7 +53,16 @@ class Launch:
             "duration_s": round(self.duration_s, 4),
             "returncode": self.returncode,
             "error": self.error,
+            "failure": self.failure,
         }
+
+    def failed(self) -> StepFailed | None:
+        """Why this launch gives no value, as the exception the search handles; None when it does."""
+        if self.status == "ok":
+            return None
+        return failure(
+            self.failure or (CannotTest.kind if self.status == "skip" else None), self.error or self.status
+        )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Launch:
@@ -55,6 +73,7 @@ class Launch:
             duration_s=float(d.get("duration_s") or 0.0),
             returncode=int(d.get("returncode") or 0),
             error=d.get("error"),
+            failure=d.get("failure"),
         )
 
 
@@ -99,13 +118,14 @@ def run_launch(
     n = len(samples.get(metric, []))
     rc = res.returncode
     if rc == SKIP_EXIT and not res.timed_out:
-        return Launch("skip", meds, n, took, rc, "exited 125 (cannot be tested)")
+        return Launch("skip", meds, n, took, rc, "exited 125 (cannot be tested)", CannotTest.kind)
     why = stream.failure(res, timeout)
     if why is not None:
         if (stream.error or {}).get("kind") == "usage":
-            why = USAGE + why
-        return Launch("error", meds, n, took, rc, why)
+            return Launch("error", meds, n, took, rc, USAGE + why, ProbeUsage.kind)
+        return Launch("error", meds, n, took, rc, why, LaunchFailed.kind)
     if metric not in meds:
         have = ", ".join(meds) or "none"
-        return Launch("error", meds, 0, took, rc, f"no metric {metric!r} in the output (has {have})")
+        why = f"no metric {metric!r} in the output (has {have})"
+        return Launch("error", meds, 0, took, rc, why, MetricMissing.kind)
     return Launch("ok", meds, n, took, rc)

@@ -15,16 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from regdiag.bisect import ranges
 from regdiag.bisect.envs import Builder, Built
-from regdiag.bisect.factors import COMMIT, PACKAGE, Factor, diff, load_side
+from regdiag.bisect.factors import Factor, diff, load_side
 from regdiag.bisect.journal import Journal, default_path
+from regdiag.bisect.kinds import KINDS, Where, kind_of
 from regdiag.bisect.lab import Lab
 from regdiag.bisect.report import build_report
 from regdiag.bisect.search import Options, Search
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 from regdiag.hosts.local import LocalHost
+from regdiag.run_view import usable
 
 
 @dataclass
@@ -120,22 +121,11 @@ def run_bisect(
             "--good and --bad do not differ in any package, env var or commit that a bisect can change"
         )
     repo = req.repo or good.repo or bad.repo
-    if any(f.kind == COMMIT for f in factors):
-        if not repo:
-            raise BadInput("the engine commit differs; give --repo PATH (the engine's git checkout)")
-        if not Path(repo).is_dir():
-            raise BadInput(f"--repo {repo}: no such directory")
-        factors = [
-            Factor(
-                f.kind,
-                f.name,
-                ranges.resolve_commit(repo, f.good or ""),
-                ranges.resolve_commit(repo, f.bad or ""),
-            )
-            if f.kind == COMMIT
-            else f
-            for f in factors
-        ]
+    where = Where(repo, req.find_links, req.index_url, req.python or sys.executable)
+    # Each kind refuses what cannot be bisected here (and may normalize), before anything is measured.
+    factors = [
+        g for name, kind in KINDS.items() for g in kind.check([f for f in factors if f.kind == name], where)
+    ]
     argv_for = argv_builder(req)
     builder = Builder(
         base_python=req.python or sys.executable,
@@ -181,26 +171,13 @@ def run_bisect(
     if req.seed_endpoints and not journal.resumed:
         _seed(lab, req.seed_endpoints)
 
-    def values_between(f: Factor) -> list[str]:
-        if f.kind == COMMIT and repo:
-            return ranges.commits_between(repo, f.good or "", f.bad or "")
-        if f.kind == PACKAGE:
-            return ranges.versions_between(
-                f.name,
-                f.good or "",
-                f.bad or "",
-                find_links=req.find_links,
-                index_url=req.index_url,
-                python=builder.base_python,
-            )
-        return [f.good or "", f.bad or ""]
-
     options = Options(req.launches, req.max_launches, req.margin, req.min_share)
-    outcome = Search(lab, options, values_between).run()
+    outcome = Search(lab, options, lambda f: kind_of(f).values_between(f, where)).run()
     report = build_report(outcome, lab, req.metric, notes, wall_s=time.monotonic() - t0)
     report["fixed_env"] = d.same_env
-    if repo:
-        _commit_subjects(report, repo)
+    for c in report["culprits"]:
+        for f in c["factors"]:
+            KINDS[f["kind"]].annotate(f, where)
     report["journal"] = str(path)
     journal.end(report)
     return report
@@ -211,11 +188,7 @@ def _seed(lab: Lab, seed: dict[str, list[dict[str, Any]]]) -> None:
 
     for side, point in (("good", lab.good()), ("bad", lab.bad())):
         key = lab.key(point)
-        ok = [
-            la
-            for la in seed.get(side, [])
-            if la.get("status") == "ok" and lab.metric in (la.get("samples") or {})
-        ]
+        ok = [la for la in seed.get(side, []) if usable(la) and la["samples"].get(lab.metric)]
         for la in ok:
             samples = la["samples"]
             launch = Launch(
@@ -225,20 +198,3 @@ def _seed(lab: Lab, seed: dict[str, list[dict[str, Any]]]) -> None:
             lab.journal.launch(
                 key, index, launch, lab.label(point), source=f"{side} run, launch {la.get('index')}"
             )
-
-
-def _commit_subjects(report: dict[str, Any], repo: str) -> None:
-    """Name the culprit commit the way people know it: its subject line."""
-    import git
-
-    try:
-        r = git.Repo(repo)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        return
-    for c in report["culprits"]:
-        for f in c["factors"]:
-            if f["kind"] == COMMIT and f.get("bad"):
-                try:
-                    f["subject"] = r.commit(f["bad"]).summary
-                except (ValueError, git.BadName):
-                    pass

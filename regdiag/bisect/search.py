@@ -30,12 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from regdiag.bisect import classify as C
-from regdiag.bisect.factors import COMMIT, PACKAGE, Factor
+from regdiag.bisect.factors import Factor
+from regdiag.bisect.failures import MetricMissing, ProbeUsage, SideFailed, StepFailed
+from regdiag.bisect.kinds import kind_of
 from regdiag.bisect.lab import Lab, Point
 from regdiag.bisect.measure import USAGE
 from regdiag.errors import BadInput, ProbeError
 
-ValuesBetween = Callable[[Factor], list[str]]
+ValuesBetween = Callable[[Factor], list[str | None]]
 
 
 @dataclass
@@ -98,7 +100,7 @@ class Search:
     def __init__(self, lab: Lab, options: Options, values_between: ValuesBetween | None = None) -> None:
         self.lab = lab
         self.o = options
-        self.values_between = values_between or (lambda f: [f.good or "", f.bad or ""])
+        self.values_between = values_between or (lambda f: [f.good, f.bad])
         self.factors = lab.factors
         self.skipped: list[dict[str, str]] = []
         self.skip_known: dict[str, str] = {}
@@ -120,8 +122,9 @@ class Search:
         self.lab.journal.decision(rec)
         self._note({"event": "decision", "what": what, "verdict": verdict, "theta": rec.get("theta")})
 
-    def differs(self, good: Point, bad: Point, what: str) -> C.Regression | str:
-        """The phantom check for a bracket: REPRODUCED, NOT-REPRODUCED or INCONCLUSIVE (or a SKIP reason)."""
+    def differs(self, good: Point, bad: Point, what: str) -> C.Regression:
+        """The phantom check for a bracket: REPRODUCED, NOT-REPRODUCED or INCONCLUSIVE; SideFailed when
+        one side cannot be measured."""
         n = self.o.launches
         while True:
             self._note(
@@ -129,11 +132,11 @@ class Search:
             )
             self.lab.ensure([(good, n), (bad, n)])
             g, b = self.lab.samples(good, n), self.lab.samples(bad, n)
-            if g.values is None or b.values is None:
-                why = g.skip if g.values is None else b.skip
-                side = "good" if g.values is None else "bad"
-                self._decide(what, C.SKIP, None, {"good": good, "bad": bad})
-                return f"the {side} side cannot be measured: {why}"
+            for side, got in (("good", g), ("bad", b)):
+                if got.failure is not None:
+                    self._decide(what, C.SKIP, None, {"good": good, "bad": bad})
+                    raise SideFailed(side, got.failure)
+            assert g.values is not None and b.values is not None  # a Sample has values or a failure
             final = n >= self.o.max_launches
             r = C.regression(g.values, b.values, self.o.margin, final)
             if r.verdict != C.MORE:
@@ -154,9 +157,9 @@ class Search:
             if got[first].values is None:
                 key = self.lab.key(points[first])
                 if key not in self.skip_known:
-                    self.skip_known[key] = str(got[first].skip)
+                    self.skip_known[key] = str(got[first].failure)
                     self.skipped.append(
-                        {"point": self.lab.label(points[first]), "reason": str(got[first].skip)}
+                        {"point": self.lab.label(points[first]), "reason": str(got[first].failure)}
                     )
                 self._decide(what, C.SKIP, None, points)
                 return C.SKIP, None
@@ -299,13 +302,14 @@ class Search:
         good, bad = lab.good(), lab.bad()
         if not self.factors:
             raise BadInput("the two sides do not differ in any factor this bisect can change")
-        ends = self.differs(good, bad, "endpoints")
-        if isinstance(ends, str):
-            if "no metric" in ends:
-                raise BadInput(f"--metric: {ends.split(': ', 1)[-1]}")
-            if USAGE in ends:
-                raise BadInput(ends.split(USAGE, 1)[-1])
-            raise ProbeError(ends.replace("side", "endpoint", 1))
+        try:
+            ends = self.differs(good, bad, "endpoints")
+        except SideFailed as e:
+            if isinstance(e.cause, MetricMissing):
+                raise BadInput(f"--metric: {e.cause}") from None
+            if isinstance(e.cause, ProbeUsage):
+                raise BadInput(str(e.cause).removeprefix(USAGE)) from None
+            raise ProbeError(f"the {e.side} endpoint cannot be measured: {e.cause}") from None
         if ends.verdict != C.REPRODUCED:
             why = (
                 f"the regression does not reproduce: all-bad / all-good = {ends.ratio:.3f} "
@@ -364,7 +368,7 @@ class Search:
                 culprit.interaction = bool(partners)
         refined: list[Culprit] = []
         for m in group:
-            if m.kind not in (COMMIT, PACKAGE):
+            if not kind_of(m).ordered:
                 continue
             refined += self._range(m, chain, i, culprit)
         return refined or [culprit]
@@ -376,8 +380,11 @@ class Search:
             return []
         points = [lab.with_values(chain[i], {m.key: v}) for v in values]
         if points[0] != chain[i - 1]:
-            ends = self.differs(points[0], points[-1], f"{m.name} range endpoints")
-            if isinstance(ends, str) or ends.verdict != C.REPRODUCED:
+            try:
+                ends = self.differs(points[0], points[-1], f"{m.name} range endpoints")
+            except StepFailed:
+                return []
+            if ends.verdict != C.REPRODUCED:
                 return []
         out: list[Culprit] = []
         for st in self.ordered(points, 0, len(points) - 1, 1.0, f"{m.name} range"):

@@ -7,15 +7,16 @@ from typing import Any
 
 import typer
 
-from regdiag.cli.common import JsonOpt, PythonOpt, err_console, print_json
+from regdiag.cli.common import JsonOpt, PythonOpt, err_console, format_opt, pick_format, show
 from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, BadInput
 
 HELP = (
     "Find which change makes the bad environment slower: the engine commit, a package version, an env "
     "var, or several acting together, with the milliseconds of each phase it costs.\n\n"
     "--good/--bad: a snapshot or run record file (its snapshot_before), or a spec such as "
-    "'sgl-kernel==0.3.5 flashinfer-python==0.2.11 NCCL_PROTO=LL commit=bba2fc4' (-NAME: variable unset). "
-    "Every difference is a factor. The endpoints are measured first (no reproducible regression: it says "
+    "'sgl-kernel==0.3.5 flashinfer-python==0.2.11 NCCL_PROTO=LL commit=bba2fc4' (-NAME: variable unset; "
+    "gpu0.sm_lock=1410 or gpu0.app_clocks=MEM,SM: GPU clocks, set through NVML around each launch, which "
+    "needs a GPU and root, else exit 2). Every difference is a factor. The endpoints are measured first (no reproducible regression: it says "
     "so and stops); then the factors are bisected (ddmin finds causes that act only together), then the "
     "commits (git rev-list) or package versions between a culprit's two values. Each step is classified "
     "against its endpoints with a confidence interval (BAD / GOOD / more launches; PARTIAL or "
@@ -148,10 +149,11 @@ def register(app: typer.Typer) -> None:
         python: str | None = PythonOpt,
         json_out: bool = JsonOpt,
         markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown on stdout."),
+        fmt: str = format_opt("bisect"),
     ) -> None:
-        from regdiag.bisect.report import render, to_markdown
         from regdiag.bisect.run import Request, run_bisect
 
+        chosen = pick_format("bisect", fmt, json_out, markdown)
         extra = list(ctx.args)
         if extra and not probe:
             raise BadInput(f"unexpected arguments {' '.join(extra)!r} (probe options after -- need --probe)")
@@ -186,12 +188,5 @@ def register(app: typer.Typer) -> None:
                 report = run_bisect(req, progress=on_event)
         else:
             report = run_bisect(req, progress=on_event)
-        if json_out:
-            print_json(report)
-        elif markdown:
-            typer.echo(to_markdown(report))
-        else:
-            from regdiag.cli.common import console
-
-            render(report, console)
+        show("bisect", chosen, report)
         raise typer.Exit(EXIT_OK if report["verdict"] == "CULPRIT" else EXIT_INCONCLUSIVE)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import typer
@@ -38,8 +37,36 @@ def print_json(obj: Any) -> None:
     sys.stdout.flush()
 
 
-def ensure_parent(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def format_opt(what: str) -> Any:
+    """`--format`, offering what the renderer registry has for `what` (regdiag.report.registry)."""
+    from regdiag.report.registry import formats
+
+    names = formats(what)
+    return typer.Option(
+        None, "--format", help=f"Output format: {', '.join(names)} (default {names[0]}).", show_default=False
+    )
+
+
+def pick_format(what: str, fmt: str | None, json_out: bool = False, markdown: bool = False) -> str:
+    """--format wins; --json and --markdown are its short forms; two different asks are refused."""
+    from regdiag.errors import BadInput
+    from regdiag.report.registry import formats, renderer
+
+    asked = {f for f, on in (("json", json_out), ("markdown", markdown)) if on} | ({fmt} if fmt else set())
+    if len(asked) > 1:
+        raise BadInput(f"choose one output format (asked for {', '.join(sorted(asked))})")
+    chosen = asked.pop() if asked else formats(what)[0]
+    renderer(what, chosen)  # refuses a format this result has no renderer for, in one line
+    return chosen
+
+
+def show(
+    what: str, fmt: str, data: Any, labels: tuple[str, str] = ("", ""), to: Console | None = None
+) -> None:
+    """Render `data` through the registry on stdout (or `to`)."""
+    from regdiag.report.registry import Out, render
+
+    render(what, fmt, data, Out(to or console, labels))
 
 
 PROBE_HELP = "Measure: synthetic probes on the GPU, or a live inference server."

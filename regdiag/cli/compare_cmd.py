@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from regdiag.cli.common import JsonOpt, console, err_console, print_json
+from regdiag.cli.common import JsonOpt, console, err_console, format_opt, pick_format, print_json, show
 from regdiag.errors import BadInput
 
 COMPARE_HELP = (
@@ -89,10 +89,12 @@ def compare(
         help="Also write a self-contained HTML report with plots to this file.",
         dir_okay=False,
     ),
+    fmt: str = format_opt("compare"),
 ) -> None:
     from regdiag import baselines
     from regdiag.compare import compare_runs
 
+    chosen = pick_format("compare", fmt, json_out, markdown)
     m = _margin(margin)
     if method not in ("welch", "bootstrap"):
         raise BadInput(f"--method {method!r}: use welch or bootstrap")
@@ -108,22 +110,17 @@ def compare(
         old_label=old_name,
         new_label=new_name,
     )
+    from regdiag.report.registry import Out, render
+
+    labels, runs = (old_name, new_name), {"runs": (old_run, new_run)}
     if html is not None:
         from regdiag.records import atomic_write_text
-        from regdiag.report import html as html_report
 
-        atomic_write_text(html, html_report.render(result, old_run, new_run, old_name, new_name))
-    if json_out:
-        print_json(result.to_dict())
-    elif markdown:
-        from regdiag.report import markdown as md
-
-        typer.echo(md.render(result, old_name, new_name), nl=False)
-    else:
-        from regdiag.report import terminal
-
-        terminal.render(result, console, old_name, new_name)
-    if html is not None and not json_out:
+        page: list[str] = []
+        render("compare", "html", result, Out(console, labels, runs, page.append))
+        atomic_write_text(html, "".join(page))
+    render("compare", chosen, result, Out(console, labels, runs))
+    if html is not None and chosen != "json":
         err_console.print(f"wrote {html}", style="dim", soft_wrap=True, highlight=False)
     raise typer.Exit(result.exit_code)
 
@@ -157,10 +154,12 @@ def explain(
     ),
     json_out: bool = JsonOpt,
     markdown: bool = typer.Option(False, "--markdown", help="Print Markdown instead of the terminal view."),
+    fmt: str = format_opt("explain"),
 ) -> None:
     from regdiag import baselines
     from regdiag import explain as ex
-    from regdiag.report import explain_view
+
+    chosen = pick_format("explain", fmt, json_out, markdown)
 
     if run is None:
         if cycle_ms is None or accept_len is None:
@@ -188,12 +187,7 @@ def explain(
         if cycle_ms is not None and result.throughput is not None:
             result.throughput.cycle_ms = cycle_ms
             result.throughput.sources["cycle"] = "given"
-    if json_out:
-        print_json(result.to_dict())
-    elif markdown:
-        typer.echo(explain_view.markdown(result), nl=False)
-    else:
-        explain_view.terminal(result, console)
+    show("explain", chosen, result)
 
 
 baseline_app = typer.Typer(

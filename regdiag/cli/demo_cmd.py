@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from regdiag.cli.common import JsonOpt, console, err_console, print_json
+from regdiag.cli.common import JsonOpt, console, err_console, print_json, show
 
 HELP = (
     "Run a whole diagnosis here, with no GPU and nothing to set up: two environments that differ in "
@@ -28,9 +28,7 @@ def register(app: typer.Typer) -> None:
         ),
         json_out: bool = JsonOpt,
     ) -> None:
-        from regdiag.bisect.report import render as render_bisect
         from regdiag.demo import run_demo
-        from regdiag.report import explain_view, terminal
 
         out = err_console if json_out else console
         status = err_console.status("starting") if err_console.is_terminal else None
@@ -53,7 +51,7 @@ def register(app: typer.Typer) -> None:
             elif stage == "compare":
                 out.print("\n[bold]compare good bad[/]: is it real, and where?")
             elif stage == "compared" and not json_out:
-                terminal.render(data["comparison"], out, "good", "bad")
+                show("compare", "terminal", data["comparison"], ("good", "bad"), to=out)
             elif stage == "bisect":
                 out.print(
                     f"\n[bold]bisect --metric {data['metric']}[/]: which of the four differences costs the "
@@ -61,11 +59,11 @@ def register(app: typer.Typer) -> None:
                 )
                 note("bisecting")
             elif stage == "bisected" and not json_out:
-                render_bisect(data["report"], out)
+                show("bisect", "terminal", data["report"], to=out)
             elif stage == "explain":
                 out.print("\n[bold]explain bad[/]: regression or physics?")
             elif stage == "explained" and not json_out:
-                explain_view.terminal(data["explanation"], out)
+                show("explain", "terminal", data["explanation"], to=out)
 
         def on_probe(kind: str, data: dict[str, Any]) -> None:
             if kind == "launch_start":

@@ -16,13 +16,13 @@ from regdiag.cli.common import (
     OutputOpt,
     PythonOpt,
     SshConfigOpt,
-    console,
     err_console,
-    print_json,
     probe_group,
+    show,
 )
 from regdiag.errors import BadInput, ProbeError
 from regdiag.records import save_record
+from regdiag.report.server import fmt
 from regdiag.runs import RunWriter, runs_dir
 
 SERVER_HELP = """Measure a live SGLang or vLLM endpoint: TTFT, inter-token latency, tok/s, accept length.
@@ -61,12 +61,6 @@ def _is_local_url(url: str) -> bool:
         return False
 
 
-def _fmt(v: Any, unit: str = "", digits: int = 2) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.{digits}f}{unit}"
-
-
 def _launch_line(la: dict[str, Any], total: int) -> str:
     sc = la.get("scalars", {})
     status = la.get("status")
@@ -76,14 +70,14 @@ def _launch_line(la: dict[str, Any], total: int) -> str:
         parts.append(f"{sc.get('requests_ok', 0)}/{sc.get('requests', 0)} requests")
     if "itl_ms_median" in sc:
         parts.append(
-            f"itl {_fmt(sc['itl_ms_median'], ' ms')} ({_fmt(sc.get('tok_s_per_request'), ' tok/s', 1)} per stream)"
+            f"itl {fmt(sc['itl_ms_median'], ' ms')} ({fmt(sc.get('tok_s_per_request'), ' tok/s', 1)} per stream)"
         )
     if "ttft_ms_median" in sc:
-        parts.append(f"ttft {_fmt(sc['ttft_ms_median'], ' ms', 1)}")
+        parts.append(f"ttft {fmt(sc['ttft_ms_median'], ' ms', 1)}")
     if "tok_s" in sc:
-        parts.append(f"all streams {_fmt(sc['tok_s'], ' tok/s', 1)}")
+        parts.append(f"all streams {fmt(sc['tok_s'], ' tok/s', 1)}")
     if "accept_len_mean" in sc:
-        parts.append(f"accept len {_fmt(sc['accept_len_mean'])}")
+        parts.append(f"accept len {fmt(sc['accept_len_mean'])}")
     line = "  ".join(parts)
     if la.get("error"):
         line += f"\n    [red]{la['error']}[/]"
@@ -322,16 +316,7 @@ def probe_server(
         save_record(output, writer.run)
     summary = _summary(writer.run)
     summary["path"] = str(writer.path)
-    if json_out:
-        print_json(summary)
-    else:
-        console.print(
-            f"median of {summary['ok_launches']} launches: itl {_fmt(summary['itl_ms_median'], ' ms')}"
-            f" ({_fmt(summary['tok_s_per_request'], ' tok/s', 1)} per stream), ttft {_fmt(summary['ttft_ms_median'], ' ms', 1)},"
-            f" accept len {_fmt(summary['accept_len_mean'])}",
-            soft_wrap=True,
-        )
-        console.print(f"record: {writer.path}", soft_wrap=True)
+    show("server", "json" if json_out else "terminal", summary)
     bad = [la for la in writer.run["launches"] if la.get("status") != "ok"]
     if bad:
         raise ProbeError(
@@ -394,45 +379,24 @@ def ingest_log(
     save_record(path, run)
     if output is not None:
         save_record(output, run)
-    if json_out:
-        print_json(
+    result = {
+        "id": run["id"],
+        "path": str(path),
+        "status": run["status"],
+        "launches": [
             {
-                "id": run["id"],
-                "path": str(path),
-                "status": run["status"],
-                "launches": [
-                    {
-                        "file": la["header"]["file"],
-                        "status": la["status"],
-                        "error": la["error"],
-                        "scalars": la["scalars"],
-                        "counts": la["footer"],
-                        "engine": la["header"]["engine"],
-                        "formats": la["header"]["formats"],
-                    }
-                    for la in launches
-                ],
+                "file": la["header"]["file"],
+                "status": la["status"],
+                "error": la["error"],
+                "scalars": la["scalars"],
+                "counts": la["footer"],
+                "engine": la["header"]["engine"],
+                "formats": la["header"]["formats"],
             }
-        )
-        return
-    for la in launches:
-        c, sc = la["footer"], la["scalars"]
-        console.print(
-            f"{la['header']['file']}: {la['header']['engine']} ({', '.join(la['header']['formats'])}); "
-            f"{c['lines']} lines, {c['intervals']} intervals ({c['warmup']} warm-up dropped), "
-            f"{c['skipped']} other lines skipped"
-            + (f", {c['malformed']} malformed" if c["malformed"] else ""),
-            soft_wrap=True,
-        )
-        console.print(
-            f"  itl {_fmt(sc.get('itl_ms_median'), ' ms')} ({_fmt(sc.get('tok_s_per_request'), ' tok/s', 1)} per request), "
-            f"gen throughput {_fmt(sc.get('gen_tok_s_median'), ' tok/s', 1)}, accept len {_fmt(sc.get('accept_len_mean'))}"
-            + (f", accept rate {_fmt(sc['accept_rate'])}" if "accept_rate" in sc else ""),
-            soft_wrap=True,
-        )
-        if la["error"]:
-            console.print(f"  [red]{la['error']}[/]")
-    console.print(f"record: {path}", soft_wrap=True)
+            for la in launches
+        ],
+    }
+    show("ingest", "json" if json_out else "terminal", result)
 
 
 def register(app: typer.Typer) -> None:

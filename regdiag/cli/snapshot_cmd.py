@@ -12,7 +12,16 @@ from typing import Any
 
 import typer
 
-from regdiag.cli.common import HostOpt, JsonOpt, OutputOpt, PythonOpt, SshConfigOpt, print_json
+from regdiag.cli.common import (
+    HostOpt,
+    JsonOpt,
+    OutputOpt,
+    PythonOpt,
+    SshConfigOpt,
+    format_opt,
+    pick_format,
+    show,
+)
 from regdiag.errors import EXIT_HOST, EXIT_REGRESSED, BadInput
 
 SNAPSHOT_HELP = (
@@ -142,6 +151,7 @@ def register(app: typer.Typer) -> None:
             "command line, loaded libraries, children) instead of this shell. Local only (default: off).",
         ),
         json_out: bool = JsonOpt,
+        fmt: str = format_opt("snapshot"),
         output: Path | None = OutputOpt,
         host: list[str] | None = HostOpt,
         python: str | None = PythonOpt,
@@ -149,6 +159,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         if pid is not None and (from_file is not None or len(host or []) > 1):
             raise BadInput("--pid names a process of one machine: it takes one --host at most, and no --from")
+        chosen = pick_format("check" if check else "snapshot", fmt, json_out)  # before minutes of work
         # With --host, --repo names a directory on that host: it is checked there, not here.
         repo_s = str(repo) if (repo is not None and host) else _validate_repo(repo)
         if from_file is not None:
@@ -180,31 +191,17 @@ def register(app: typer.Typer) -> None:
         if check:
             from regdiag.snapshot.check import check_snapshot, is_fit
 
-            results = [(rec, check_snapshot(rec)) for rec in records]
-            unfit = not all(is_fit(reasons) for _, reasons in results)
-            if json_out:
-                out = [
-                    {"host": rec.get("origin", {}).get("host"), "fit": is_fit(reasons), "reasons": reasons}
-                    for rec, reasons in results
-                ]
-                print_json(out[0] if len(out) == 1 else out)
-            else:
-                from regdiag.cli.common import console
-                from regdiag.report_snapshot import render_check
-
-                for rec, reasons in results:
-                    if len(results) > 1:
-                        console.print(f"[bold]{rec.get('origin', {}).get('host')}[/bold]")
-                    render_check(reasons, console)
-        elif json_out:
-            print_json(records[0] if len(records) == 1 else records)
-        else:
-            from regdiag.cli.common import console
-            from regdiag.report_snapshot import render_snapshot
-
+            results = []
             for rec in records:
-                render_snapshot(rec, console)
-        if output is not None and from_file is None and not json_out:
+                reasons = check_snapshot(rec)
+                results.append(
+                    {"host": rec.get("origin", {}).get("host"), "fit": is_fit(reasons), "reasons": reasons}
+                )
+            unfit = not all(r["fit"] for r in results)
+            show("check", chosen, results)
+        else:
+            show("snapshot", chosen, records)
+        if output is not None and from_file is None and chosen != "json":
             from regdiag.cli.common import err_console
 
             err_console.print(
@@ -236,6 +233,7 @@ def register(app: typer.Typer) -> None:
             help="Exit 1 when there are differences, like git diff --exit-code (default: exit 0).",
         ),
         json_out: bool = JsonOpt,
+        fmt: str = format_opt("diff"),
     ) -> None:
         """Differences between two snapshots, grouped, most likely culprits of a slowdown first.
 
@@ -243,15 +241,10 @@ def register(app: typer.Typer) -> None:
         """
         from regdiag.snapshot.diff import diff_snapshots
 
+        chosen = pick_format("diff", fmt, json_out)
         a = _snapshot_in(_load(old), str(old))
         b = _snapshot_in(_load(new), str(new))
         items = diff_snapshots(a, b, include_volatile=all_fields)
-        if json_out:
-            print_json(items)
-        else:
-            from regdiag.cli.common import console
-            from regdiag.report_snapshot import render_diff
-
-            render_diff(items, console, str(old), str(new))
+        show("diff", chosen, items, (str(old), str(new)))
         if exit_code and items:
             raise typer.Exit(EXIT_REGRESSED)

@@ -257,5 +257,7 @@ def fetch_host_key(t: SSHTarget, known: Sequence[str] = ()) -> paramiko.PKey:
 
 
 def one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split()) or type(e).__name__
-    return text[:300]
+    """An exception as one bounded, scrubbed line (regdiag.snapshot.fields.one_line); its type when silent."""
+    from regdiag.snapshot.fields import one_line as line
+
+    return line(e) or type(e).__name__

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from regdiag.comm import CommShare
 from regdiag.explain import Explanation, PhaseRoofline
+from regdiag.report.registry import Out
 
 
 def _gb(x: float) -> str:
@@ -149,3 +150,11 @@ def markdown(e: Explanation) -> str:
         out.append("")
     out += [f"- note: {n}" for n in e.notes]
     return "\n".join(out).rstrip() + "\n"
+
+
+def terminal_out(e: Explanation, out: Out) -> None:
+    terminal(e, out.console)
+
+
+def markdown_out(e: Explanation, out: Out) -> None:
+    out.text(markdown(e))

@@ -13,6 +13,7 @@ from regdiag import __version__
 from regdiag.compare import Comparison, _usable
 from regdiag.report import svg
 from regdiag.report import text as T
+from regdiag.report.registry import Out
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 980px; color: #222; }
@@ -35,9 +36,21 @@ def _row(cells: list[str], cls: list[str] | None = None) -> str:
 def render(
     c: Comparison, old_run: dict[str, Any], new_run: dict[str, Any], old_name: str = "", new_name: str = ""
 ) -> str:
+    parts = _head(c, old_name, new_name)
+    parts += _metrics_table(c)
+    parts += _attribution(c)
+    parts += _plots(c, old_run, new_run)
+    parts += _environment(c)
+    parts.append(
+        f"<p class='dim'>regdiag {escape(__version__)}; method {escape(c.method)}; "
+        f"margin {escape(T.margin_txt(c.margin))}.</p>"
+    )
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _head(c: Comparison, old_name: str, new_name: str) -> list[str]:
     e = escape
-    lo_, _ = _usable(old_run, c.old.label)
-    ln_, _ = _usable(new_run, c.new.label)
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>regdiag compare: {e(c.verdict)}</title><style>{CSS}</style></head><body>",
@@ -53,22 +66,28 @@ def render(
         f"new: <code>{e(new_name or c.new.label)}</code> ({e(str(c.new.probe))}, "
         f"{e(T.config_txt(c.new.config, 20))}, {c.new.launches_used} launches, {e(str(c.new.created))})</p>"
     )
-    parts.append(
+    return parts
+
+
+def _metrics_table(c: Comparison) -> list[str]:
+    e = escape
+    parts = [
         f"<table><tr><th>metric</th><th>old</th><th>new</th><th>change</th><th>{100 * c.level:g} % CI</th>"
         "<th>p (Holm)</th><th>verdict</th><th></th></tr>"
-    )
+    ]
     for m in c.metrics:
         est = m.estimate
         unit = f" {m.unit}" if m.unit else ""
         if est is None:
             parts.append(_row([e(m.name), "-", "-", "-", "-", "-", "-", e(m.note)]))
             continue
+        d = T.decimals(est.old_center, est.new_center)
         parts.append(
             _row(
                 [
                     f"<b>{e(m.name)}</b>" if m.role == "primary" else e(m.name),
-                    e(T.fixed(est.old_center, T.decimals(est.old_center, est.new_center)) + unit),
-                    e(T.fixed(est.new_center, T.decimals(est.old_center, est.new_center)) + unit),
+                    e(T.fixed(est.old_center, d) + unit),
+                    e(T.fixed(est.new_center, d) + unit),
                     e(T.pct(est.ratio)),
                     e(T.ci(est.lo, est.hi)),
                     e(T.pval(m.p_adjusted)),
@@ -79,7 +98,12 @@ def render(
             )
         )
     parts.append("</table>")
+    return parts
 
+
+def _attribution(c: Comparison) -> list[str]:
+    e = escape
+    parts = []
     a = c.attribution
     if a is not None:
         parts.append(f"<h2>Attribution (launch means, {e(a.unit)})</h2><table>")
@@ -88,19 +112,8 @@ def render(
         for t in [a.total, *a.terms]:
             ci = "-" if t.lo is None else f"[{T.fixed(t.lo, ad, True)}, {T.fixed(t.hi, ad, True)}]"
             share = "" if t is a.total or t.share is None else f"{100 * t.share:.0f} %"
-            parts.append(
-                _row(
-                    [
-                        e(t.name),
-                        T.fixed(t.old, ad),
-                        T.fixed(t.new, ad),
-                        T.fixed(t.delta, ad, True),
-                        ci,
-                        share,
-                    ],
-                    ["", "n", "n", "n", "n", "n"],
-                )
-            )
+            cells = [e(t.name), T.fixed(t.old, ad), T.fixed(t.new, ad), T.fixed(t.delta, ad, True), ci, share]
+            parts.append(_row(cells, ["", "n", "n", "n", "n", "n"]))
         parts.append("</table>")
     lines = []
     if c.throughput is not None:
@@ -112,11 +125,16 @@ def render(
             lines.append(ln)
     if lines:
         parts.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>")
+    return parts
 
-    parts.append(
+
+def _plots(c: Comparison, old_run: dict[str, Any], new_run: dict[str, Any]) -> list[str]:
+    lo_, _ = _usable(old_run, c.old.label)
+    ln_, _ = _usable(new_run, c.new.label)
+    parts = [
         f"<h2>Plots</h2><p class='legend'><span style='color:{svg.OLD_COLOR}'>&#9632; old</span>"
         f"<span style='color:{svg.NEW_COLOR}'>&#9632; new</span></p>"
-    )
+    ]
     rows = []
     for m in c.metrics:
         key = "values" if m.role == "value" else "samples"
@@ -139,21 +157,18 @@ def render(
         "<br>"
         + svg.traces(c.old.clocks.traces, c.new.clocks.traces, "MHz", "SM clock of GPU 0 during each launch")
     )
+    return parts
 
+
+def _environment(c: Comparison) -> list[str]:
+    e = escape
+    parts = []
     if c.env_diff:
         parts.append(f"<h2>Environment: {e(c.env_note)}, most likely first</h2><table>")
         parts.append("<tr><th>what</th><th>old</th><th>new</th><th>why</th></tr>")
         for item in c.env_diff:
-            parts.append(
-                _row(
-                    [
-                        e(f"{item.get('group')}.{item.get('field')}"),
-                        e(str(item.get("old"))),
-                        e(str(item.get("new"))),
-                        e(str(item.get("why") or "")),
-                    ]
-                )
-            )
+            cells = [f"{item.get('group')}.{item.get('field')}", str(item.get("old")), str(item.get("new"))]
+            parts.append(_row([e(x) for x in [*cells, str(item.get("why") or "")]]))
         parts.append("</table>")
     else:
         parts.append(f"<h2>Environment</h2><p>{e(c.env_note)}.</p>")
@@ -161,8 +176,10 @@ def render(
         parts.append(
             "<h2>Warnings</h2><ul>" + "".join(f"<li>{e(w)}</li>" for w in c.warnings + c.notes) + "</ul>"
         )
-    parts.append(
-        f"<p class='dim'>regdiag {e(__version__)}; method {e(c.method)}; margin {e(T.margin_txt(c.margin))}.</p>"
-    )
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    return parts
+
+
+def render_out(c: Comparison, out: Out) -> None:
+    """Needs the two raw runs (for the plots) in out.context["runs"]."""
+    old_run, new_run = out.context["runs"]
+    out.text(render(c, old_run, new_run, *out.labels))

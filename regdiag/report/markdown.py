@@ -6,6 +6,7 @@ from regdiag import stats
 from regdiag.attribution import fmt_share
 from regdiag.compare import Comparison
 from regdiag.report import text as T
+from regdiag.report.registry import Out
 
 
 def _cell(s: str) -> str:
@@ -86,3 +87,7 @@ def render(c: Comparison, old_name: str = "", new_name: str = "") -> str:
         f"margin {T.margin_txt(c.margin)}.</sub>"
     )
     return "\n".join(out) + "\n"
+
+
+def render_out(c: Comparison, out: Out) -> None:
+    out.text(render(c, *out.labels))

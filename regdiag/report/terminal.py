@@ -13,6 +13,7 @@ from rich.text import Text
 from regdiag import stats
 from regdiag.compare import Comparison
 from regdiag.report import text as T
+from regdiag.report.registry import Out
 
 STYLE = {
     stats.REGRESSED: "bold white on red",
@@ -98,3 +99,7 @@ def render(c: Comparison, console: Console, old_name: str = "", new_name: str = 
         f"{method}; primary at {100 * c.level:g} %, other metrics Holm-adjusted; margin {T.margin_txt(c.margin)}",
         style="dim",
     )
+
+
+def render_out(c: Comparison, out: Out) -> None:
+    render(c, out.console, *out.labels)

@@ -1,4 +1,5 @@
-"""One HTTP request to an inference server, timed per streamed chunk. Standard library only.
+"""One HTTP request to an inference server, timed per streamed chunk. Standard library only (and
+regdiag.snapshot.fields, which is too).
 
 Three request formats:
   sglang       POST /generate               {"text", "sampling_params", "stream"}
@@ -23,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
+
+from regdiag.snapshot.fields import one_line
 
 API_SGLANG = "sglang"
 API_OPENAI = "openai"
@@ -114,11 +117,6 @@ def _describe_os_error(e: BaseException, ep: Endpoint, phase: str) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def _one_line(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _error_message(status: int, body: bytes) -> str:
     text = body.decode("utf-8", "replace")
     msg = text
@@ -134,7 +132,7 @@ def _error_message(status: int, body: bytes) -> str:
             msg = err
         elif "detail" in obj:
             msg = str(obj["detail"])
-    return f"HTTP {status}: {_one_line(msg) or http.client.responses.get(status, '')}"
+    return f"HTTP {status}: {one_line(msg, 200) or http.client.responses.get(status, '')}"
 
 
 def simple_get(ep: Endpoint, path: str, accept: str = "application/json") -> tuple[int, bytes]:
@@ -259,12 +257,12 @@ def _finish_reason(value: Any) -> str | None:
 
 def _event_error(ev: dict[str, Any]) -> str | None:
     if ev.get("object") == "error":
-        return _one_line(str(ev.get("message") or ev))
+        return one_line(str(ev.get("message") or ev), 200)
     err = ev.get("error")
     if err:
         if isinstance(err, dict):
-            return _one_line(str(err.get("message") or err))
-        return _one_line(str(err))
+            return one_line(str(err.get("message") or err), 200)
+        return one_line(str(err), 200)
     return None
 
 
@@ -420,7 +418,7 @@ def _read_stream(
             ev = json.loads(payload)
         except ValueError:
             raise RequestFailed(
-                f"malformed JSON in stream event {r.events}: {_one_line(payload, 60)!r}"
+                f"malformed JSON in stream event {r.events}: {one_line(payload, 60)!r}"
             ) from None
         new = _apply_event(ep.api, ev, tok)
         if new > 0:
@@ -440,7 +438,7 @@ def _read_whole(
         obj = json.loads(raw)
     except ValueError:
         raise RequestFailed(
-            f"malformed JSON in the response: {_one_line(raw.decode('utf-8', 'replace'), 60)!r}"
+            f"malformed JSON in the response: {one_line(raw.decode('utf-8', 'replace'), 60)!r}"
         ) from None
     if isinstance(obj, list) and len(obj) == 1:  # SGLang answers a batch form with a list
         obj = obj[0]

@@ -87,10 +87,6 @@ def server_run(
     return run
 
 
-def _median(xs: list[float]) -> float | None:
-    return statistics.median(xs) if xs else None
-
-
 def request_detail(r: RequestResult) -> dict[str, Any]:
     d: dict[str, Any] = {
         "index": r.index,

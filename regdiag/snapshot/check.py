@@ -48,11 +48,7 @@ NOTE_REASONS = {
 }
 
 
-def _value(group: dict[str, Any], name: str) -> Any:
-    f = group.get("fields", {}).get(name)
-    if isinstance(f, dict) and f.get("status") == F.OK:
-        return f.get("value")
-    return None
+_value = F.field_value
 
 
 def _reason(severity: str, group: str, field: str, message: str, fix: str | None = None) -> dict[str, Any]:

@@ -41,6 +41,20 @@ def timeout(why: str) -> Field:
     return {"status": TIMEOUT, "value": None, "error": one_line(why)}
 
 
+def value_of(record: Any, group: str, name: str) -> Any:
+    """The value of field `name` of `group` in a snapshot record when it was read (status ok), else None.
+
+    The one reader of snapshot fields (field_value is the same, given the group)."""
+    groups = record.get("groups") if isinstance(record, dict) else None
+    return field_value(groups.get(group) if isinstance(groups, dict) else None, name)
+
+
+def field_value(group: Any, name: str) -> Any:
+    fields = group.get("fields") if isinstance(group, dict) else None
+    f = fields.get(name) if isinstance(fields, dict) else None
+    return f.get("value") if isinstance(f, dict) and f.get("status") == OK else None
+
+
 def one_line(text: Any, limit: int = 300) -> str:
     """Error text as stored: one line, bounded, and scrubbed (a failing command may echo a URL)."""
     from regdiag.snapshot.redact import scrub_text

@@ -117,10 +117,6 @@ def scrub_text(text: str) -> str:
     return out
 
 
-def has_secret_shape(text: str) -> bool:
-    return scrub_text(text) != text
-
-
 def redact_value(name: str, value: str) -> tuple[str, bool]:
     """(value to keep, whether anything was redacted) for one variable."""
     if is_sensitive_name(name) and not is_harmless_scalar(value):

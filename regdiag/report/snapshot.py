@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from regdiag.report.registry import Out
 from regdiag.snapshot import fields as F
 from regdiag.snapshot.check import ERROR, check_snapshot, gpu_indices, is_fit
 
@@ -21,9 +22,7 @@ STYLE = {ERROR: "bold red", "warning": "yellow"}
 DIM = "dim"
 
 
-def _fv(group: dict[str, Any], name: str) -> Any:
-    f = group.get("fields", {}).get(name)
-    return f.get("value") if isinstance(f, dict) and f.get("status") == F.OK else None
+_fv = F.field_value
 
 
 def _cell(group: dict[str, Any], name: str) -> Text:
@@ -437,3 +436,23 @@ def render_diff(items: list[dict[str, Any]], console: Console, old_name: str, ne
         )
     if t is not None:
         console.print(t)
+
+
+# -- behind the registry (regdiag.report.registry) -----------------------------------------------
+
+
+def render_snapshots(records: list[dict[str, Any]], out: Out) -> None:
+    for rec in records:
+        render_snapshot(rec, out.console)
+
+
+def render_checks(results: list[dict[str, Any]], out: Out) -> None:
+    """`results`: one {"host", "fit", "reasons"} per snapshot, the host named when there are several."""
+    for r in results:
+        if len(results) > 1:
+            out.console.print(f"[bold]{r['host']}[/bold]")
+        render_check(r["reasons"], out.console)
+
+
+def render_diff_out(items: list[dict[str, Any]], out: Out) -> None:
+    render_diff(items, out.console, *out.labels)

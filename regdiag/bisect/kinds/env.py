@@ -1,0 +1,35 @@
+"""Environment variables: set (or unset, with `env -u`) per launch; nothing to build."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from regdiag.bisect.factors import ENV, REDACTED
+from regdiag.bisect.kinds import Kind, LaunchSetup
+
+if TYPE_CHECKING:
+    from regdiag.bisect.factors import Factor, Spec
+
+
+class EnvKind(Kind):
+    name = ENV
+
+    def factors(self, good: Spec, bad: Spec, notes: list[str]) -> list[Factor]:
+        from regdiag.bisect.factors import Factor
+
+        out = []
+        for name in sorted(set(good.env) | set(bad.env)):
+            g, b = good.env.get(name), bad.env.get(name)
+            if g == b:
+                continue
+            if REDACTED in (g, b) or name in good.redacted or name in bad.redacted:
+                notes.append(f"{name} differs but its value was redacted in a snapshot; not bisected")
+                continue
+            out.append(Factor(self.name, name, g, b))
+        return out
+
+    def text(self, value: str | None) -> str:
+        return "unset" if value is None else repr(value)
+
+    def apply(self, f: Factor, value: str | None, setup: LaunchSetup) -> None:
+        setup.variables[f.name] = value  # a process's own environment: nothing to undo

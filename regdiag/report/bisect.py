@@ -1,0 +1,137 @@
+"""A bisect report (regdiag.bisect.report's dict) on the terminal (rich) and in Markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from regdiag.report.registry import Out
+
+
+def _subjects(c: dict[str, Any]) -> str:
+    subjects = [f["subject"] for f in c["factors"] if f.get("subject")]
+    return "; ".join(subjects)
+
+
+def _phases(report: dict[str, Any]) -> list[str]:
+    metric = report["metric"]
+    names = [metric] + [k for k in report["regression_ms"] if k != metric]
+    return names
+
+
+def _ms(x: float | None) -> str:
+    return "" if x is None else f"{x:+.2f}"
+
+
+def _cell(c: dict[str, Any], name: str, metric: str) -> str:
+    """The metric's column carries its CI; the phases' columns the plain difference."""
+    ms = c["ms"].get(name)
+    ci = (c.get("ms_ci") or {}).get(name)
+    if name == metric and ms is not None and ci:
+        return f"{ms:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+    return _ms(ms)
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x:.0%}"
+
+
+def headline(report: dict[str, Any]) -> str:
+    e = report["endpoints"]
+    metric = report["metric"]
+    if "ratio" not in e:
+        return report["statement"]
+    g, b = e["good"].get(metric), e["bad"].get(metric)
+    ends = f"{metric} {g:.2f} -> {b:.2f} ms" if g is not None and b is not None else metric
+    ci = f"x{e['ratio']:.3f} (95 % CI {e['lo']:.3f}..{e['hi']:.3f})"
+    return f"{report['verdict']}: {ends}, {ci}"
+
+
+def cost_line(report: dict[str, Any]) -> str:
+    c = report["cost"]
+    return (
+        f"environments built {c['environments_built']} · points {c['points_measured']} · "
+        f"launches {c['launches_run']} run, {c['launches_reused']} reused · "
+        f"{c['wall_s']:.1f} s (measuring {c['measured_s']:.1f} s)"
+    )
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    names = _phases(report)
+    lines = [f"### regdiag bisect: {headline(report)}", "", report["statement"], ""]
+    if report["culprits"]:
+        lines.append("| change | " + " | ".join(f"{n} (ms)" for n in names) + " | share |")
+        lines.append("| --- | " + " | ".join("---:" for _ in names) + " | ---: |")
+        for c in report["culprits"]:
+            tag = " (only together)" if c["interaction"] else ""
+            tag += "" if c["exact"] else " (range: points in between SKIP)"
+            cells = " | ".join(_cell(c, n, report["metric"]) for n in names)
+            subject = f" ({_subjects(c)})" if _subjects(c) else ""
+            lines.append(f"| {c['change']}{subject}{tag} | {cells} | {_pct(c['share'])} |")
+        rest = report["unexplained_ms"]
+        cells = " | ".join(_ms(rest.get(n)) for n in names)
+        lines.append(f"| unexplained rest | {cells} | {_pct(report['unexplained_share'])} |")
+        lines.append("")
+    for s in report["skipped"]:
+        lines.append(f"- SKIP {s['point']}: {s['reason']}")
+    for u in report["unresolved"]:
+        lines.append(f"- unresolved between {u['between'][0]} and {u['between'][1]}: {u['why']}")
+    for n in report["notes"]:
+        lines.append(f"- note: {n}")
+    lines += ["", cost_line(report), ""]
+    return "\n".join(lines)
+
+
+def render(report: dict[str, Any], console: Any) -> None:
+    """Terminal output with rich: the verdict first, then one row per culprit."""
+    from rich.markup import escape as e
+    from rich.table import Table
+
+    verdict = report["verdict"]
+    style = {"CULPRIT": "bold red", "NOT-REPRODUCED": "bold yellow"}.get(verdict, "bold yellow")
+    console.print(f"[{style}]{e(headline(report))}[/]")
+    console.print(e(report["statement"]))
+    names = _phases(report)
+    if report["culprits"]:
+        t = Table(box=None, pad_edge=False)
+        t.add_column("change")
+        for n in names:
+            t.add_column(f"{n} ms", justify="right")
+        t.add_column("share", justify="right")
+        for c in report["culprits"]:
+            label = e(c["change"])
+            if _subjects(c):
+                label += f"\n[dim]{e(_subjects(c))}[/]"
+            if c["interaction"]:
+                label += " [dim](only together)[/]"
+            if not c["exact"]:
+                label += " [dim](range: points in between SKIP)[/]"
+            t.add_row(label, *[_cell(c, n, report["metric"]) for n in names], _pct(c["share"]))
+        rest = report["unexplained_ms"]
+        t.add_row(
+            "[dim]unexplained rest[/]", *[_ms(rest.get(n)) for n in names], _pct(report["unexplained_share"])
+        )
+        console.print(t)
+    for s in report["skipped"]:
+        console.print(f"[yellow]SKIP[/] {e(s['point'])}: {e(s['reason'])}")
+    for u in report["unresolved"]:
+        console.print(
+            f"[yellow]unresolved[/] between {e(u['between'][0])} and {e(u['between'][1])}: {e(u['why'])}"
+        )
+    for n in report["notes"]:
+        console.print(f"[dim]note: {e(n)}[/]")
+    if report.get("replay_mismatches"):
+        for m in report["replay_mismatches"]:
+            console.print(f"[red]resume: {e(m)}[/]")
+    console.print(f"[dim]{cost_line(report)}[/]")
+    console.print(f"[dim]journal: {e(str(report.get('journal')))}[/]")
+
+
+# -- behind the registry (regdiag.report.registry) -----------------------------------------------
+
+
+def terminal(report: dict[str, Any], out: Out) -> None:
+    render(report, out.console)
+
+
+def markdown(report: dict[str, Any], out: Out) -> None:
+    out.text(to_markdown(report) + "\n")

@@ -1,0 +1,40 @@
+"""Results as CSV: one row per metric, numbers unformatted, for a spreadsheet or a CI dashboard."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from regdiag.compare import Comparison
+from regdiag.report.registry import Out
+
+COMPARE_COLUMNS = (
+    "metric", "role", "unit", "old_median", "new_median", "ratio", "ci_lo", "ci_hi", "p_holm", "verdict",
+    "note",
+)  # fmt: skip
+PROBE_COLUMNS = ("metric", "unit", "median", "p25", "p75", "launch_medians")
+
+
+def _write(rows: list[list[Any]], out: Out) -> None:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerows(["" if v is None else v for v in row] for row in rows)
+    out.text(buf.getvalue())
+
+
+def compare(c: Comparison, out: Out) -> None:
+    rows: list[list[Any]] = [list(COMPARE_COLUMNS)]
+    for m in c.metrics:
+        e = m.estimate
+        nums = [e.old_center, e.new_center, e.ratio, e.lo, e.hi] if e is not None else [None] * 5
+        rows.append([m.name, m.role, m.unit, *nums, m.p_adjusted, m.verdict, m.note])
+    _write(rows, out)
+
+
+def probe(s: dict[str, Any], out: Out) -> None:
+    rows: list[list[Any]] = [list(PROBE_COLUMNS)]
+    for m in s["metrics"]:
+        meds = " ".join(repr(x) for x in m["launch_medians"])
+        rows.append([m["metric"], m["unit"], m["median"], m["p25"], m["p75"], meds])
+    _write(rows, out)

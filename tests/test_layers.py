@@ -1,0 +1,79 @@
+"""The layering of docs/architecture.md, checked on the source: who may import what, and that the
+bisect search, lab and runner never name a factor kind (kinds/ does)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "regdiag"
+
+
+def _imports(path: Path) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+    return out
+
+
+def _files(*parts: str) -> list[Path]:
+    return sorted(ROOT.joinpath(*parts).rglob("*.py"))
+
+
+def test_only_cli_and_report_know_rich_and_typer():
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in _files("regdiag")
+        if p.parent.name not in ("cli", "report")
+        and any(m.split(".")[0] in ("rich", "typer") for m in _imports(p))
+    ]
+    assert offenders == []
+
+
+def test_probes_import_nothing_of_regdiag():
+    assert [p.name for p in _files("probes") if any(m.startswith("regdiag") for m in _imports(p))] == []
+
+
+@pytest.mark.parametrize("path", [PKG / "records.py", *_files("regdiag", "snapshot")], ids=lambda p: p.name)
+def test_records_and_snapshot_need_only_the_standard_library_and_each_other(path):
+    regdiag_imports = {m for m in _imports(path) if m.startswith("regdiag")}
+    allowed = {"regdiag", "regdiag.records"} | {
+        m for m in regdiag_imports if m.startswith("regdiag.snapshot")
+    }
+    assert regdiag_imports <= allowed
+    assert not {m.split(".")[0] for m in _imports(path)} & {"torch", "numpy", "rich", "typer", "scipy"}
+
+
+@pytest.mark.parametrize("name", ["search.py", "lab.py", "run.py", "envs.py"])
+def test_the_bisect_machinery_never_names_a_factor_kind(name):
+    tree = ast.parse((PKG / "bisect" / name).read_text(encoding="utf-8"))
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    kinds = {"COMMIT", "PACKAGE", "ENV", "CommitKind", "PackageKind", "EnvKind", "GpuClockKind"}
+    assert not names & kinds, "imports or names a kind"
+
+    # ... and never branches on a named kind (`f.kind == COMMIT`, `m.kind not in (COMMIT, PACKAGE)`,
+    # `f["kind"] == "commit"`); dispatching through the registry (`kind_of(f)`) is the way.
+    def is_kind(x: ast.expr) -> bool:
+        return (isinstance(x, ast.Attribute) and x.attr == "kind") or (
+            isinstance(x, ast.Subscript) and isinstance(x.slice, ast.Constant) and x.slice.value == "kind"
+        )
+
+    def is_named_kind(x: ast.expr) -> bool:
+        if isinstance(x, (ast.Tuple, ast.List, ast.Set)):
+            return any(is_named_kind(e) for e in x.elts)
+        return (isinstance(x, ast.Name) and x.id in kinds) or (
+            isinstance(x, ast.Constant) and x.value in ("commit", "package", "env", "gpu-clock")
+        )
+
+    compares = [n for n in ast.walk(tree) if isinstance(n, ast.Compare)]
+    operands = [(c, [c.left, *c.comparators]) for c in compares]
+    assert [
+        ast.unparse(c) for c, xs in operands if any(map(is_kind, xs)) and any(map(is_named_kind, xs))
+    ] == []

@@ -1,0 +1,101 @@
+"""One definition of which launches count, one reader of snapshot fields, and the schema table:
+literal records, and the consumers (compare, explain, runs, baselines) agreeing on one run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from compare_helpers import simulate_spec_run, write
+
+from regdiag import baselines, explain, runs
+from regdiag.bisect.journal import Journal
+from regdiag.compare import compare_runs
+from regdiag.errors import BadInput
+from regdiag.records import SCHEMAS, RecordError, check_record, schema_id
+from regdiag.run_view import RunView, usable
+from regdiag.snapshot.fields import value_of
+
+
+@pytest.mark.parametrize(
+    "launch, counts",
+    [
+        ({"status": "ok", "samples": {"cycle": [1.0]}}, True),
+        ({"status": "interrupted", "samples": {"cycle": [1.0, 2.0]}}, True),  # the cycles it finished
+        ({"status": "error", "samples": {"cycle": [1.0]}}, False),
+        ({"status": "ok", "samples": {"cycle": []}}, False),
+        ({"status": "ok", "samples": {}}, False),
+        ({"status": "ok"}, False),
+    ],
+)
+def test_usable_on_literal_launches(launch, counts):
+    assert usable(launch) is counts
+
+
+def _mixed_run() -> dict:
+    """5 launches: ok, two interrupted with cycles, error with cycles, ok without cycles."""
+    run = simulate_spec_run(3, launches=5)
+    la = run["launches"]
+    la[1]["status"] = la[2]["status"] = "interrupted"
+    la[3]["status"], la[3]["error"] = "error", "rank 1 died"
+    la[4]["samples"] = {k: [] for k in la[4]["samples"]}
+    return run
+
+
+def test_compare_explain_runs_and_baselines_count_the_same_launches(tmp_path):
+    run = _mixed_run()
+    view = RunView.of(run)
+    assert [la.index for la in view.usable] == [0, 1, 2]
+    c = compare_runs(run, run, allow_mismatch=True)
+    assert c.old.launches_used == 3
+    assert len(explain._ok_launches(run)) == 3
+    runs_dir = tmp_path / "runs"
+    write(runs_dir / "r.json", run)
+    [item] = runs.list_runs(runs_dir)
+    assert (item["launches"], item["ok_launches"]) == (5, 3)
+    write(tmp_path / "r.json", run)
+    baselines.save("mixed", str(tmp_path / "r.json"))
+    [b] = baselines.list_baselines()
+    assert b["launches"] == 3
+
+
+def test_value_of_reads_only_fields_that_were_read():
+    snap = {
+        "groups": {
+            "gpu": {
+                "fields": {
+                    "gpu0.name": {"status": "ok", "value": "H200"},
+                    "gpu0.numa_node": {"status": "unsupported", "value": 3},
+                }
+            }
+        }
+    }
+    assert value_of(snap, "gpu", "gpu0.name") == "H200"
+    assert value_of(snap, "gpu", "gpu0.numa_node") is None
+    assert value_of(snap, "host", "hostname") is None and value_of(None, "gpu", "gpu0.name") is None
+
+
+def test_every_schema_id_comes_from_the_one_table():
+    assert {k: schema_id(k) for k in SCHEMAS} == {
+        "snapshot": "regdiag.snapshot/1",
+        "run": "regdiag.run/1",
+        "journal": "regdiag.journal/1",
+        "bisect-report": "regdiag.bisect-report/1",
+        "comparison": "regdiag.comparison/1",
+        "explanation": "regdiag.explanation/1",
+    }
+    run = simulate_spec_run(1, launches=2)
+    assert compare_runs(run, run).to_dict()["schema"] == schema_id("comparison")
+    with pytest.raises(RecordError, match=r"unknown record kind 'journal'"):
+        check_record({"schema": "regdiag.journal/1"}, "x.json")  # a journal is not a record file
+
+
+def test_a_newer_journal_is_refused_with_upgrade_not_as_not_a_journal(tmp_path):
+    path = tmp_path / "j.jsonl"
+    path.write_text(json.dumps({"type": "start", "schema": "regdiag.journal/2", "inputs": {}}) + "\n")
+    with pytest.raises(BadInput) as e:
+        Journal(path, {}, resume=True)
+    assert "regdiag.journal/2" in str(e.value) and "upgrade regdiag" in str(e.value)
+    path.write_text(json.dumps({"type": "start", "schema": "regdiag.run/1"}) + "\n")
+    with pytest.raises(BadInput, match="not a regdiag bisect journal"):
+        Journal(path, {}, resume=True)
