@@ -36,6 +36,7 @@ from regdiag.bisect.run import argv_builder
 from regdiag.errors import BadInput, ProbeError
 from regdiag.hosts.base import CommandResult, Host
 from regdiag.runs import RunWriter, new_run
+from regdiag.snapshot.redact import scrub_text
 from regdiag.stats import abba_order
 
 SIDES = ("A", "B")
@@ -169,13 +170,13 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
         )
         run["probe"]["args"] = list(req.probe_args)
         if req.command:
-            run["probe"]["command"] = req.command
+            run["probe"]["command"] = scrub_text(req.command)
         run["design"] = {
             "kind": "interleaved",
             "order": "ABBA",
             "pair_id": pair_id,
             "side": s.label,
-            "spec": s.spec.to_dict(),
+            "spec": _spec_for_record(s.spec),
             "launches_per_side": req.launches,
         }
         run["env"] = pr._env_for_record({k: v for k, v in s.env.items() if v is not None})
@@ -256,6 +257,15 @@ def _measure(
             )
     if req.snapshot:
         _snapshots(host, writers, "after", emit)
+
+
+def _spec_for_record(spec: Any) -> dict[str, Any]:
+    """A side's spec as a record may hold it: env values through the snapshot's redaction rules."""
+    d = spec.to_dict()
+    given = {k: v for k, v in d["env"].items() if v is not None}
+    kept = pr._env_for_record(given)
+    d["env"] = {k: (None if v is None else kept[k]) for k, v in d["env"].items()}
+    return d
 
 
 def _add(w: RunWriter, launch: dict[str, Any], pos: int) -> None:

@@ -57,6 +57,11 @@ class Spec:
     # Values of the other kinds: {kind name: {factor name: value}} (e.g. gpu-clock's gpu0.sm_lock).
     settings: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
+    def to_dict(self) -> dict[str, Any]:
+        """What a record says of this side (regdiag ab): values as given, secrets redacted by the caller."""
+        return {"source": self.source, "packages": self.packages, "env": self.env, "commit": self.commit,
+                "settings": self.settings}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class Factor:
