@@ -1,0 +1,106 @@
+"""Every secret shape, in every place text can carry it, is redacted by the functions each sink calls."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from secret_shapes import LABELS, PLACES, SHAPES, body, core
+
+from regdiag.snapshot.redact import REDACTED, redact_argv, redact_env, redact_tree, scrub_text
+
+
+def test_at_least_forty_shapes() -> None:
+    assert len(SHAPES) >= 40
+    assert len({ex for _, ex in SHAPES}) == len(SHAPES)
+
+
+@pytest.mark.parametrize("place", list(PLACES))
+@pytest.mark.parametrize(("label", "secret"), SHAPES, ids=[label for label, _ in SHAPES])
+def test_each_example_shape_in_each_place_is_scrubbed(label: str, secret: str, place: str) -> None:
+    out = scrub_text(PLACES[place](secret))
+    assert core(secret) not in out, (label, place, out)
+    assert REDACTED in out
+
+
+@settings(max_examples=300, deadline=None)
+@given(label=st.sampled_from(LABELS), place=st.sampled_from(list(PLACES)), data=st.data())
+def test_any_secret_of_a_known_shape_is_scrubbed_anywhere(
+    label: str, place: str, data: st.DataObject
+) -> None:
+    secret = data.draw(body(label))
+    text = PLACES[place](secret)
+    assert core(secret) not in scrub_text(text)
+    # The same secret as an env value under a harmless name, in argv, and in a decoded JSON tree.
+    kept, redacted = redact_env({"NCCL_EXTRA": text, "NCCL_PROTO": "LL"})
+    assert core(secret) not in kept["NCCL_EXTRA"] and redacted == ["NCCL_EXTRA"]
+    assert kept["NCCL_PROTO"] == "LL"
+    assert core(secret) not in " ".join(redact_argv(["python", "-m", "x", text]))
+    assert core(secret) not in json.dumps(redact_tree({"stderr_tail": [text], "n": 3}))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=st.sampled_from(["HF_TOKEN", "SGLANG_API_KEY", "NCCL_IB_SECRET_KEY", "DB_PASSWORD", "X_AUTH"]),
+    value=st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_/+", min_size=4, max_size=40),
+)
+def test_a_sensitive_name_hides_any_value_that_is_not_a_plain_number(name: str, value: str) -> None:
+    kept, redacted = redact_env({name: value})
+    if value.lstrip("+-").replace(".", "", 1).isdigit() and len(value) <= 10:
+        return  # a numeric knob such as ..._TOKEN_THRESHOLD=256 keeps its value
+    assert kept[name] == REDACTED and redacted == [name]
+
+
+@pytest.mark.parametrize(
+    ("argv", "want"),
+    [
+        (["serve", "--hf-token", "abcdefsecret"], ["serve", "--hf-token", REDACTED]),
+        (["serve", "--api-key=abcdefsecret"], ["serve", "--api-key=" + REDACTED]),
+        (["SGLANG_API_KEY=abcdefsecret", "python"], ["SGLANG_API_KEY=" + REDACTED, "python"]),
+        (["x", "--token-budget", "4096", "--max-tokens", "256"], ["x", "--token-budget", "4096", "--max-tokens", "256"]),
+        (["NCCL_PROTO=LL", "--tp", "8"], ["NCCL_PROTO=LL", "--tp", "8"]),
+        (["pip", "install", "--index-url", "https://u:npm_abcdefghijklmnopqrstuvwxyz0123456789@h/simple", "x"],
+         ["pip", "install", "--index-url", "https://<redacted>@h/simple", "x"]),
+        (["python", "-c", "import sys; sys.exit(1)", "--token", "glpat-abcdefghij1234567890"],
+         ["python", "-c", "import sys; sys.exit(1)", "--token", REDACTED]),
+    ],
+)  # fmt: skip
+def test_redact_argv(argv: list[str], want: list[str]) -> None:
+    assert redact_argv(argv) == want
+
+
+def test_redact_tree_by_key_and_by_shape() -> None:
+    tree = {
+        "api_key": "plainvalue",
+        "env": {"NCCL_PROTO": "LL", "HF_TOKEN": "zzzzzz", "SGLANG_TOKEN_THRESHOLD": "256"},
+        "argv": ["--x", "dapi0123456789abcdef0123456789abcdef"],
+        "n": 1.5,
+        "ok": True,
+    }
+    out = redact_tree(tree)
+    assert out["api_key"] == REDACTED and out["env"]["HF_TOKEN"] == REDACTED
+    assert out["env"]["NCCL_PROTO"] == "LL" and out["env"]["SGLANG_TOKEN_THRESHOLD"] == "256"
+    assert out["argv"] == ["--x", REDACTED] and out["n"] == 1.5 and out["ok"] is True
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1e9b9a1d021452b6af1b0ba233963daed0270524",
+        "basic configuration of the scheduler",
+        "max_tokens=256",
+        "--max-tokens 256 --num-speculative-tokens 4",
+        "--token-budget 4096",
+        "NCCL_IB_HCA=mlx5_0:1,mlx5_1:1",
+        "https://github.com/sgl-project/sglang.git",
+        "sglang 0.5.4.post1 flashinfer-python 0.4.1 torch 2.11.0+cu130",
+        "verify 29.1 ms; decode 12.0 ms; accept length 2.0",
+        "expandable_segments:True",
+        "git describe: v0.5.4-12-g1e9b9a1",
+        "design signature and key points",
+    ],
+)
+def test_ordinary_text_is_left_alone(text: str) -> None:
+    assert scrub_text(text) == text
