@@ -157,7 +157,9 @@ def save_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
 def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
     """Append one JSON line and fsync: an append-only journal survives kill -9 up to its last line."""
     line = json.dumps(obj, sort_keys=False, allow_nan=False, default=_json_default)
-    with open(path, "a", encoding="utf-8") as f:
+    # 0600 whatever the umask: journals hold environment data, like records (mkstemp makes those 0600).
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
         f.write(line + "\n")
         f.flush()
         os.fsync(f.fileno())

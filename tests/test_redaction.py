@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import stat
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -104,3 +109,62 @@ def test_redact_tree_by_key_and_by_shape() -> None:
 )
 def test_ordinary_text_is_left_alone(text: str) -> None:
     assert scrub_text(text) == text
+
+
+# --- the bisect journal and screen (a real bisect of a real command) -------------------------------------
+
+JOURNAL_SECRETS = [
+    "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789AB",
+    "sk-proj-ZYXWVUTSRQPONMLKJIHGFEDCBA9876543210zz",
+    "plainheldfixed0123",
+    "glpat-abcdefghij1234567890",
+    "npm_abcdefghijklmnopqrstuvwxyz0123456789",
+    "dapi0123456789abcdef0123456789abcdef",
+    "stderrsecret4567",
+]
+
+
+def _bisect(journal: Path, *extra: str):
+    from conftest import run_cli
+
+    # A command that follows the probe protocol: the cycle median depends on OMP_NUM_THREADS, and
+    # it echoes a secret on stderr the way servers echo their argv.
+    script = (
+        "import os, sys, json; t = 10.0 if os.environ['OMP_NUM_THREADS'] == '1' else 5.0; "
+        "print('--hf-token stderrsecret4567 dapi0123456789abcdef0123456789abcdef', file=sys.stderr); "
+        "[print(json.dumps({'type': 'cycle', 'i': i, 't': {'cycle': t}})) for i in range(5)]; "
+        "print(json.dumps({'type': 'footer', 'cycles': 5, 'warmup_dropped': 0}))"
+    )
+    return run_cli(
+        "bisect",
+        "--good", "OMP_NUM_THREADS=2 SGLANG_API_KEY=" + JOURNAL_SECRETS[0] + " HF_TOKEN=plainheldfixed0123",
+        "--bad", "OMP_NUM_THREADS=1 SGLANG_API_KEY=" + JOURNAL_SECRETS[1] + " HF_TOKEN=plainheldfixed0123",
+        "--command", f"{sys.executable} -c {shlex.quote(script)} --token glpat-abcdefghij1234567890",
+        "--setup", "pip install --index-url https://u:npm_abcdefghijklmnopqrstuvwxyz0123456789@h/simple x",
+        "--launches", "2", "--journal", str(journal), *extra,
+        env={"COLUMNS": "400"},
+    )  # fmt: skip
+
+
+def test_bisect_journal_and_screen_carry_no_secret_and_the_journal_is_private(tmp_path: Path) -> None:
+    journal = tmp_path / "j.jsonl"
+    old = os.umask(0)
+    try:
+        r = _bisect(journal, "--json")
+    finally:
+        os.umask(old)
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert r.returncode in (0, 3), r.stderr[-2000:]
+    assert stat.S_IMODE(journal.stat().st_mode) == 0o600
+    text = journal.read_text()
+    for out in (text, r.stdout, r.stderr):
+        assert [s for s in JOURNAL_SECRETS if s in out] == []
+    assert "OMP_NUM_THREADS" in r.stdout and "<redacted>" in text
+    report = json.loads(r.stdout)
+    assert report["verdict"] == "CULPRIT"
+    assert "OMP_NUM_THREADS" in json.dumps(report["culprits"])
+    # Resuming the same bisect (same secrets) reuses the redacted journal and still leaks nothing.
+    again = _bisect(journal, "--resume", "--json")
+    assert again.returncode == r.returncode, again.stderr[-2000:]
+    assert json.loads(again.stdout)["verdict"] == "CULPRIT"
+    assert [s for s in JOURNAL_SECRETS if s in journal.read_text() + again.stdout + again.stderr] == []

@@ -36,6 +36,7 @@ from typing import Any
 
 from regdiag.records import atomic_write_text
 from regdiag.runs import regdiag_home
+from regdiag.snapshot.redact import redact_argv, scrub_text
 
 READY = "ready.json"
 SKIP_EXIT = 125
@@ -50,7 +51,10 @@ BASE_PACKAGES_SCRIPT = (
 
 
 class BuildFailed(Exception):
-    """An environment that cannot be made; the message is one line (the reason for SKIP)."""
+    """An environment that cannot be made; the message is one line (the reason for SKIP), secrets out."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(scrub_text(message))
 
 
 @dataclass(frozen=True)
@@ -201,7 +205,11 @@ class Builder:
         except OSError as e:
             raise BuildFailed(f"{what}: {e.strerror or e}") from None
         with open(log, "a", encoding="utf-8") as f:
-            f.write(f"$ {' '.join(argv)}\n{res.stdout}{res.stderr}[exit {res.returncode}]\n")
+            f.write(
+                scrub_text(
+                    f"$ {' '.join(redact_argv(list(argv)))}\n{res.stdout}{res.stderr}[exit {res.returncode}]\n"
+                )
+            )
         return res
 
     def _worktree(self, path: str, commit: str, log: Path) -> None:

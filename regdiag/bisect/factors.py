@@ -22,6 +22,7 @@ from typing import Any
 
 from regdiag.errors import BadInput
 from regdiag.records import RUN, SNAPSHOT, RecordError, load_record
+from regdiag.snapshot.redact import redact_value
 
 PACKAGE = "package"
 ENV = "env"
@@ -73,15 +74,15 @@ class Factor:
             return f"commit {short(value)}"
         if self.kind == PACKAGE:
             return f"{self.name}=={value}" if value is not None else f"{self.name} (not installed)"
-        return f"{self.name}={value}" if value is not None else f"{self.name} unset"
+        return f"{self.name}={_shown(self.name, value)}" if value is not None else f"{self.name} unset"
 
     def label(self) -> str:
         if self.kind == COMMIT:
             return f"commit {short(self.good)} -> {short(self.bad)}"
         if self.kind == PACKAGE:
             return f"{self.name} {self.good} -> {self.bad}"
-        g = "unset" if self.good is None else repr(self.good)
-        b = "unset" if self.bad is None else repr(self.bad)
+        g = "unset" if self.good is None else repr(_shown(self.name, self.good))
+        b = "unset" if self.bad is None else repr(_shown(self.name, self.bad))
         return f"{self.name} {g} -> {b}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -92,6 +93,11 @@ class Factor:
             "bad": self.bad,
             "label": self.label(),
         }
+
+
+def _shown(name: str, value: str) -> str:
+    """An env value as labels show it: secrets out (the factor keeps the real value to set it)."""
+    return redact_value(name, value)[0]
 
 
 def short(commit: str | None) -> str:

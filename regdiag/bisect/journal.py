@@ -29,6 +29,7 @@ from regdiag.bisect.measure import Launch
 from regdiag.errors import BadInput
 from regdiag.records import RecordError, append_jsonl, read_jsonl
 from regdiag.runs import now_iso, regdiag_home
+from regdiag.snapshot.redact import redact_tree
 
 SCHEMA = "regdiag.journal/1"
 
@@ -85,6 +86,7 @@ class Journal:
                 raise BadInput(f"{self.path}: not a regdiag bisect journal ({SCHEMA})")
             if head.get("inputs_hash") != digest:
                 old = head.get("inputs") or {}
+                inputs = redact_tree(dict(inputs))
                 changed = sorted(k for k in set(old) | set(inputs) if old.get(k) != inputs.get(k))
                 raise BadInput(
                     f"{self.path}: --resume with different inputs than the journal was started with "
@@ -101,7 +103,7 @@ class Journal:
                     "type": "start",
                     "schema": SCHEMA,
                     "created": now_iso(),
-                    "inputs": dict(inputs),
+                    "inputs": redact_tree(dict(inputs)),
                     "inputs_hash": digest,
                 },
             )
@@ -125,16 +127,20 @@ class Journal:
 
     # -- writing ---------------------------------------------------------------------------------
 
+    def _append(self, line: dict[str, Any]) -> None:
+        # Spec values, held-fixed env values, --command/--setup and stderr reasons can all carry secrets.
+        append_jsonl(self.path, redact_tree(line))
+
     def launch(self, point: str, index: int, launch: Launch, label: str, source: str | None = None) -> None:
         line = {"type": "launch", "point": point, "index": index, "label": label, **launch.to_dict()}
         if source:
             line["source"] = source
-        append_jsonl(self.path, line)
+        self._append(line)
         self.launches.setdefault(point, []).append(launch)
         self.measured_s += launch.duration_s
 
     def env(self, point: str, record: dict[str, Any]) -> None:
-        append_jsonl(self.path, {"type": "env", "point": point, **record})
+        self._append({"type": "env", "point": point, **record})
         if record.get("status") == "skip":
             self.env_skip[point] = str(record.get("reason"))
         self.measured_s += float(record.get("build_s") or 0.0)
@@ -152,8 +158,8 @@ class Journal:
                     f"now {line.get('what')}: {line.get('verdict')}"
                 )
             return
-        append_jsonl(self.path, line)
+        self._append(line)
         self.decisions.append(line)
 
     def end(self, result: dict[str, Any]) -> None:
-        append_jsonl(self.path, {"type": "end", "finished": now_iso(), "result": result})
+        self._append({"type": "end", "finished": now_iso(), "result": result})

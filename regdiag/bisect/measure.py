@@ -20,6 +20,7 @@ from typing import Any
 
 from regdiag.hosts.base import Host
 from regdiag.probe_runner import LaunchStream
+from regdiag.snapshot.redact import scrub_text
 
 SKIP_EXIT = 125
 USAGE = "probe usage: "
@@ -104,7 +105,7 @@ def run_launch(
     if why is not None:
         if (stream.error or {}).get("kind") == "usage":
             why = USAGE + why
-        return Launch("error", meds, n, took, rc, why)
+        return Launch("error", meds, n, took, rc, scrub_text(why))
     if metric not in meds:
         have = ", ".join(meds) or "none"
         return Launch("error", meds, 0, took, rc, f"no metric {metric!r} in the output (has {have})")

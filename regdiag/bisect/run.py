@@ -25,6 +25,7 @@ from regdiag.bisect.search import Options, Search
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 from regdiag.hosts.local import LocalHost
+from regdiag.snapshot.redact import redact_tree
 
 
 @dataclass
@@ -202,6 +203,7 @@ def run_bisect(
     if repo:
         _commit_subjects(report, repo)
     report["journal"] = str(path)
+    report = redact_tree(report)
     journal.end(report)
     return report
 

@@ -173,9 +173,16 @@ def redact_env(env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     return kept, redacted
 
 
+_VALUE_KEYS = frozenset({"value", "good", "bad"})
+
+
 def redact_tree(obj: Any, key: str = "") -> Any:
     """A copy of decoded JSON with secrets out: by key name, then by shape inside every string."""
     if isinstance(obj, dict):
+        # A {"name": VAR, "value"/"good"/"bad": ...} pair (bisect factors, journal env lines): by VAR.
+        named = obj.get("name")
+        if isinstance(named, str) and is_sensitive_name(named):
+            return {k: redact_tree(v, named if k in _VALUE_KEYS else str(k)) for k, v in obj.items()}
         return {k: redact_tree(v, str(k)) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [redact_tree(v, key) for v in obj]
