@@ -168,3 +168,31 @@ def test_bisect_journal_and_screen_carry_no_secret_and_the_journal_is_private(tm
     assert again.returncode == r.returncode, again.stderr[-2000:]
     assert json.loads(again.stdout)["verdict"] == "CULPRIT"
     assert [s for s in JOURNAL_SECRETS if s in journal.read_text() + again.stdout + again.stderr] == []
+
+
+@pytest.mark.parametrize("backend", ["cli", "gitpython"])
+def test_git_branch_tag_and_subject_are_scrubbed(tmp_path: Path, backend: str) -> None:
+    from snapshot_helpers import git, make_repo
+
+    from regdiag.snapshot import engine
+
+    repo = make_repo(tmp_path / "r")
+    git(repo, "checkout", "-q", "-b", "fix-glpat-abcdefghij1234567890")
+    git(repo, "tag", "dapi0123456789abcdef0123456789abcdef")
+    git(repo, "commit", "-q", "--allow-empty", "-m", "use token=s3cr3tsubject99 for the mirror")
+    git(repo, "tag", "dapi0123456789abcdef0123456789abcdef-1")
+    g = engine.collect(repo=str(repo), backend=backend)
+    text = json.dumps(g)
+    for secret in ("abcdefghij1234567890", "0123456789abcdef0123456789abcdef", "s3cr3tsubject99"):
+        assert secret not in text, (backend, secret)
+    values = {k: f.get("value") for k, f in g["fields"].items()}
+    assert values["branch"] == "fix-<redacted>" and values["describe"] == "<redacted>"
+    assert values["subject"] == "use token=<redacted> for the mirror"
+
+
+def test_a_refused_server_url_is_quoted_without_its_credentials() -> None:
+    from conftest import run_cli
+
+    r = run_cli("probe", "server", "--url", "http://admin:dapi0123456789abcdef0123456789abcdef@127.0.0.1:9/")
+    assert r.returncode == 2 and r.stderr.startswith("regdiag: error: http://<redacted>@127.0.0.1:9/")
+    assert "dapi0123" not in r.stderr + r.stdout and "admin" not in r.stderr

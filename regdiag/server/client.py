@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from regdiag.snapshot.redact import scrub_text
+
 API_SGLANG = "sglang"
 API_OPENAI = "openai"
 API_CHAT = "openai-chat"
@@ -34,7 +36,10 @@ _MAX_ERROR_BODY = 64 * 1024
 
 
 class EndpointError(ValueError):
-    """A URL or option that cannot name an endpoint."""
+    """A URL or option that cannot name an endpoint. The message quotes the URL, credentials cut out."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(scrub_text(message))
 
 
 @dataclass
