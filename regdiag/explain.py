@@ -248,6 +248,13 @@ def explain_run(
         baseline = _check_run(baseline, baseline_label)
         bl = _ok_launches(baseline)
         bp = baseline.get("primary") or "cycle"
+        probe, bprobe = (run.get("probe") or {}).get("name"), (baseline.get("probe") or {}).get("name")
+        if probe and bprobe and probe != bprobe:
+            # A collectives sweep's latency is not a decode time: the "speedup" would be meaningless.
+            raise BadInput(
+                f"{baseline_label} is a {bprobe} run and {label} a {probe} run; --baseline takes a "
+                f"plain-decode run of the same probe ({probe} --mode baseline)"
+            )
         bphases = baseline.get("phases") or []
         if bphases and bphases != ["decode"]:
             notes.append(

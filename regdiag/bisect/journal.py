@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ from typing import Any
 
 from regdiag.bisect.measure import Launch
 from regdiag.errors import BadInput
-from regdiag.records import RecordError, append_jsonl, read_jsonl
+from regdiag.records import RecordError, append_jsonl, read_jsonl_numbered
 from regdiag.runs import now_iso, regdiag_home
 from regdiag.snapshot.redact import redact_tree
 
@@ -60,13 +61,44 @@ def _drop_torn_tail(path: Path) -> None:
         os.fsync(f.fileno())
 
 
+def _checked(ev: dict[str, Any]) -> dict[str, Any]:
+    """One journal line, its types and values checked (a resumed search trusts every number in it)."""
+    kind = ev.get("type")
+    if kind not in ("start", "env", "launch", "decision", "end"):
+        raise ValueError(f"unknown line type {kind!r}")
+    if kind in ("env", "launch") and not isinstance(ev.get("point"), str):
+        raise ValueError(f"a {kind} line without a point")
+    if kind == "launch":
+        index = ev.get("index")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"launch index {index!r} is not a count")
+        meds = ev.get("medians")
+        if not isinstance(meds, dict):
+            raise ValueError("launch medians is not an object")
+        for metric, v in meds.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"launch median {metric!r} is {v!r}, not a finite positive number")
+        for key, typ in (("cycles", int), ("duration_s", (int, float)), ("returncode", int)):
+            v = ev.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, typ)):
+                raise ValueError(f"launch {key} is {v!r}, not a number")
+    if kind == "env" and ev.get("build_s") is not None:
+        b = ev["build_s"]
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b):
+            raise ValueError(f"env build_s is {b!r}, not a number")
+    if kind == "decision" and not (isinstance(ev.get("what"), str) and isinstance(ev.get("verdict"), str)):
+        raise ValueError("a decision line without what and verdict")
+    return ev
+
+
 class Journal:
     def __init__(self, path: Path, inputs: Mapping[str, Any], resume: bool) -> None:
         self.path = Path(path)
         try:
-            events = read_jsonl(self.path)
+            numbered = read_jsonl_numbered(self.path)
         except RecordError as e:
             raise BadInput(str(e)) from None
+        events = [ev for _, ev in numbered]
         digest = inputs_hash(inputs)
         if events and not resume:
             raise BadInput(
@@ -92,8 +124,14 @@ class Journal:
                     f"{self.path}: --resume with different inputs than the journal was started with "
                     f"({', '.join(changed) or 'unknown'}); resume with the same options"
                 )
-            for ev in events[1:]:
-                self._load(ev)
+            for n, ev in numbered[1:]:
+                try:
+                    self._load(_checked(ev))
+                except (BadInput, KeyError, TypeError, ValueError) as e:
+                    why = f"no {e}" if isinstance(e, KeyError) else str(e)
+                    raise BadInput(
+                        f"{self.path}: line {n}: {why}; the journal is damaged (fix or remove that line to resume)"
+                    ) from None
             _drop_torn_tail(self.path)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,7 +153,7 @@ class Journal:
         if kind == "launch":
             lst = self.launches.setdefault(str(ev["point"]), [])
             if int(ev["index"]) != len(lst):
-                raise BadInput(f"{self.path}: launch {ev['index']} of point {ev['point']} is out of order")
+                raise BadInput(f"launch {ev['index']} of point {ev['point']} is out of order")
             lst.append(Launch.from_dict(ev))
             self.measured_s += float(ev.get("duration_s") or 0.0)
         elif kind == "env":

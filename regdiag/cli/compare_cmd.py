@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from regdiag.cli.common import JsonOpt, console, err_console, print_json
+from regdiag.cli.common import JsonOpt, console, err_console, output_file, print_json
 from regdiag.errors import BadInput
 
 COMPARE_HELP = (
@@ -87,7 +87,7 @@ def compare(
         None,
         "--html",
         help="Also write a self-contained HTML report with plots to this file.",
-        dir_okay=False,
+        callback=output_file,
     ),
 ) -> None:
     from regdiag import baselines

@@ -18,6 +18,7 @@ from regdiag.cli.common import (
     SshConfigOpt,
     console,
     err_console,
+    output_file,
     print_json,
     probe_group,
 )
@@ -82,7 +83,7 @@ RecordOpt = typer.Option(
     "-o",
     "--output",
     help="Write the run record here instead of $REGDIAG_HOME/runs/<id>.json.",
-    dir_okay=False,
+    callback=output_file,
 )
 LaunchesOpt = typer.Option(
     8,

@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from regdiag.cli.common import HostOpt, JsonOpt, OutputOpt, PythonOpt, SshConfigOpt, print_json
+from regdiag.cli.common import HostOpt, JsonOpt, OutputOpt, PythonOpt, SshConfigOpt, input_dir, print_json
 from regdiag.errors import EXIT_HOST, EXIT_REGRESSED, BadInput
 
 SNAPSHOT_HELP = (
@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
             "--repo",
             help="Engine git checkout to record. Default: the source tree of an editable sglang or vllm "
             "install, else the current directory when it is a git repository.",
-            file_okay=False,
+            callback=input_dir,
         ),
         all_packages: bool = typer.Option(
             False,
