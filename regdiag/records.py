@@ -190,14 +190,17 @@ def read_regular(p: Path, limit: int, what: str) -> bytes:
         raise RecordError(f"{p}: is a directory, not a {what}") from None
     except OSError as e:
         raise RecordError(f"{p}: cannot read ({e.strerror})") from None
+    st = os.fstat(fd)
+    kind = "" if stat.S_ISREG(st.st_mode) else "directory" if stat.S_ISDIR(st.st_mode) else "other"
+    if kind or st.st_size > limit:
+        os.close(fd)
+    if kind == "directory":
+        raise RecordError(f"{p}: is a directory, not a {what}")
+    if kind:
+        raise RecordError(f"{p}: not a regular file (a FIFO, socket or device), not a {what}")
+    if st.st_size > limit:
+        raise RecordError(f"{p}: {st.st_size / 2**20:.0f} MiB is too large for a {what}")
     with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise RecordError(f"{p}: is a directory, not a {what}")
-        if not stat.S_ISREG(st.st_mode):
-            raise RecordError(f"{p}: not a regular file (a FIFO, socket or device), not a {what}")
-        if st.st_size > limit:
-            raise RecordError(f"{p}: {st.st_size / 2**20:.0f} MiB is too large for a {what}")
         try:
             return f.read(limit + 1)
         except OSError as e:
