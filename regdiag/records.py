@@ -10,6 +10,7 @@ Format history (docs/records.md):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -236,11 +237,23 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"cannot store {type(obj).__name__} in a record")
 
 
+def make_private_dirs(directory: Path) -> None:
+    """mkdir -p, each directory made here 0700: records and journals hold environment data."""
+    missing = []
+    d = directory
+    while not d.exists() and d != d.parent:
+        missing.append(d)
+        d = d.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another regdiag made it meanwhile
+            d.mkdir(mode=0o700)
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write text to path so that readers see the old file or the new one, never a mix."""
     p = Path(path)
     directory = p.parent if str(p.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(directory)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -248,11 +261,14 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError):
+            kept = "its previous version is kept" if p.exists() else "nothing was written"
+            raise RecordError(f"{p}: cannot write ({e.strerror or e}); {kept}") from None
         raise
 
 
@@ -269,11 +285,19 @@ def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
     except ValueError:
         line = json.dumps(_finite(obj), sort_keys=False, allow_nan=False, default=_json_default)
     # 0600 whatever the umask: journals hold environment data, like records (mkstemp makes those 0600).
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    with os.fdopen(fd, "a", encoding="utf-8") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        kept = "every line before this one is kept"
+        with contextlib.suppress(OSError):
+            if os.path.getsize(path) == 0:  # created here and nothing fits: leave no empty journal
+                os.unlink(path)
+                kept = "nothing was written"
+        raise RecordError(f"{path}: cannot write ({e.strerror or e}); {kept}") from None
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -304,3 +328,47 @@ def read_jsonl_numbered(path: str | os.PathLike[str]) -> list[tuple[int, dict[st
             raise RecordError(f"{p}: line {i + 1} is a {type(obj).__name__}, not a JSON object")
         out.append((i + 1, obj))
     return out
+
+
+class FileLock:
+    """An exclusive lock on a file regdiag writes (a run, a baseline, a journal), for as long as it is held.
+
+    flock on a sidecar `.NAME.lock` next to the file, holding the holder's pid: a second regdiag that
+    would write the same file gets RecordError naming that pid instead of silently replacing its work.
+    The kernel drops the lock when the holder exits, kill -9 included; the sidecar stays (removing it
+    would let two processes lock two different files of the same name).
+    """
+
+    def __init__(self, target: str | os.PathLike[str], what: str) -> None:
+        import fcntl
+
+        self.target = Path(target)
+        directory = self.target.parent if str(self.target.parent) else Path(".")
+        make_private_dirs(directory)
+        self.path = directory / f".{self.target.name}.lock"
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise RecordError(
+                f"{self.target}: {what} is being written by another regdiag (pid {holder}); "
+                "wait for it to finish, or write to another file"
+            ) from None
+        with contextlib.suppress(OSError):  # a full disk: the lock holds, only the pid is not shown
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> FileLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

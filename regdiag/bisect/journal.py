@@ -28,7 +28,7 @@ from typing import Any
 
 from regdiag.bisect.measure import Launch
 from regdiag.errors import BadInput
-from regdiag.records import RecordError, append_jsonl, read_jsonl_numbered
+from regdiag.records import FileLock, RecordError, append_jsonl, read_jsonl_numbered
 from regdiag.runs import now_iso, regdiag_home
 from regdiag.snapshot.redact import redact_tree
 
@@ -95,6 +95,9 @@ class Journal:
     def __init__(self, path: Path, inputs: Mapping[str, Any], resume: bool) -> None:
         self.path = Path(path)
         try:
+            # Held until this process ends: a second bisect (or --resume) on this journal would
+            # interleave its lines with ours and leave a journal that cannot be resumed.
+            self._lock = FileLock(self.path, "this bisect journal")
             numbered = read_jsonl_numbered(self.path)
         except RecordError as e:
             raise BadInput(str(e)) from None
