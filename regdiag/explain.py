@@ -222,6 +222,29 @@ def _check_run(run: Any, label: str) -> dict[str, Any]:
     return run
 
 
+_COUNTS = ("batch", "layers", "shard", "tp", "context", "num_steps", "num_draft_tokens")
+
+
+def _check_inputs(config: dict[str, Any], launches: list[dict[str, Any]], label: str) -> None:
+    """The header fields the model reads, checked once: a malformed one is one line, not a crash."""
+    for key in _COUNTS:
+        v = config.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 10**7):
+            raise BadInput(f"{label}: probe config {key} is {v!r}, not a count")
+    for i, la in enumerate(launches):
+        values = la.get("values")
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise BadInput(f"{label}: launch {i} values is a {type(values).__name__}, not an object")
+        acc = values.get("accept_len", [])
+        if not isinstance(acc, list) or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 < x < 1e6
+            for x in acc
+        ):
+            raise BadInput(f"{label}: launch {i} accept_len values are not all finite positive numbers")
+
+
 def explain_run(
     run: dict[str, Any],
     baseline: dict[str, Any] | None = None,
@@ -237,6 +260,7 @@ def explain_run(
     launches = _ok_launches(run)
     header = _header(launches)
     config = {**((run.get("probe") or {}).get("config") or {}), **(header.get("config") or {})}
+    _check_inputs(config, launches, label)
     notes: list[str] = []
     primary = run.get("primary") or "cycle"
     phases = [p for p in run.get("phases") or [] if isinstance(p, str)]
@@ -294,7 +318,7 @@ def explain_run(
     bw_src = "--bandwidth"
     if bandwidth is None:
         measured = [la["header"].get("copy_GBps") for la in launches if isinstance(la.get("header"), dict)]
-        measured = [float(x) for x in measured if isinstance(x, (int, float)) and x > 0]
+        measured = [float(x) for x in measured if isinstance(x, (int, float)) and math.isfinite(x) and x > 0]
         if measured:
             bandwidth = float(np.median(measured)) * 1e9
             bw_src = "copy bandwidth measured by the probe on this device"
@@ -356,6 +380,10 @@ def _shape(
                 model, int(config.get("layers") or 0) or None, int(config.get("shard") or 1)
             )
         if isinstance(hs, dict):
+            bad = [k for k, v in hs.items() if isinstance(v, float) and not (math.isfinite(v) and v >= 0)]
+            bad += [k for k, v in hs.items() if isinstance(v, int) and not isinstance(v, bool) and v < 0]
+            if bad:
+                raise BadInput(f"the probe header's model shape has invalid {', '.join(sorted(bad))}")
             return ModelShape.from_dict(hs)
         preset = config.get("preset")
         if isinstance(preset, str):

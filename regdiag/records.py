@@ -79,8 +79,8 @@ def check_record(
             raise RecordError(f"{source}: is a {kind} record; a {want} record is needed here")
     if kind == RUN:
         _check_run(record, source, values)
-    if kind == SNAPSHOT and not isinstance(record.get("groups"), dict):
-        raise RecordError(f'{source}: snapshot record without a "groups" object')
+    if kind == SNAPSHOT:
+        _check_snapshot(record, source)
     return record
 
 
@@ -110,6 +110,49 @@ def _check_samples(samples: Any, where: str, nonempty: bool = False) -> set[str]
     return set(samples)
 
 
+def _check_snapshot(record: dict[str, Any], source: str) -> None:
+    groups = record.get("groups")
+    if not isinstance(groups, dict):
+        raise RecordError(f'{source}: snapshot record without a "groups" object')
+    for name, group in groups.items():
+        if not isinstance(group, dict):
+            raise RecordError(f"{source}: snapshot group {name!r} is not an object")
+        fields = group.get("fields")
+        if fields is not None and not (
+            isinstance(fields, dict) and all(isinstance(f, dict) for f in fields.values())
+        ):
+            raise RecordError(f"{source}: snapshot group {name!r} has malformed fields")
+
+
+def _check_numbers(launch: dict[str, Any], where: str) -> None:
+    """Per-cycle values and per-launch scalars: objects, and every number in them finite and in range."""
+    for key in ("values", "scalars"):
+        obj = launch.get(key)
+        if obj is None:
+            continue
+        if not isinstance(obj, dict):
+            raise RecordError(f"{where} {key} is a {type(obj).__name__}, not an object")
+        for name, v in obj.items():
+            for x in v if isinstance(v, list) else [v]:
+                if isinstance(x, (int, float)) and not isinstance(x, bool):
+                    if not (math.isfinite(x) and abs(x) <= MAX_SAMPLE):
+                        raise RecordError(f"{where} {key}[{name!r}] holds {x!r}: not a finite measurement")
+
+
+def _check_header(header: Any, where: str) -> None:
+    """The probe's header (docs/probes.md): the objects readers descend into must be objects."""
+    if header is None:
+        return
+    if not isinstance(header, dict):
+        raise RecordError(f"{where} is a {type(header).__name__}, not an object")
+    for key in ("config", "model", "graphs", "device", "env"):
+        if header.get(key) is not None and not isinstance(header[key], dict):
+            raise RecordError(f"{where}: {key!r} is a {type(header[key]).__name__}, not an object")
+    shape = (header.get("model") or {}).get("shape")
+    if shape is not None and not isinstance(shape, dict):
+        raise RecordError(f"{where}: model shape is a {type(shape).__name__}, not an object")
+
+
 def _check_run(record: dict[str, Any], source: str, values: bool = True) -> None:
     """Types and values of a run, checked once here so that every reader can trust them."""
     launches = record.get("launches")
@@ -121,6 +164,9 @@ def _check_run(record: dict[str, Any], source: str, values: bool = True) -> None
             raise RecordError(f"{source}: launch {i} is malformed (a {type(launch).__name__}, not an object)")
         if not values and not isinstance(launch.get("samples", {}), dict):
             raise RecordError(f"{source}: launch {i} is malformed (samples is not an object)")
+        if values:
+            _check_header(launch.get("header"), f"{source}: launch {i} header")
+            _check_numbers(launch, f"{source}: launch {i}")
         for key in SAMPLE_KEYS if values else ():
             if key in launch and not (key != "samples" and launch[key] is None):
                 ok = key == "samples" and launch.get("status", "ok") == "ok"
@@ -130,6 +176,18 @@ def _check_run(record: dict[str, Any], source: str, values: bool = True) -> None
     for key in ("probe", "units"):
         if record.get(key) is not None and not isinstance(record[key], dict):
             raise RecordError(f"{source}: {key!r} is a {type(record[key]).__name__}, not an object")
+    config = (record.get("probe") or {}).get("config")
+    if config is not None and not isinstance(config, dict):
+        raise RecordError(f"{source}: the probe config is a {type(config).__name__}, not an object")
+    for key in ("snapshot_before", "snapshot_after"):
+        if record.get(key) is not None:
+            check_record(record[key], f"{source}: {key}", SNAPSHOT)
+    units = record.get("units") or {}
+    if not all(isinstance(u, str) for u in units.values()):
+        raise RecordError(f"{source}: 'units' maps metrics to something other than unit names")
+    phases = record.get("phases")
+    if phases is not None and not (isinstance(phases, list) and all(isinstance(x, str) for x in phases)):
+        raise RecordError(f"{source}: 'phases' is not a list of phase names")
     primary = record.get("primary")
     if primary is not None:
         if not isinstance(primary, str):

@@ -53,8 +53,15 @@ def test_any_secret_of_a_known_shape_is_scrubbed_anywhere(
 )
 def test_a_sensitive_name_hides_any_value_that_is_not_a_plain_number(name: str, value: str) -> None:
     kept, redacted = redact_env({name: value})
-    if value.lstrip("+-").replace(".", "", 1).isdigit() and len(value) <= 10:
-        return  # a numeric knob such as ..._TOKEN_THRESHOLD=256 keeps its value
+    if (value.lstrip("+-").replace(".", "", 1).isdigit() and len(value) <= 10) or value.lower() in (
+        "true",
+        "false",
+        "yes",
+        "no",
+        "on",
+        "off",
+    ):
+        return  # a numeric or boolean knob such as ..._TOKEN_THRESHOLD=256 keeps its value
     assert kept[name] == REDACTED and redacted == [name]
 
 
