@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 import sys
@@ -53,14 +54,8 @@ def test_any_secret_of_a_known_shape_is_scrubbed_anywhere(
 )
 def test_a_sensitive_name_hides_any_value_that_is_not_a_plain_number(name: str, value: str) -> None:
     kept, redacted = redact_env({name: value})
-    if (value.lstrip("+-").replace(".", "", 1).isdigit() and len(value) <= 10) or value.lower() in (
-        "true",
-        "false",
-        "yes",
-        "no",
-        "on",
-        "off",
-    ):
+    number = re.fullmatch(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?", value) and len(value) <= 10
+    if number or value.lower() in ("true", "false", "yes", "no", "on", "off", "y", "n", "t", "f"):
         return  # a numeric or boolean knob such as ..._TOKEN_THRESHOLD=256 keeps its value
     assert kept[name] == REDACTED and redacted == [name]
 
