@@ -20,7 +20,7 @@ import numpy as np
 from regdiag import __version__, phantom, stats
 from regdiag.attribution import Attribution, Throughput, attribute, throughput
 from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSED, BadInput
-from regdiag.records import RUN, RecordError, check_record
+from regdiag.records import RUN, RecordError, check_record, finite
 
 # Config keys that say how long or how often to measure, not what is measured: they may differ.
 MEASUREMENT_KEYS = frozenset(
@@ -77,7 +77,7 @@ class MetricResult:
         d = asdict(self)
         d["estimate"] = None if self.estimate is None else self.estimate.to_dict()
         d["change"] = self.change
-        return _finite(d)
+        return finite(d)
 
 
 @dataclass
@@ -98,7 +98,7 @@ class SideInfo:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["clocks"] = self.clocks.to_dict()
-        return _finite(d)
+        return finite(d)
 
 
 @dataclass
@@ -130,7 +130,7 @@ class Comparison:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        return _finite(
+        return finite(
             {
                 "schema": "regdiag.comparison/1",
                 "regdiag_version": __version__,
@@ -152,17 +152,6 @@ class Comparison:
                 "env_note": self.env_note,
             }
         )
-
-
-def _finite(obj: Any) -> Any:
-    """NaN and infinities become None so the JSON is strict."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 # --- input checks -------------------------------------------------------------------------------

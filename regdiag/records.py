@@ -272,16 +272,17 @@ def dumps_record(record: dict[str, Any]) -> str:
     except ValueError:
         # NaN or infinity measured somewhere: bare NaN is not JSON, and refusing to write would lose the
         # rest of the record. Such values are written as null; readers then name the sample.
-        return json.dumps(_finite(record), indent=1, allow_nan=False, default=_json_default) + "\n"
+        return json.dumps(finite(record), indent=1, allow_nan=False, default=_json_default) + "\n"
 
 
-def _finite(obj: Any) -> Any:
+def finite(obj: Any) -> Any:
+    """A copy with NaN and infinities as None, so that the JSON is strict."""
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {k: finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
+        return [finite(v) for v in obj]
     return obj
 
 
@@ -341,7 +342,7 @@ def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
     try:
         line = json.dumps(obj, sort_keys=False, allow_nan=False, default=_json_default)
     except ValueError:
-        line = json.dumps(_finite(obj), sort_keys=False, allow_nan=False, default=_json_default)
+        line = json.dumps(finite(obj), sort_keys=False, allow_nan=False, default=_json_default)
     # 0600 whatever the umask: journals hold environment data, like records (mkstemp makes those 0600).
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
