@@ -365,7 +365,8 @@ def explain_run(
 
 
 def _full_layers(shape: ModelShape, header: dict[str, Any]) -> int:
-    s = (header.get("model") or {}).get("shape") or {}
+    model = header.get("model")
+    s = (model.get("shape") if isinstance(model, dict) else None) or {}
     v = s.get("layers_full")
     return int(v) if isinstance(v, int) else shape.layers
 

@@ -145,10 +145,13 @@ def _check_header(header: Any, where: str) -> None:
         return
     if not isinstance(header, dict):
         raise RecordError(f"{where} is a {type(header).__name__}, not an object")
-    for key in ("config", "model", "graphs", "device", "env"):
+    for key in ("config", "graphs", "env"):
         if header.get(key) is not None and not isinstance(header[key], dict):
             raise RecordError(f"{where}: {key!r} is a {type(header[key]).__name__}, not an object")
-    shape = (header.get("model") or {}).get("shape")
+    model = header.get("model")  # the synthetic probe's shape (an object); a server's model name
+    if model is not None and not isinstance(model, (dict, str)):
+        raise RecordError(f"{where}: 'model' is a {type(model).__name__}, not an object or a name")
+    shape = model.get("shape") if isinstance(model, dict) else None
     if shape is not None and not isinstance(shape, dict):
         raise RecordError(f"{where}: model shape is a {type(shape).__name__}, not an object")
 

@@ -98,6 +98,16 @@ class Journal:
             # Held until this process ends: a second bisect (or --resume) on this journal would
             # interleave its lines with ours and leave a journal that cannot be resumed.
             self._lock = FileLock(self.path, "this bisect journal")
+        except RecordError as e:
+            raise BadInput(str(e)) from None
+        try:
+            self._open(inputs, resume)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open(self, inputs: Mapping[str, Any], resume: bool) -> None:
+        try:
             numbered = read_jsonl_numbered(self.path)
         except RecordError as e:
             raise BadInput(str(e)) from None
@@ -201,6 +211,10 @@ class Journal:
             return
         self._append(line)
         self.decisions.append(line)
+
+    def close(self) -> None:
+        """Let another Journal (a --resume) open this file; the process ending does the same."""
+        self._lock.release()
 
     def end(self, result: dict[str, Any]) -> None:
         self._append({"type": "end", "finished": now_iso(), "result": result})
