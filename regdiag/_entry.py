@@ -41,7 +41,7 @@ def main() -> None:
         return
     import json
 
-    from regdiag.records import save_record
+    from regdiag.records import RecordError, save_record
     from regdiag.snapshot import collect
 
     record = collect(all_packages=bool(opts["all_packages"]))
@@ -50,6 +50,9 @@ def main() -> None:
             save_record(str(opts["output"]), record)
         except OSError as e:
             sys.stderr.write(f"regdiag: error: -o {opts['output']}: cannot write ({e.strerror or e})\n")
+            sys.exit(2)
+        except RecordError as e:
+            sys.stderr.write(f"regdiag: error: -o {e}\n")
             sys.exit(2)
     sys.stdout.write(json.dumps(record, indent=1, default=str) + "\n")
     sys.stdout.flush()

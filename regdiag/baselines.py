@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from regdiag.errors import BadInput
-from regdiag.records import RUN, RecordError, load_record, save_record
+from regdiag.records import RUN, FileLock, RecordError, load_record, save_record
 from regdiag.run_view import RunView
 from regdiag.runs import now_iso, regdiag_home, resolve_run
 
@@ -46,10 +46,13 @@ def save(name: str, run_path: str, force: bool = False) -> Path:
         raise BadInput(str(e)) from None
     if not RunView.of(run).usable:
         raise BadInput(f"{run_path}: the run has no launch with samples; nothing to keep as a baseline")
-    if target.exists() and not force:
-        raise BadInput(f"baseline {name!r} exists ({target}); --force to replace it")
     run["baseline"] = {"name": name, "saved": now_iso(), "source": str(Path(run_path))}
-    save_record(target, run)
+    # The check for an existing baseline and the write happen under one lock: of two concurrent saves
+    # of one name, one stores its run and the other is refused, never both "saved" with one lost.
+    with FileLock(target, f"baseline {name!r}"):
+        if target.exists() and not force:
+            raise BadInput(f"baseline {name!r} exists ({target}); --force to replace it")
+        save_record(target, run)
     return target
 
 

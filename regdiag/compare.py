@@ -21,7 +21,7 @@ import numpy as np
 from regdiag import __version__, phantom, stats
 from regdiag.attribution import Attribution, Throughput, attribute, throughput
 from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSED, BadInput
-from regdiag.records import COMPARISON, RUN, RecordError, check_record, schema_id
+from regdiag.records import COMPARISON, RUN, RecordError, check_record, finite, schema_id
 from regdiag.run_view import usable
 
 # Config keys that say how long or how often to measure, not what is measured: they may differ.
@@ -85,7 +85,7 @@ class MetricResult:
         d = asdict(self)
         d["estimate"] = None if self.estimate is None else self.estimate.to_dict()
         d["change"] = self.change
-        return _finite(d)
+        return finite(d)
 
 
 @dataclass
@@ -106,7 +106,7 @@ class SideInfo:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["clocks"] = self.clocks.to_dict()
-        return _finite(d)
+        return finite(d)
 
 
 @dataclass
@@ -142,7 +142,7 @@ class Comparison:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        return _finite(
+        return finite(
             {
                 "schema": schema_id(COMPARISON),
                 "regdiag_version": __version__,
@@ -167,17 +167,6 @@ class Comparison:
                 "verdict_note": self.verdict_note,
             }
         )
-
-
-def _finite(obj: Any) -> Any:
-    """NaN and infinities become None so the JSON is strict."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 # --- input checks -------------------------------------------------------------------------------

@@ -226,6 +226,29 @@ def _check_run(run: Any, label: str) -> dict[str, Any]:
     return run
 
 
+_COUNTS = ("batch", "layers", "shard", "tp", "context", "num_steps", "num_draft_tokens")
+
+
+def _check_inputs(config: dict[str, Any], launches: list[dict[str, Any]], label: str) -> None:
+    """The header fields the model reads, checked once: a malformed one is one line, not a crash."""
+    for key in _COUNTS:
+        v = config.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 10**7):
+            raise BadInput(f"{label}: probe config {key} is {v!r}, not a count")
+    for i, la in enumerate(launches):
+        values = la.get("values")
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise BadInput(f"{label}: launch {i} values is a {type(values).__name__}, not an object")
+        acc = values.get("accept_len", [])
+        if not isinstance(acc, list) or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and 0 < x < 1e6
+            for x in acc
+        ):
+            raise BadInput(f"{label}: launch {i} accept_len values are not all finite positive numbers")
+
+
 def explain_run(
     run: dict[str, Any],
     baseline: dict[str, Any] | None = None,
@@ -241,6 +264,7 @@ def explain_run(
     launches = _ok_launches(run)
     header = _header(launches)
     config = {**((run.get("probe") or {}).get("config") or {}), **(header.get("config") or {})}
+    _check_inputs(config, launches, label)
     notes: list[str] = []
     primary = run.get("primary") or "cycle"
     phases = [p for p in run.get("phases") or [] if isinstance(p, str)]
@@ -252,6 +276,13 @@ def explain_run(
         baseline = _check_run(baseline, baseline_label)
         bl = _ok_launches(baseline)
         bp = baseline.get("primary") or "cycle"
+        probe, bprobe = (run.get("probe") or {}).get("name"), (baseline.get("probe") or {}).get("name")
+        if probe and bprobe and probe != bprobe:
+            # A collectives sweep's latency is not a decode time: the "speedup" would be meaningless.
+            raise BadInput(
+                f"{baseline_label} is a {bprobe} run and {label} a {probe} run; --baseline takes a "
+                f"plain-decode run of the same probe ({probe} --mode baseline)"
+            )
         bphases = baseline.get("phases") or []
         if bphases and bphases != ["decode"]:
             notes.append(
@@ -306,7 +337,7 @@ def _bandwidth(launches: list[dict[str, Any]], given: float | None) -> tuple[flo
         bandwidth, src = given, "--bandwidth"
     else:
         measured = [la["header"].get("copy_GBps") for la in launches if isinstance(la.get("header"), dict)]
-        measured = [float(x) for x in measured if isinstance(x, (int, float)) and x > 0]
+        measured = [float(x) for x in measured if isinstance(x, (int, float)) and math.isfinite(x) and x > 0]
         if measured:
             bandwidth, src = (
                 float(np.median(measured)) * 1e9,
@@ -359,7 +390,8 @@ def _rooflines(
 
 
 def _full_layers(shape: Any, header: dict[str, Any]) -> int:
-    s = (header.get("model") or {}).get("shape") or {}
+    model = header.get("model")
+    s = (model.get("shape") if isinstance(model, dict) else None) or {}
     v = s.get("layers_full")
     return int(v) if isinstance(v, int) else shape.layers
 
@@ -371,6 +403,10 @@ def _shape(header: dict[str, Any], config: dict[str, Any], model: str | None, no
     if model:
         return preset_shape(model, layers, int(config.get("shard") or 1))
     if isinstance(hs, dict):
+        bad = [k for k, v in hs.items() if isinstance(v, float) and not (math.isfinite(v) and v >= 0)]
+        bad += [k for k, v in hs.items() if isinstance(v, int) and not isinstance(v, bool) and v < 0]
+        if bad:
+            raise BadInput(f"the probe header's model shape has invalid {', '.join(sorted(bad))}")
         return shape_from_dict(hs)
     preset = config.get("preset")
     if isinstance(preset, str):

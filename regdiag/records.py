@@ -16,8 +16,11 @@ A reader accepts any minor change and unknown fields, and refuses a newer major 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -77,8 +80,13 @@ def check_schema(value: Any, source: str, kinds: tuple[str, ...] = RECORD_KINDS)
     return kind, major
 
 
-def check_record(record: Any, source: str, expect: str | tuple[str, ...] | None = None) -> dict[str, Any]:
-    """Validate a decoded record; return it or raise RecordError naming `source`."""
+def check_record(
+    record: Any, source: str, expect: str | tuple[str, ...] | None = None, values: bool = True
+) -> dict[str, Any]:
+    """Validate a decoded record; return it or raise RecordError naming `source`.
+
+    `values=False` checks the shape only: a writer keeps what it measured (an odd value included) and
+    the reader, which checks values too, names what it cannot use."""
     if not isinstance(record, dict):
         raise RecordError(
             f"{source}: not a regdiag record (top level is {type(record).__name__}, not an object)"
@@ -92,15 +100,126 @@ def check_record(record: Any, source: str, expect: str | tuple[str, ...] | None 
             want = " or ".join(wanted)
             raise RecordError(f"{source}: is a {kind} record; a {want} record is needed here")
     if kind == RUN:
-        launches = record.get("launches")
-        if not isinstance(launches, list):
-            raise RecordError(f'{source}: run record without a "launches" list')
-        for i, launch in enumerate(launches):
-            if not isinstance(launch, dict) or not isinstance(launch.get("samples", {}), dict):
-                raise RecordError(f"{source}: launch {i} is malformed")
-    if kind == SNAPSHOT and not isinstance(record.get("groups"), dict):
-        raise RecordError(f'{source}: snapshot record without a "groups" object')
+        _check_run(record, source, values)
+    if kind == SNAPSHOT:
+        _check_snapshot(record, source)
     return record
+
+
+# Measured values are times (ms, us) or rates: finite and positive. Above this no clock measures.
+MAX_SAMPLE = 1e12
+SAMPLE_KEYS = ("samples", "naive_samples", "bare_samples")
+
+
+def _check_samples(samples: Any, where: str, nonempty: bool = False) -> set[str]:
+    """The metrics of one launch's samples, or RecordError: {metric: [finite positive numbers]}."""
+    if not isinstance(samples, dict):
+        raise RecordError(f"{where} is a {type(samples).__name__}, not an object of metric -> list")
+    for metric, values in samples.items():
+        if not isinstance(values, list):
+            raise RecordError(f"{where}[{metric!r}] is a {type(values).__name__}, not a list of numbers")
+        if nonempty and not values:
+            raise RecordError(f"{where}[{metric!r}] has no values in a launch that says it succeeded")
+        for j, x in enumerate(values):
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise RecordError(f"{where}[{metric!r}][{j}] is {x!r}, not a number")
+            if not math.isfinite(x):
+                raise RecordError(f"{where}[{metric!r}][{j}] is {x}: measured values must be finite")
+            if x <= 0:
+                raise RecordError(f"{where}[{metric!r}][{j}] is {x}: measured values must be positive")
+            if x > MAX_SAMPLE:
+                raise RecordError(f"{where}[{metric!r}][{j}] is {x:g}: out of range for a measurement")
+    return set(samples)
+
+
+def _check_snapshot(record: dict[str, Any], source: str) -> None:
+    groups = record.get("groups")
+    if not isinstance(groups, dict):
+        raise RecordError(f'{source}: snapshot record without a "groups" object')
+    for name, group in groups.items():
+        if not isinstance(group, dict):
+            raise RecordError(f"{source}: snapshot group {name!r} is not an object")
+        fields = group.get("fields")
+        if fields is not None and not (
+            isinstance(fields, dict) and all(isinstance(f, dict) for f in fields.values())
+        ):
+            raise RecordError(f"{source}: snapshot group {name!r} has malformed fields")
+
+
+def _check_numbers(launch: dict[str, Any], where: str) -> None:
+    """Per-cycle values and per-launch scalars: objects, and every number in them finite and in range."""
+    for key in ("values", "scalars"):
+        obj = launch.get(key)
+        if obj is None:
+            continue
+        if not isinstance(obj, dict):
+            raise RecordError(f"{where} {key} is a {type(obj).__name__}, not an object")
+        for name, v in obj.items():
+            for x in v if isinstance(v, list) else [v]:
+                if isinstance(x, (int, float)) and not isinstance(x, bool):
+                    if not (math.isfinite(x) and abs(x) <= MAX_SAMPLE):
+                        raise RecordError(f"{where} {key}[{name!r}] holds {x!r}: not a finite measurement")
+
+
+def _check_header(header: Any, where: str) -> None:
+    """The probe's header (docs/probes.md): the objects readers descend into must be objects."""
+    if header is None:
+        return
+    if not isinstance(header, dict):
+        raise RecordError(f"{where} is a {type(header).__name__}, not an object")
+    for key in ("config", "graphs", "env"):
+        if header.get(key) is not None and not isinstance(header[key], dict):
+            raise RecordError(f"{where}: {key!r} is a {type(header[key]).__name__}, not an object")
+    model = header.get("model")  # the synthetic probe's shape (an object); a server's model name
+    if model is not None and not isinstance(model, (dict, str)):
+        raise RecordError(f"{where}: 'model' is a {type(model).__name__}, not an object or a name")
+    shape = model.get("shape") if isinstance(model, dict) else None
+    if shape is not None and not isinstance(shape, dict):
+        raise RecordError(f"{where}: model shape is a {type(shape).__name__}, not an object")
+
+
+def _check_run(record: dict[str, Any], source: str, values: bool = True) -> None:
+    """Types and values of a run, checked once here so that every reader can trust them."""
+    launches = record.get("launches")
+    if not isinstance(launches, list):
+        raise RecordError(f'{source}: run record without a "launches" list')
+    metrics: set[str] = set()
+    for i, launch in enumerate(launches):
+        if not isinstance(launch, dict):
+            raise RecordError(f"{source}: launch {i} is malformed (a {type(launch).__name__}, not an object)")
+        if not values and not isinstance(launch.get("samples", {}), dict):
+            raise RecordError(f"{source}: launch {i} is malformed (samples is not an object)")
+        if values:
+            _check_header(launch.get("header"), f"{source}: launch {i} header")
+            _check_numbers(launch, f"{source}: launch {i}")
+        for key in SAMPLE_KEYS if values else ():
+            if key in launch and not (key != "samples" and launch[key] is None):
+                ok = key == "samples" and launch.get("status", "ok") == "ok"
+                found = _check_samples(launch[key], f"{source}: launch {i} {key}", nonempty=ok)
+                if key == "samples":
+                    metrics |= found
+    for key in ("probe", "units"):
+        if record.get(key) is not None and not isinstance(record[key], dict):
+            raise RecordError(f"{source}: {key!r} is a {type(record[key]).__name__}, not an object")
+    config = (record.get("probe") or {}).get("config")
+    if config is not None and not isinstance(config, dict):
+        raise RecordError(f"{source}: the probe config is a {type(config).__name__}, not an object")
+    for key in ("snapshot_before", "snapshot_after"):
+        if record.get(key) is not None:
+            check_record(record[key], f"{source}: {key}", SNAPSHOT)
+    units = record.get("units") or {}
+    if not all(isinstance(u, str) for u in units.values()):
+        raise RecordError(f"{source}: 'units' maps metrics to something other than unit names")
+    phases = record.get("phases")
+    if phases is not None and not (isinstance(phases, list) and all(isinstance(x, str) for x in phases)):
+        raise RecordError(f"{source}: 'phases' is not a list of phase names")
+    primary = record.get("primary")
+    if primary is not None:
+        if not isinstance(primary, str):
+            raise RecordError(f"{source}: 'primary' is a {type(primary).__name__}, not a metric name")
+        if values and metrics and primary not in metrics:
+            have = ", ".join(sorted(metrics))
+            raise RecordError(f"{source}: primary metric {primary!r} is in no launch's samples (has {have})")
 
 
 def loads_record(text: str, source: str, expect: str | tuple[str, ...] | None = None) -> dict[str, Any]:
@@ -108,6 +227,8 @@ def loads_record(text: str, source: str, expect: str | tuple[str, ...] | None = 
         raise RecordError(f"{source}: file is empty")
     try:
         record = json.loads(text)
+    except RecursionError:
+        raise RecordError(f"{source}: JSON nested too deeply to be a regdiag record") from None
     except json.JSONDecodeError as e:
         # A cut-off file ends in the middle of a value: say "truncated" rather than a parser position.
         if e.pos >= len(text.rstrip()) - 1 or e.msg.startswith("Unterminated string"):
@@ -121,14 +242,17 @@ def loads_record(text: str, source: str, expect: str | tuple[str, ...] | None = 
 def load_record(path: str | os.PathLike[str], expect: str | tuple[str, ...] | None = None) -> dict[str, Any]:
     """Read and validate a record file. `expect` is a kind ('run', 'snapshot') or a tuple of kinds."""
     p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise RecordError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise RecordError(f"{p}: is a directory, not a record file") from None
-    except OSError as e:
-        raise RecordError(f"{p}: cannot read ({e.strerror})") from None
+    raw = read_regular(p, MAX_RECORD_BYTES, "record file")
+    head = raw[:65536].lstrip()
+    if head[:1] != b"{" and len(raw) > (1 << 20):
+        # A large file that is not a JSON object: refuse from its first bytes, not after decoding it all.
+        try:
+            head.decode("utf-8", errors="strict" if len(head) < 65000 else "ignore")
+        except UnicodeDecodeError:
+            raise RecordError(f"{p}: not a text file (not UTF-8)") from None
+        raise RecordError(
+            f"{p}: not a regdiag record (a record is a JSON object; this file starts otherwise)"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -136,8 +260,55 @@ def load_record(path: str | os.PathLike[str], expect: str | tuple[str, ...] | No
     return loads_record(text, str(p), expect)
 
 
+# A run of 100 launches x 10000 cycles x 8 phases is ~60 MB of JSON; four times that is not a record.
+MAX_RECORD_BYTES = 256 << 20
+
+
+def read_regular(p: Path, limit: int, what: str) -> bytes:
+    """The bytes of a regular file, or RecordError in one line: never blocks on a FIFO or a device."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise RecordError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise RecordError(f"{p}: is a directory, not a {what}") from None
+    except OSError as e:
+        raise RecordError(f"{p}: cannot read ({e.strerror})") from None
+    st = os.fstat(fd)
+    kind = "" if stat.S_ISREG(st.st_mode) else "directory" if stat.S_ISDIR(st.st_mode) else "other"
+    if kind or st.st_size > limit:
+        os.close(fd)
+    if kind == "directory":
+        raise RecordError(f"{p}: is a directory, not a {what}")
+    if kind:
+        raise RecordError(f"{p}: not a regular file (a FIFO, socket or device), not a {what}")
+    if st.st_size > limit:
+        raise RecordError(f"{p}: {st.st_size / 2**20:.0f} MiB is too large for a {what}")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            return f.read(limit + 1)
+        except OSError as e:
+            raise RecordError(f"{p}: cannot read ({e.strerror})") from None
+
+
 def dumps_record(record: dict[str, Any]) -> str:
-    return json.dumps(record, indent=1, sort_keys=False, allow_nan=False, default=_json_default) + "\n"
+    try:
+        return json.dumps(record, indent=1, sort_keys=False, allow_nan=False, default=_json_default) + "\n"
+    except ValueError:
+        # NaN or infinity measured somewhere: bare NaN is not JSON, and refusing to write would lose the
+        # rest of the record. Such values are written as null; readers then name the sample.
+        return json.dumps(finite(record), indent=1, allow_nan=False, default=_json_default) + "\n"
+
+
+def finite(obj: Any) -> Any:
+    """A copy with NaN and infinities as None, so that the JSON is strict."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj
 
 
 def _json_default(obj: Any) -> Any:
@@ -150,11 +321,23 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"cannot store {type(obj).__name__} in a record")
 
 
+def make_private_dirs(directory: Path) -> None:
+    """mkdir -p, each directory made here 0700: records and journals hold environment data."""
+    missing = []
+    d = directory
+    while not d.exists() and d != d.parent:
+        missing.append(d)
+        d = d.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another regdiag made it meanwhile
+            d.mkdir(mode=0o700)
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write text to path so that readers see the old file or the new one, never a mix."""
     p = Path(path)
     directory = p.parent if str(p.parent) else Path(".")
-    directory.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(directory)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -162,48 +345,114 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(e, OSError):
+            kept = "its previous version is kept" if p.exists() else "nothing was written"
+            raise RecordError(f"{p}: cannot write ({e.strerror or e}); {kept}") from None
         raise
 
 
 def save_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
-    """Validate then write atomically."""
-    check_record(record, str(path))
+    """Validate (the shape) then write atomically."""
+    check_record(record, str(path), values=False)
     atomic_write_text(path, dumps_record(record))
 
 
 def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
     """Append one JSON line and fsync: an append-only journal survives kill -9 up to its last line."""
-    line = json.dumps(obj, sort_keys=False, allow_nan=False, default=_json_default)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        line = json.dumps(obj, sort_keys=False, allow_nan=False, default=_json_default)
+    except ValueError:
+        line = json.dumps(finite(obj), sort_keys=False, allow_nan=False, default=_json_default)
+    # 0600 whatever the umask: journals hold environment data, like records (mkstemp makes those 0600).
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        kept = "every line before this one is kept"
+        with contextlib.suppress(OSError):
+            if os.path.getsize(path) == 0:  # created here and nothing fits: leave no empty journal
+                os.unlink(path)
+                kept = "nothing was written"
+        raise RecordError(f"{path}: cannot write ({e.strerror or e}); {kept}") from None
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Read a JSON-lines file; a torn last line (kill -9 mid-write) is ignored, others must parse."""
+    return [obj for _, obj in read_jsonl_numbered(path)]
+
+
+def read_jsonl_numbered(path: str | os.PathLike[str]) -> list[tuple[int, dict[str, Any]]]:
+    """read_jsonl with each object's line number (from 1), for errors that name the line."""
     p = Path(path)
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():
         return []
-    out: list[dict[str, Any]] = []
+    out: list[tuple[int, dict[str, Any]]] = []
     try:
-        lines = p.read_text(encoding="utf-8").split("\n")
+        lines = read_regular(p, MAX_RECORD_BYTES, "journal").decode("utf-8").split("\n")
     except UnicodeDecodeError:
         raise RecordError(f"{p}: not a text file (not UTF-8)") from None
-    except OSError as e:
-        raise RecordError(f"{p}: cannot read ({e.strerror})") from None
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
             if i >= len(lines) - 2:  # the last, unterminated line
                 break
             raise RecordError(f"{p}: line {i + 1} is not valid JSON") from None
+        if not isinstance(obj, dict):
+            raise RecordError(f"{p}: line {i + 1} is a {type(obj).__name__}, not a JSON object")
+        out.append((i + 1, obj))
     return out
+
+
+class FileLock:
+    """An exclusive lock on a file regdiag writes (a run, a baseline, a journal), for as long as it is held.
+
+    flock on a sidecar `.NAME.lock` next to the file, holding the holder's pid: a second regdiag that
+    would write the same file gets RecordError naming that pid instead of silently replacing its work.
+    The kernel drops the lock when the holder exits, kill -9 included; the sidecar stays (removing it
+    would let two processes lock two different files of the same name).
+    """
+
+    def __init__(self, target: str | os.PathLike[str], what: str) -> None:
+        import fcntl
+
+        self.target = Path(target)
+        directory = self.target.parent if str(self.target.parent) else Path(".")
+        make_private_dirs(directory)
+        self.path = directory / f".{self.target.name}.lock"
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise RecordError(
+                f"{self.target}: {what} is being written by another regdiag (pid {holder}); "
+                "wait for it to finish, or write to another file"
+            ) from None
+        with contextlib.suppress(OSError):  # a full disk: the lock holds, only the pid is not shown
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> FileLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from regdiag import __version__
-from regdiag.records import RUN, RUN_SCHEMA, RecordError, load_record, save_record
+from regdiag.records import RUN, RUN_SCHEMA, FileLock, RecordError, load_record, save_record
 from regdiag.run_view import RunView
 
 
@@ -74,6 +74,8 @@ class RunWriter:
     def __init__(self, path: str | os.PathLike[str] | None, run: dict[str, Any]) -> None:
         self.run = run
         self.path = Path(path) if path is not None else runs_dir() / f"{run['id']}.json"
+        # Two regdiag processes given the same -o would each replace the other's launches: one refuses.
+        self._lock = FileLock(self.path, "this run")
         self.flush()
 
     def flush(self) -> None:
@@ -97,7 +99,10 @@ class RunWriter:
             )
         self.run["status"] = status
         self.run["finished"] = now_iso()
-        self.flush()
+        try:
+            self.flush()
+        finally:
+            self._lock.release()
 
     def __enter__(self) -> RunWriter:
         return self

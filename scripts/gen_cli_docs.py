@@ -27,7 +27,7 @@ file and `--help` disagree. Every command also answers `-h` / `--help`.
 | --- | --- |
 | 0 | success; `compare`: unchanged or improved; `snapshot --check`: fit for benchmarking; `bisect`: culprit found |
 | 1 | `compare`: regressed; `snapshot --check`: not fit for benchmarking |
-| 2 | bad input: unreadable, truncated, empty, wrong-kind or newer-version record; bad option value |
+| 2 | bad input: unreadable, truncated, empty, wrong-kind or newer-version record, or one with a non-finite, zero or negative measurement; a FIFO, device or directory where a file is expected; bad option value; a file another regdiag is writing (the line names its pid); a write that does not fit (the line names the file and what was kept) |
 | 3 | inconclusive (`compare`, `bisect`): more launches needed, or the regression did not reproduce |
 | 4 | host error: connection, authentication, host key, remote python missing or too old, remote timeout |
 | 5 | the measured program failed: a probe rank crashed or hung (named, with where it was stuck), the GPUs are held by another process (named), the server died |
@@ -35,7 +35,7 @@ file and `--help` disagree. Every command also answers `-h` / `--help`.
 | 130 | interrupted (Ctrl-C); every process regdiag started is stopped, everything measured before it is kept on disk |
 | 143 | terminated (SIGTERM); as 130 |
 
-Errors are one line on stderr, `regdiag: error: ...`, never a traceback.
+Errors are one line on stderr, `regdiag: error: ...`, never a traceback; secrets are redacted from\nit like from every other output. docs/reliability.md lists what is checked and how it is tested.
 """
 
 

@@ -241,6 +241,9 @@ def test_journal_refuses_overwrite_and_mismatched_resume(tmp_path) -> None:
     path = tmp_path / "j.jsonl"
     j = Journal(path, {"metric": "cycle"}, resume=False)
     j.launch("p1", 0, _launch(1.0), "good")
+    with pytest.raises(BadInput, match="being written by another regdiag"):
+        Journal(path, {"metric": "cycle"}, resume=True)
+    j.close()  # what the end of the first bisect's process does
     with pytest.raises(BadInput, match="already exists"):
         Journal(path, {"metric": "cycle"}, resume=False)
     with pytest.raises(BadInput, match="different inputs.*metric"):
@@ -255,11 +258,13 @@ def test_journal_survives_a_torn_last_line(tmp_path) -> None:
     path = tmp_path / "j.jsonl"
     j = Journal(path, {"m": 1}, resume=False)
     j.launch("p", 0, _launch(1.0), "good")
+    j.close()
     with open(path, "a", encoding="utf-8") as f:
         f.write('{"type": "launch", "point": "p", "ind')  # kill -9 in the middle of a write
     j2 = Journal(path, {"m": 1}, resume=True)
     assert len(j2.launches["p"]) == 1
     j2.launch("p", 1, _launch(2.0), "good")
+    j2.close()
     j3 = Journal(path, {"m": 1}, resume=True)
     assert [la.medians["cycle"] for la in j3.launches["p"]] == [1.0, 2.0]
 
@@ -268,6 +273,7 @@ def test_journal_replay_checks_decisions_instead_of_rewriting(tmp_path) -> None:
     path = tmp_path / "j.jsonl"
     j = Journal(path, {"m": 1}, resume=False)
     j.decision({"what": "endpoints", "verdict": "REPRODUCED"})
+    j.close()
     j2 = Journal(path, {"m": 1}, resume=True)
     j2.decision({"what": "endpoints", "verdict": "NOT-REPRODUCED"})
     j2.decision({"what": "factors", "verdict": "BAD"})

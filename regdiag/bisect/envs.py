@@ -38,6 +38,7 @@ from regdiag.bisect.failures import BuildFailed
 from regdiag.records import atomic_write_text
 from regdiag.runs import regdiag_home
 from regdiag.snapshot.fields import one_line
+from regdiag.snapshot.redact import redact_argv, scrub_text
 
 READY = "ready.json"
 SKIP_EXIT = 125
@@ -199,7 +200,11 @@ class Builder:
         except OSError as e:
             raise BuildFailed(f"{what}: {e.strerror or e}") from None
         with open(log, "a", encoding="utf-8") as f:
-            f.write(f"$ {' '.join(argv)}\n{res.stdout}{res.stderr}[exit {res.returncode}]\n")
+            f.write(
+                scrub_text(
+                    f"$ {' '.join(redact_argv(list(argv)))}\n{res.stdout}{res.stderr}[exit {res.returncode}]\n"
+                )
+            )
         return res
 
     def _worktree(self, path: str, commit: str, log: Path) -> None:

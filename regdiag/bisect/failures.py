@@ -23,9 +23,14 @@ class StepFailed(Exception):
 
 
 class BuildFailed(StepFailed):
-    """An environment that cannot be made; the message is one line (the reason for SKIP)."""
+    """An environment that cannot be made; the message is one line (the reason for SKIP), secrets out."""
 
     kind = "build"
+
+    def __init__(self, message: str) -> None:
+        from regdiag.snapshot.redact import scrub_text
+
+        super().__init__(scrub_text(message))
 
 
 class CannotTest(StepFailed):

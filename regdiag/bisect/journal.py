@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -27,8 +28,17 @@ from typing import Any
 
 from regdiag.bisect.measure import Launch
 from regdiag.errors import BadInput
-from regdiag.records import JOURNAL, RecordError, append_jsonl, check_schema, read_jsonl, schema_id
+from regdiag.records import (
+    JOURNAL,
+    FileLock,
+    RecordError,
+    append_jsonl,
+    check_schema,
+    read_jsonl_numbered,
+    schema_id,
+)
 from regdiag.runs import now_iso, regdiag_home
+from regdiag.snapshot.redact import redact_tree
 
 SCHEMA = schema_id(JOURNAL)
 
@@ -59,13 +69,57 @@ def _drop_torn_tail(path: Path) -> None:
         os.fsync(f.fileno())
 
 
+def _checked(ev: dict[str, Any]) -> dict[str, Any]:
+    """One journal line, its types and values checked (a resumed search trusts every number in it)."""
+    kind = ev.get("type")
+    if kind not in ("start", "env", "launch", "decision", "end"):
+        raise ValueError(f"unknown line type {kind!r}")
+    if kind in ("env", "launch") and not isinstance(ev.get("point"), str):
+        raise ValueError(f"a {kind} line without a point")
+    if kind == "launch":
+        index = ev.get("index")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise ValueError(f"launch index {index!r} is not a count")
+        meds = ev.get("medians")
+        if not isinstance(meds, dict):
+            raise ValueError("launch medians is not an object")
+        for metric, v in meds.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"launch median {metric!r} is {v!r}, not a finite positive number")
+        for key, typ in (("cycles", int), ("duration_s", (int, float)), ("returncode", int)):
+            v = ev.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, typ)):
+                raise ValueError(f"launch {key} is {v!r}, not a number")
+    if kind == "env" and ev.get("build_s") is not None:
+        b = ev["build_s"]
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b):
+            raise ValueError(f"env build_s is {b!r}, not a number")
+    if kind == "decision" and not (isinstance(ev.get("what"), str) and isinstance(ev.get("verdict"), str)):
+        raise ValueError("a decision line without what and verdict")
+    return ev
+
+
 class Journal:
     def __init__(self, path: Path, inputs: Mapping[str, Any], resume: bool) -> None:
         self.path = Path(path)
         try:
-            events = read_jsonl(self.path)
+            # Held until this process ends: a second bisect (or --resume) on this journal would
+            # interleave its lines with ours and leave a journal that cannot be resumed.
+            self._lock = FileLock(self.path, "this bisect journal")
         except RecordError as e:
             raise BadInput(str(e)) from None
+        try:
+            self._open(inputs, resume)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open(self, inputs: Mapping[str, Any], resume: bool) -> None:
+        try:
+            numbered = read_jsonl_numbered(self.path)
+        except RecordError as e:
+            raise BadInput(str(e)) from None
+        events = [ev for _, ev in numbered]
         digest = inputs_hash(inputs)
         if events and not resume:
             raise BadInput(
@@ -91,13 +145,20 @@ class Journal:
                 raise BadInput(str(e)) from None
             if head.get("inputs_hash") != digest:
                 old = head.get("inputs") or {}
+                inputs = redact_tree(dict(inputs))
                 changed = sorted(k for k in set(old) | set(inputs) if old.get(k) != inputs.get(k))
                 raise BadInput(
                     f"{self.path}: --resume with different inputs than the journal was started with "
                     f"({', '.join(changed) or 'unknown'}); resume with the same options"
                 )
-            for ev in events[1:]:
-                self._load(ev)
+            for n, ev in numbered[1:]:
+                try:
+                    self._load(_checked(ev))
+                except (BadInput, KeyError, TypeError, ValueError) as e:
+                    why = f"no {e}" if isinstance(e, KeyError) else str(e)
+                    raise BadInput(
+                        f"{self.path}: line {n}: {why}; the journal is damaged (fix or remove that line to resume)"
+                    ) from None
             _drop_torn_tail(self.path)
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +168,7 @@ class Journal:
                     "type": "start",
                     "schema": SCHEMA,
                     "created": now_iso(),
-                    "inputs": dict(inputs),
+                    "inputs": redact_tree(dict(inputs)),
                     "inputs_hash": digest,
                 },
             )
@@ -119,7 +180,7 @@ class Journal:
         if kind == "launch":
             lst = self.launches.setdefault(str(ev["point"]), [])
             if int(ev["index"]) != len(lst):
-                raise BadInput(f"{self.path}: launch {ev['index']} of point {ev['point']} is out of order")
+                raise BadInput(f"launch {ev['index']} of point {ev['point']} is out of order")
             lst.append(Launch.from_dict(ev))
             self.measured_s += float(ev.get("duration_s") or 0.0)
         elif kind == "env":
@@ -131,16 +192,20 @@ class Journal:
 
     # -- writing ---------------------------------------------------------------------------------
 
+    def _append(self, line: dict[str, Any]) -> None:
+        # Spec values, held-fixed env values, --command/--setup and stderr reasons can all carry secrets.
+        append_jsonl(self.path, redact_tree(line))
+
     def launch(self, point: str, index: int, launch: Launch, label: str, source: str | None = None) -> None:
         line = {"type": "launch", "point": point, "index": index, "label": label, **launch.to_dict()}
         if source:
             line["source"] = source
-        append_jsonl(self.path, line)
+        self._append(line)
         self.launches.setdefault(point, []).append(launch)
         self.measured_s += launch.duration_s
 
     def env(self, point: str, record: dict[str, Any]) -> None:
-        append_jsonl(self.path, {"type": "env", "point": point, **record})
+        self._append({"type": "env", "point": point, **record})
         if record.get("status") == "skip":
             self.env_skip[point] = str(record.get("reason"))
         self.measured_s += float(record.get("build_s") or 0.0)
@@ -158,8 +223,12 @@ class Journal:
                     f"now {line.get('what')}: {line.get('verdict')}"
                 )
             return
-        append_jsonl(self.path, line)
+        self._append(line)
         self.decisions.append(line)
 
+    def close(self) -> None:
+        """Let another Journal (a --resume) open this file; the process ending does the same."""
+        self._lock.release()
+
     def end(self, result: dict[str, Any]) -> None:
-        append_jsonl(self.path, {"type": "end", "finished": now_iso(), "result": result})
+        self._append({"type": "end", "finished": now_iso(), "result": result})

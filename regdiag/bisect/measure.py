@@ -28,6 +28,7 @@ from regdiag.bisect.failures import (
 )
 from regdiag.hosts.base import Host
 from regdiag.probe_runner import LaunchStream
+from regdiag.snapshot.redact import scrub_text
 
 SKIP_EXIT = 125
 USAGE = "probe usage: "
@@ -122,8 +123,8 @@ def run_launch(
     why = stream.failure(res, timeout)
     if why is not None:
         if (stream.error or {}).get("kind") == "usage":
-            return Launch("error", meds, n, took, rc, USAGE + why, ProbeUsage.kind)
-        return Launch("error", meds, n, took, rc, why, LaunchFailed.kind)
+            return Launch("error", meds, n, took, rc, scrub_text(USAGE + why), ProbeUsage.kind)
+        return Launch("error", meds, n, took, rc, scrub_text(why), LaunchFailed.kind)
     if metric not in meds:
         have = ", ".join(meds) or "none"
         why = f"no metric {metric!r} in the output (has {have})"

@@ -26,6 +26,7 @@ from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 from regdiag.hosts.local import LocalHost
 from regdiag.run_view import usable
+from regdiag.snapshot.redact import redact_tree
 
 
 @dataclass
@@ -179,6 +180,7 @@ def run_bisect(
         for f in c["factors"]:
             KINDS[f["kind"]].annotate(f, where)
     report["journal"] = str(path)
+    report = redact_tree(report)
     journal.end(report)
     return report
 

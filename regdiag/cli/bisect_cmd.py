@@ -7,7 +7,16 @@ from typing import Any
 
 import typer
 
-from regdiag.cli.common import JsonOpt, PythonOpt, err_console, format_opt, pick_format, show
+from regdiag.cli.common import (
+    JsonOpt,
+    PythonOpt,
+    err_console,
+    format_opt,
+    input_dir,
+    output_file,
+    pick_format,
+    show,
+)
 from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, BadInput
 
 HELP = (
@@ -103,7 +112,7 @@ def register(app: typer.Typer) -> None:
             None,
             "--repo",
             help="The engine's git checkout, for a commit factor (default: the snapshot's).",
-            file_okay=False,
+            callback=input_dir,
         ),
         setup: str | None = typer.Option(
             None,
@@ -114,7 +123,7 @@ def register(app: typer.Typer) -> None:
             None,
             "--find-links",
             help="Install packages from this directory of wheels only (no index).",
-            file_okay=False,
+            callback=input_dir,
         ),
         index_url: str | None = typer.Option(None, "--index-url", help="Package index (default: pip's own)."),
         installer: str = typer.Option(
@@ -143,7 +152,7 @@ def register(app: typer.Typer) -> None:
             None,
             "--journal",
             help="Journal file (default: $REGDIAG_HOME/bisect/<time>.jsonl).",
-            dir_okay=False,
+            callback=output_file,
         ),
         resume: bool = typer.Option(False, "--resume", help="Continue the bisect recorded in --journal."),
         python: str | None = PythonOpt,

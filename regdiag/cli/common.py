@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import stat
 import sys
+from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
+
+from regdiag.errors import BadInput
 
 # Human output goes to stdout; progress and warnings to stderr, so `--json > file` stays clean.
 console = Console(highlight=False)
@@ -81,3 +85,57 @@ def probe_group(app: typer.Typer) -> typer.Typer:
     group = typer.Typer(help=PROBE_HELP, no_args_is_help=True)
     app.add_typer(group, name="probe")
     return group
+
+
+# Path checks as option callbacks: a bad path is one `regdiag: error:` line (exit 2), where click's own
+# exists=/dir_okay= checks print a usage block. Nothing here opens the path, so a FIFO cannot block.
+
+
+def _flag(param: typer.CallbackParam) -> str:
+    opts = getattr(param, "opts", None) or []
+    return opts[0] if param.param_type_name == "option" and opts else str(param.name or "").upper()
+
+
+def check_input_file(path: Path, flag: str) -> Path:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise BadInput(f"{flag} {path}: no such file") from None
+    except OSError as e:
+        raise BadInput(f"{flag} {path}: cannot read ({e.strerror})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise BadInput(f"{flag} {path}: is a directory; a file is needed here")
+    if not stat.S_ISREG(st.st_mode):
+        raise BadInput(f"{flag} {path}: not a regular file (a FIFO, socket or device)")
+    return path
+
+
+def check_output_file(path: Path, flag: str) -> Path:
+    if path.is_dir():
+        raise BadInput(f"{flag} {path}: is a directory; give a file name to write")
+    if path.exists() and not path.is_file():
+        raise BadInput(f"{flag} {path}: not a regular file; give a file name to write")
+    return path
+
+
+def check_input_dir(path: Path, flag: str) -> Path:
+    # A missing directory is left to the command (it may say more); a file where one is needed is not.
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"{flag} {path}: not a directory")
+    return path
+
+
+def _callback(check):  # type: ignore[no-untyped-def]
+    def cb(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+        if value is None or ctx.resilient_parsing:
+            return value
+        if isinstance(value, (list, tuple)):
+            return [check(Path(v), _flag(param)) for v in value]
+        return check(Path(value), _flag(param))
+
+    return cb
+
+
+input_file = _callback(check_input_file)
+output_file = _callback(check_output_file)
+input_dir = _callback(check_input_dir)

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import typer
 
-from regdiag.cli.common import JsonOpt, console, err_console, format_opt, pick_format, print_json, show
+from regdiag.cli.common import (
+    JsonOpt,
+    console,
+    err_console,
+    format_opt,
+    output_file,
+    pick_format,
+    print_json,
+    show,
+)
 from regdiag.errors import BadInput
 
 COMPARE_HELP = (
@@ -87,7 +96,7 @@ def compare(
         None,
         "--html",
         help="Also write a self-contained HTML report with plots to this file.",
-        dir_okay=False,
+        callback=output_file,
     ),
     fmt: str = format_opt("compare"),
 ) -> None:

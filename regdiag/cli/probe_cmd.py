@@ -19,6 +19,7 @@ from regdiag.cli.common import (
     SshConfigOpt,
     console,
     err_console,
+    output_file,
     print_json,
     probe_group,
     show,
@@ -91,7 +92,7 @@ RecordOpt = typer.Option(
     "-o",
     "--output",
     help="Write the run record here instead of $REGDIAG_HOME/runs/<id>.json.",
-    dir_okay=False,
+    callback=output_file,
 )
 LaunchesOpt = typer.Option(
     8,

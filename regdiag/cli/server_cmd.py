@@ -17,6 +17,7 @@ from regdiag.cli.common import (
     PythonOpt,
     SshConfigOpt,
     err_console,
+    input_file,
     probe_group,
     show,
 )
@@ -163,8 +164,7 @@ def probe_server(
     prompts: Path | None = typer.Option(
         None,
         "--prompts",
-        exists=True,
-        dir_okay=False,
+        callback=input_file,
         help='Prompt file: one prompt per line, or .jsonl with a "prompt" field. Default: 8 built-in prompts.',
     ),
     warmup: int = typer.Option(
@@ -337,7 +337,7 @@ def _snapshot(writer: RunWriter, key: str, target: Any) -> None:
 
 def ingest_log(
     files: list[Path] = typer.Argument(
-        ..., help="Engine log files; each becomes one launch.", exists=True, dir_okay=False
+        ..., help="Engine log files; each becomes one launch.", callback=input_file
     ),
     idle_gap: float = typer.Option(
         5.0, "--idle-gap", min=0.0, help="Seconds between two lines of a rank that count as idle. Default: 5."

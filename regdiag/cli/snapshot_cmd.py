@@ -19,6 +19,7 @@ from regdiag.cli.common import (
     PythonOpt,
     SshConfigOpt,
     format_opt,
+    input_dir,
     pick_format,
     show,
 )
@@ -119,7 +120,7 @@ def register(app: typer.Typer) -> None:
             "--repo",
             help="Engine git checkout to record. Default: the source tree of an editable sglang or vllm "
             "install, else the current directory when it is a git repository.",
-            file_okay=False,
+            callback=input_dir,
         ),
         all_packages: bool = typer.Option(
             False,

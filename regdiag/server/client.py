@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from regdiag.snapshot.fields import one_line
+from regdiag.snapshot.redact import scrub_text
 
 API_SGLANG = "sglang"
 API_OPENAI = "openai"
@@ -37,7 +38,10 @@ _MAX_ERROR_BODY = 64 * 1024
 
 
 class EndpointError(ValueError):
-    """A URL or option that cannot name an endpoint."""
+    """A URL or option that cannot name an endpoint. The message quotes the URL, credentials cut out."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(scrub_text(message))
 
 
 @dataclass

@@ -23,44 +23,12 @@ from typing import Any
 from regdiag.runs import new_run, now_iso
 from regdiag.server.client import RequestResult
 from regdiag.server.logparse import LogParse
-from regdiag.snapshot.redact import REDACTED, is_sensitive_name, redact_value, scrub_text
+from regdiag.snapshot.redact import redact_argv, redact_tree, scrub_text  # noqa: F401 (re-exported)
 
 SERVER_PROBE_VERSION = "1"
 LOG_PROBE_VERSION = "1"
 SERVER_PHASES = ["ttft", "itl", "e2e"]
 MS = 1000.0
-
-
-def redact_tree(obj: Any, key: str = "") -> Any:
-    """A copy of decoded JSON with secrets out: by key name, then by shape inside every string."""
-    if isinstance(obj, dict):
-        return {k: redact_tree(v, str(k)) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [redact_tree(v, key) for v in obj]
-    if isinstance(obj, str):
-        return redact_value(key, obj)[0] if key else scrub_text(obj)
-    return obj  # numbers, booleans, null: nothing secret in them
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    """A command line fit for a record: the value after --api-key-like flags, and NAME=secret."""
-    out: list[str] = []
-    hide_next = False
-    for tok in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        if tok.startswith("-") and "=" not in tok and is_sensitive_name(tok.lstrip("-")):
-            hide_next = True
-            out.append(tok)
-            continue
-        name, eq, value = tok.partition("=")
-        if eq and name and (name.isidentifier() or name.startswith("-")):
-            out.append(name + "=" + redact_value(name.lstrip("-"), value)[0])
-        else:
-            out.append(scrub_text(tok))
-    return out
 
 
 def server_run(

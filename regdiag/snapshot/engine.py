@@ -117,6 +117,11 @@ def _fields(
     # Without a commit there is nothing to describe: that is the repository's state, not a failure.
     fields["describe"] = describe if commit["status"] != F.UNSUPPORTED else commit
     fields["remote"] = remote
+    # Branch and tag names are free text people type; a token pasted into one must not reach the record.
+    for name in ("subject", "branch", "describe", "remote"):
+        f = fields[name]
+        if f["status"] == F.OK and isinstance(f["value"], str):
+            fields[name] = {**f, "value": scrub_text(f["value"])}
     return F.group(fields)
 
 

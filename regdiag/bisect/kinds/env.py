@@ -28,8 +28,20 @@ class EnvKind(Kind):
             out.append(Factor(self.name, name, g, b))
         return out
 
-    def text(self, value: str | None) -> str:
-        return "unset" if value is None else repr(value)
+    def show(self, f: Factor, value: str | None) -> str:
+        return f"{f.name}={_shown(f.name, value)}" if value is not None else f"{f.name} unset"
+
+    def label(self, f: Factor) -> str:
+        g = "unset" if f.good is None else repr(_shown(f.name, f.good))
+        b = "unset" if f.bad is None else repr(_shown(f.name, f.bad))
+        return f"{f.name} {g} -> {b}"
 
     def apply(self, f: Factor, value: str | None, setup: LaunchSetup) -> None:
         setup.variables[f.name] = value  # a process's own environment: nothing to undo
+
+
+def _shown(name: str, value: str) -> str:
+    """An env value as labels and the screen show it: secrets out (the factor keeps the real value)."""
+    from regdiag.snapshot.redact import redact_value
+
+    return redact_value(name, value)[0]
