@@ -32,6 +32,7 @@ from regdiag import interrupts
 from regdiag.errors import BadInput, ProbeError
 from regdiag.hosts.base import CommandResult, Host
 from regdiag.runs import RunWriter, new_run, now_iso
+from regdiag.snapshot.redact import scrub_text
 
 PROGRESS_PREFIX = "regdiag-progress "
 PROTOCOL = 1
@@ -123,14 +124,14 @@ class LaunchStream:
                 self.on_progress(obj)
             return
         if line.strip():
-            self.stderr_tail.append(line)
+            self.stderr_tail.append(scrub_text(line))  # a rank's traceback can quote a token
 
     def failure(self, res: CommandResult | None, timeout: float | None) -> str | None:
         """The one-line reason this launch failed, or None when it succeeded."""
         if res is not None and res.timed_out:
             return f"the probe did not finish within {timeout:g} s (stopped it)"
         if self.error is not None:
-            return str(self.error.get("message") or "the probe reported an error")
+            return scrub_text(str(self.error.get("message") or "the probe reported an error"))
         if res is not None and res.returncode != 0:
             tail = self.stderr_tail[-1] if self.stderr_tail else ""
             return f"the probe exited with status {res.returncode}" + (f": {tail}" if tail else "")

@@ -124,8 +124,10 @@ def main(argv: list[str] | None = None) -> None:
             is_group = ctx is not None and hasattr(ctx.command, "commands")
             sys.exit(0 if is_group else EXIT_BAD_INPUT)
         if isinstance(e, exc_mod.ClickException):
-            e.show()
-            sys.exit(EXIT_BAD_INPUT)
+            # One line, like every other error: click's usage block is four lines on a CI log.
+            ctx = getattr(e, "ctx", None)
+            hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            _fail(" ".join(e.format_message().split()) + hint, EXIT_BAD_INPUT)
         raise
     # In non-standalone mode click returns the code of a `typer.Exit(code)` instead of exiting; newer
     # typer also turns Ctrl-C inside a command into a returned 130 rather than KeyboardInterrupt.

@@ -158,7 +158,7 @@ class ServerProcess:
             )
             if self.returncode is None and self.pid is None and not self.start_error:
                 self.start_error = (
-                    f"launcher failed (exit {res.returncode}): {res.stderr_tail() or 'no output'}"
+                    f"launcher failed (exit {res.returncode}): {scrub_text(res.stderr_tail() or 'no output')}"
                 )
         except Exception as e:  # a host error must not leave start() waiting
             self.start_error = f"{type(e).__name__}: {e}"
