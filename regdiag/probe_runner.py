@@ -428,6 +428,8 @@ def _adopt_header(run: dict[str, Any], header: dict[str, Any]) -> None:
     run["primary"] = header.get("primary", run["primary"])
     run["phases"] = list(header.get("phases", run["phases"]))
     run["units"] = dict(header.get("units", {}))
+    if isinstance(header.get("better"), dict):  # which way is better per metric: regdiag/direction.py
+        run["better"] = dict(header["better"])
     if header.get("labels"):
         run["labels"] = header["labels"]
     if header.get("protocol") not in (None, PROTOCOL):
