@@ -40,11 +40,15 @@ $REGDIAG_HOME/runs/<id>.json (default ~/.regdiag/runs) or to -o. Exit 0 when eve
 Without a GPU the defaults run the tiny preset: regdiag probe spec-decode --tp 2
 """
 
-COLL_HELP = """All-reduce latency and bus bandwidth per message size, in the manner of nccl-tests.
+COLL_HELP = """All-reduce (or all-gather) latency and bus bandwidth per message size, as nccl-tests.
 
-busbw = algbw * 2(n-1)/n. NCCL on GPUs, gloo on CPU; the NCCL_* variables each rank saw are
-recorded. Each size is one metric of the run record (ar_1KiB, ..., in microseconds), so
-`regdiag compare` works on sweeps too.
+Per size, the loop of --iters calls timed eager (host launch cost included) and, on CUDA, the same
+loop captured in a CUDA graph (what decode and verify pay). --sizes model:kimi-k2 sweeps the messages
+that preset's forwards send (hidden all-reduce, logits all-gather at 1, 3, 4, 8 tokens).
+busbw = algbw * 2(n-1)/n (all-reduce), (n-1)/n (all-gather). NCCL on GPUs, gloo on CPU (eager only);
+the NCCL_* variables each rank saw are recorded. Each size and mode is one metric of the run record
+(ar_1KiB eager, arg_1KiB graph, ag_/agg_ for all-gather, in microseconds; algbw_/busbw_ values in
+GB/s), each with its direction, so `regdiag compare` calls a bandwidth drop REGRESSED.
 """
 
 RUNS_HELP = "List the stored run records ($REGDIAG_HOME/runs, default ~/.regdiag/runs), newest first."
@@ -70,6 +74,18 @@ class DType(str, Enum):
     auto = "auto"
     bfloat16 = "bfloat16"
     float32 = "float32"
+
+
+class CollMode(str, Enum):
+    auto = "auto"
+    eager = "eager"
+    graph = "graph"
+    both = "both"
+
+
+class CollOp(str, Enum):
+    all_reduce = "all_reduce"
+    all_gather = "all_gather"
 
 
 class MoEImpl(str, Enum):
@@ -169,11 +185,13 @@ def spec_decode(
 
 def collectives(
     tp: int = typer.Option(2, "--tp", help="Ranks, one process each."),
-    sizes: str = typer.Option(None, "--sizes", help="MIN:MAX[:FACTOR] or a list (1K,64K,1M). Default: 1K:256M doubling on GPUs, 1K:16M on CPU."),
-    dtype: str = typer.Option("float32", "--dtype", help="float32 or bfloat16."),
-    iters: int = typer.Option(20, "--iters", help="All-reduces per timed repetition, at most."),
+    sizes: str = typer.Option(None, "--sizes", help="MIN:MAX[:FACTOR], a list (1K,64K,1M) or model:PRESET. Default: 1K:256M doubling on GPUs, 1K:16M on CPU."),
+    op: CollOp = typer.Option(CollOp.all_reduce, "--op", help="Collective of a numeric sweep (model: sweeps set their own)."),
+    mode: CollMode = typer.Option(CollMode.auto, "--mode", help="eager, graph (the loop in a CUDA graph) or both; auto: both on CUDA, eager on CPU."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (bfloat16 for model: sweeps, else float32), float32 or bfloat16."),
+    iters: int = typer.Option(20, "--iters", help="Operations per timed repetition, at most."),
     reps: int = typer.Option(5, "--reps", help="Timed repetitions per size (the 'cycles' of the record)."),
-    warmup: int = typer.Option(5, "--warmup", help="Untimed all-reduces per size."),
+    warmup: int = typer.Option(5, "--warmup", help="Untimed operations per size."),
     device: Device = typer.Option(Device.auto, "--device", help="auto: CUDA when torch sees a GPU, else CPU."),
     hang_timeout: float = HangOpt,
     allow_busy_gpu: bool = BusyOpt,
@@ -186,8 +204,8 @@ def collectives(
     python: str = PythonOpt,
     ssh_config: Path = SshConfigOpt,
 ) -> None:  # fmt: skip
-    if dtype not in ("float32", "bfloat16"):
-        raise BadInput(f"--dtype {dtype!r}: float32 or bfloat16")
+    if dtype not in ("auto", "float32", "bfloat16"):
+        raise BadInput(f"--dtype {dtype!r}: auto, float32 or bfloat16")
     for name, val, low in (
         ("--tp", tp, 1),
         ("--iters", iters, 1),
@@ -196,7 +214,7 @@ def collectives(
     ):
         if val < low:
             raise BadInput(f"{name} must be >= {low}")
-    options = {"tp": tp, "sizes": sizes, "dtype": dtype, "iters": iters, "reps": reps, "warmup": warmup,
+    options = {"tp": tp, "sizes": sizes, "op": op.value, "mode": mode.value, "dtype": dtype, "iters": iters, "reps": reps, "warmup": warmup,
                "device": device.value, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu}  # fmt: skip
     _run("collectives", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config)
 
