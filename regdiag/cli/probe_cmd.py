@@ -192,6 +192,7 @@ def collectives(
     iters: int = typer.Option(20, "--iters", help="Operations per timed repetition, at most."),
     reps: int = typer.Option(5, "--reps", help="Timed repetitions per size (the 'cycles' of the record)."),
     warmup: int = typer.Option(5, "--warmup", help="Untimed operations per size."),
+    target_ms: float = typer.Option(20.0, "--target-ms", help="Fewer than --iters operations for sizes whose one operation already takes this long."),
     device: Device = typer.Option(Device.auto, "--device", help="auto: CUDA when torch sees a GPU, else CPU."),
     hang_timeout: float = HangOpt,
     allow_busy_gpu: bool = BusyOpt,
@@ -204,6 +205,8 @@ def collectives(
     python: str = PythonOpt,
     ssh_config: Path = SshConfigOpt,
 ) -> None:  # fmt: skip
+    if target_ms <= 0:
+        raise BadInput("--target-ms must be > 0")
     if dtype not in ("auto", "float32", "bfloat16"):
         raise BadInput(f"--dtype {dtype!r}: auto, float32 or bfloat16")
     for name, val, low in (
@@ -214,7 +217,7 @@ def collectives(
     ):
         if val < low:
             raise BadInput(f"{name} must be >= {low}")
-    options = {"tp": tp, "sizes": sizes, "op": op.value, "mode": mode.value, "dtype": dtype, "iters": iters, "reps": reps, "warmup": warmup,
+    options = {"tp": tp, "sizes": sizes, "op": op.value, "mode": mode.value, "dtype": dtype, "iters": iters, "reps": reps, "warmup": warmup, "target_ms": target_ms,
                "device": device.value, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu}  # fmt: skip
     _run("collectives", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config)
 
