@@ -27,13 +27,30 @@ FAR = 50.0
 
 
 @pytest.fixture(scope="module")
-def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """A real record: 3 launches of 2 gloo ranks over two sizes."""
+def cpu_probe(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+    """A real record and the CLI's --json summary: 3 launches of 2 gloo ranks over two sizes."""
     out = tmp_path_factory.mktemp("coll") / "coll.json"
     r = run_cli("probe", "collectives", "--tp", "2", "--sizes", "4K,256K", *QUICK, "--launches", "3",
                 "-o", str(out), "--json")  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
-    return load_run(out)
+    return load_run(out), json.loads(r.stdout)
+
+
+@pytest.fixture(scope="module")
+def cpu_run(cpu_probe: tuple[dict, dict]) -> dict:
+    return cpu_probe[0]
+
+
+def test_summary_has_one_row_per_message_with_latency_and_busbw(cpu_probe):
+    run, summary = cpu_probe
+    rows = {r["bytes"]: r for r in summary["sizes"]}
+    assert set(rows) == {4096, 262144}
+    r = rows[262144]
+    launch_us = sorted(
+        next(x["us"] for x in la["footer"]["table"] if x["bytes"] == 262144) for la in run["launches"]
+    )
+    assert r["op"] == "all_reduce" and r["eager_us"] == pytest.approx(launch_us[1])  # median of 3 launches
+    assert r["eager_busbw_GBps"] > 0 and "graph_us" not in r
 
 
 def test_cpu_record_is_eager_only_and_says_why(cpu_run):
