@@ -1,12 +1,22 @@
-"""collectives probe: all-reduce latency and bus bandwidth over message sizes, in the manner of nccl-tests.
+"""collectives probe: all-reduce / all-gather latency and bus bandwidth over message sizes, as nccl-tests.
 
 Runs with the interpreter of the machine under test (stdlib + torch). One process per rank (NCCL on GPU,
 gloo on CPU); per size: warm-up, then `--reps` timed repetitions of `iters` back-to-back in-place
-all-reduces (CUDA events around the loop on GPU, perf_counter on CPU), time per operation = total/iters,
-the slowest rank's time kept. algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests' all-reduce
-factor). Protocol and record layout: docs/probes.md.
+collectives, each repetition timed two ways on CUDA:
+
+- eager: the Python loop of `iters` calls between two CUDA events, the host's launch cost included
+  (what an engine pays outside a CUDA graph);
+- graph: the same loop captured once in a torch.cuda.CUDAGraph (warm-up on a side stream, capture,
+  one untimed replay) and replayed between two CUDA events (what decode and verify pay inside graphs).
+
+CUDA graphs do not exist on CPU/gloo: there the loop is eager only, timed with perf_counter. Time per
+operation = total/iters, the slowest rank's. algbw = bytes / time; busbw = algbw * 2(n-1)/n for
+all-reduce and algbw * (n-1)/n for all-gather (nccl-tests' factors; an all-gather's bytes are the
+gathered output, as nccl-tests counts them). `--sizes model:PRESET` sweeps the messages the preset's
+decode / draft / verify forwards send. Protocol and record layout: docs/probes.md.
 
     python collectives.py --tp 2 --sizes 1K:16M
+    python collectives.py --tp 2 --sizes model:kimi-k2
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _dist import device_info, init_dist, nccl_version, pick_device, probe_main, teardown  # noqa: E402
+from _presets import PRESETS  # noqa: E402
 from _protocol import (  # noqa: E402
     PROTOCOL,
     Emitter,
@@ -32,8 +43,24 @@ from _protocol import (  # noqa: E402
 )
 
 NAME = "collectives"
-VERSION = "1"
+VERSION = "2"
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+OPS = {"all_reduce": "ar", "all_gather": "ag"}  # metric prefix per op; the graph-mode metric adds "g"
+OP_TEXT = {"all_reduce": "all_reduce(sum), in place", "all_gather": "all_gather_into_tensor"}
+BUSBW_TEXT = {
+    "all_reduce": "algbw * 2(n-1)/n, as nccl-tests reports for all-reduce",
+    "all_gather": "algbw * (n-1)/n of the gathered bytes, as nccl-tests reports for all-gather",
+}
+MODES = ("auto", "eager", "graph", "both")
+# Token counts of the model sweep: decode / a draft step (1), verify and draft-extend at the default
+# --num-steps 2 (3 = num_draft_tokens), and verify at 4 and 8 draft tokens.
+MODEL_TOKENS = (1, 3, 4, 8)
+MODEL_ELT = 2  # bf16 activations and logits, as the engines send them
+GRAPH_NOTE = "CUDA graphs do not exist on CPU/gloo: eager only"
+
+
+def busbw_factor(op: str, world: int) -> float:
+    return (2 * (world - 1) / world) if op == "all_reduce" else ((world - 1) / world)
 
 
 def parse_size(text: str) -> int:
@@ -57,7 +84,10 @@ def parse_sizes(spec: str) -> list[int]:
         if len(parts) not in (2, 3):
             raise UsageError(f"--sizes {spec!r}: expected MIN:MAX[:FACTOR] or a comma-separated list")
         lo, hi = parse_size(parts[0]), parse_size(parts[1])
-        factor = int(parts[2]) if len(parts) == 3 else 2
+        try:
+            factor = int(parts[2]) if len(parts) == 3 else 2
+        except ValueError:
+            raise UsageError(f"--sizes {spec!r}: FACTOR must be a whole number") from None
         if factor < 2 or hi < lo:
             raise UsageError(f"--sizes {spec!r}: need MIN <= MAX and FACTOR >= 2")
         out, n = [], lo
@@ -80,25 +110,94 @@ def size_name(n: int) -> str:
     return f"{n}B"
 
 
+def model_preset(spec: str | None) -> str | None:
+    """'model:kimi-k2' -> 'kimi-k2'; None for a numeric sweep; UsageError for an unknown preset."""
+    if not spec or not spec.startswith("model:"):
+        return None
+    preset = spec[len("model:") :]
+    if preset not in PRESETS:
+        raise UsageError(f"--sizes {spec!r}: unknown model preset; known: {', '.join(sorted(PRESETS))}")
+    return preset
+
+
+def model_items(preset: str, world: int) -> list[dict[str, Any]]:
+    """The messages a preset's forwards send at TP=world, in bytes (bf16): the hidden-state all-reduce
+    after attention and after the MLP/MoE (hidden x tokens x 2), and the all-gather of the vocabulary-
+    sharded logits (target lm_head and the EAGLE-3 draft's; each rank holds ceil(vocab/world) columns)."""
+    p = PRESETS[preset]
+    items: list[dict[str, Any]] = []
+    for t in MODEL_TOKENS:
+        where = "decode, draft step" if t == 1 else f"verify / draft-extend at {t} tokens"
+        items.append({"op": "all_reduce", "bytes": p["hidden"] * t * MODEL_ELT,
+                      "label": f"hidden all-reduce, {where} (hidden {p['hidden']} x {t} x 2 B)"})  # fmt: skip
+    for which, vocab in (("target", p["vocab"]), ("draft", p["draft_vocab"])):
+        for t in MODEL_TOKENS:
+            total = math.ceil(vocab / world) * world * t * MODEL_ELT
+            items.append({"op": "all_gather", "bytes": total,
+                          "label": f"{which} logits all-gather, {t} token{'s' if t > 1 else ''} (vocab {vocab})"})  # fmt: skip
+    return items
+
+
+def resolve_items(a: Any, world: int, cuda: bool, modes: list[str]) -> list[dict[str, Any]]:
+    """The sweep: one item per (op, bytes), labelled, with its metric per mode (ar_64KiB eager,
+    arg_64KiB graph); duplicates (same op and size) merged."""
+    preset = model_preset(a.sizes)
+    if preset is not None:
+        raw = model_items(preset, world)
+    else:
+        sizes = parse_sizes(a.sizes or ("1K:256M" if cuda else "1K:16M"))
+        raw = [{"op": a.op, "bytes": n, "label": ""} for n in sizes]
+    items: list[dict[str, Any]] = []
+    seen: dict[tuple[str, int], dict[str, Any]] = {}
+    for it in raw:
+        key = (it["op"], it["bytes"])
+        if key in seen:
+            seen[key]["label"] += "; " + it["label"]
+            continue
+        name = f"{OPS[it['op']]}_{size_name(it['bytes'])}"
+        it = {**it, "metrics": {m: name if m == "eager" else graph_metric(name) for m in modes}}
+        seen[key] = it
+        items.append(it)
+    return items
+
+
+def graph_metric(metric: str) -> str:
+    """ar_64KiB -> arg_64KiB: the same size captured in a CUDA graph."""
+    prefix, size = metric.split("_", 1)
+    return f"{prefix}g_{size}"
+
+
+def bw_name(kind: str, metric: str) -> str:
+    """algbw/busbw value names: algbw_64KiB for ar_64KiB (as in version 1), algbw_arg_64KiB otherwise."""
+    return f"{kind}_{metric[3:]}" if metric.startswith("ar_") else f"{kind}_{metric}"
+
+
 def build_parser() -> ProbeArgParser:
     p = ProbeArgParser(prog="collectives.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--tp", type=int, default=2, help="ranks, one process each (default 2)")
     p.add_argument(
         "--sizes",
         default=None,
-        help="MIN:MAX[:FACTOR] or a list, e.g. 1K:256M (default 1K:256M on GPU, 1K:16M on CPU)",
+        help="MIN:MAX[:FACTOR], a list (1K,64K,1M) or model:PRESET (the preset's all-reduce and logits "
+        "all-gather messages at 1, 3, 4 and 8 tokens). Default 1K:256M on GPU, 1K:16M on CPU",
     )
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32", help="default float32")
+    p.add_argument("--op", choices=list(OPS), default="all_reduce",
+                   help="collective of a numeric sweep (default all_reduce; model: sweeps set their own)")  # fmt: skip
+    p.add_argument("--mode", choices=list(MODES), default="auto",
+                   help="eager loop, the loop captured in a CUDA graph, or both (default auto: both on "
+                        "CUDA, eager on CPU where graphs do not exist)")  # fmt: skip
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+                   help="default auto: bfloat16 for model: sweeps, float32 otherwise (as nccl-tests)")  # fmt: skip
     p.add_argument(
-        "--iters", type=int, default=20, help="all-reduces per timed repetition, at most (default 20)"
+        "--iters", type=int, default=20, help="operations per timed repetition, at most (default 20)"
     )
-    p.add_argument("--warmup", type=int, default=5, help="untimed all-reduces per size (default 5)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed operations per size (default 5)")
     p.add_argument("--reps", type=int, default=5, help="timed repetitions per size (default 5)")
     p.add_argument(
         "--target-ms",
         type=float,
         default=20.0,
-        help="fewer iterations for sizes whose one all-reduce already takes this long (default 20)",
+        help="fewer iterations for sizes whose one operation already takes this long (default 20)",
     )
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto", help="default auto")
     add_common_args(p)
@@ -113,10 +212,23 @@ def validate(a: Any) -> None:
             raise UsageError(f"--{name} must be >= 1")
     if a.warmup < 0:
         raise UsageError("--warmup must be >= 0")
-    if a.sizes is not None and not parse_sizes(a.sizes):
-        raise UsageError("--sizes: no sizes given")
+    if a.target_ms <= 0:
+        raise UsageError("--target-ms must be > 0")
+    if a.sizes is not None:
+        if model_preset(a.sizes) is None and not parse_sizes(a.sizes):
+            raise UsageError("--sizes: no sizes given")
+    if a.device == "cpu" and a.mode in ("graph", "both"):
+        raise UsageError(f"--mode {a.mode} --device cpu: {GRAPH_NOTE}")
     if a.hang_timeout is not None and a.hang_timeout <= 0:
         raise UsageError("--hang-timeout must be > 0 seconds")
+
+
+def resolve_modes(mode: str, cuda: bool) -> list[str]:
+    if not cuda:
+        if mode in ("graph", "both"):
+            raise UsageError(f"--mode {mode}: no CUDA device here; {GRAPH_NOTE}")
+        return ["eager"]
+    return {"auto": ["eager", "graph"], "both": ["eager", "graph"]}.get(mode, [mode])
 
 
 def run_rank(a: Any, _checked: Any = None) -> None:
@@ -129,89 +241,208 @@ def run_rank(a: Any, _checked: Any = None) -> None:
     t_rank0 = time.time()
     device = pick_device(a.device, rank, world)
     cuda = device.type == "cuda"
+    modes = resolve_modes(a.mode, cuda)
+    items = resolve_items(a, world, cuda, modes)
     backend = "nccl" if cuda else "gloo"
     init_dist(a._port, rank, world, cuda, single=True)
-    sizes = parse_sizes(a.sizes or ("1K:256M" if cuda else "1K:16M"))
-    dtype = getattr(torch, a.dtype)
+    preset = model_preset(a.sizes)
+    dtype_name = a.dtype if a.dtype != "auto" else ("bfloat16" if preset else "float32")
+    dtype = getattr(torch, dtype_name)
     elt = torch.finfo(dtype).bits // 8
-    names = ["ar_" + size_name(n) for n in sizes]
-    factor = 2 * (world - 1) / world
-    cfg = {"tp": world, "sizes": sizes, "dtype": a.dtype, "iters": a.iters, "warmup": a.warmup, "reps": a.reps,
-           "target_ms": a.target_ms, "device": device.type, "backend": backend, "op": "all_reduce(sum), in place"}  # fmt: skip
+    metrics = {m: [it["metrics"][m] for it in items] for m in modes}  # per mode, one name per item
+    names = [n for m in modes for n in metrics[m]]
+    units: dict[str, str] = {n: "us" for n in names}
+    better: dict[str, str] = {n: "lower" for n in names}
+    for n in names:
+        for kind in ("algbw", "busbw"):
+            units[bw_name(kind, n)] = "GB/s"
+            better[bw_name(kind, n)] = "higher"
+    if preset:  # the decode message: what every token pays, in the mode the engines run it
+        primary = metrics["graph" if "graph" in modes else "eager"][0]
+    else:
+        primary = metrics[modes[0]][-1]
+    ops = sorted({it["op"] for it in items})
+    cfg = {"tp": world, "sizes": [it["bytes"] for it in items], "sweep": f"model:{preset}" if preset else "bytes",
+           "ops": ops, "modes": modes, "dtype": dtype_name, "iters": a.iters, "warmup": a.warmup, "reps": a.reps,
+           "target_ms": a.target_ms, "device": device.type, "backend": backend,
+           "op": "; ".join(OP_TEXT[o] for o in ops)}  # fmt: skip
+    labels = {f"busbw ({o})": BUSBW_TEXT[o] for o in ops}
+    labels["eager"] = "the loop of iters calls between CUDA events: host launch cost included"
+    labels["graph"] = (
+        "the same loop captured in one CUDA graph, replayed between CUDA events" if cuda else GRAPH_NOTE
+    )
     if rank == 0:
         Emitter().emit({
             "type": "header", "protocol": PROTOCOL, "probe": NAME, "version": VERSION, "config": cfg,
-            "primary": names[-1], "phases": [], "units": {n: "us" for n in names},
+            "primary": primary, "phases": [], "units": units, "better": better, "modes": modes,
+            "graph": cuda, "sizes": items,
             "timer": "cuda-events" if cuda else "perf_counter", "python": sys.version.split()[0],
             "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl_version() if cuda else None,
             "device": device_info(device), "world": world, "backend": backend, "env": env_vars(), "launch_index": a.launch_index,
-            "busbw_factor": factor, "labels": {"busbw": "algbw * 2(n-1)/n, as nccl-tests reports for all-reduce"},
+            "busbw_factor": {o: busbw_factor(o, world) for o in ops}, "labels": labels,
         })  # fmt: skip
 
-    table = torch.zeros(a.reps, len(sizes), dtype=torch.float64)
+    # times[mode] is reps x items, microseconds per operation on this rank
+    times = {m: torch.zeros(a.reps, len(items), dtype=torch.float64) for m in modes}
     iters_used = []
-    for j, n in enumerate(sizes):
-        buf = torch.rand(max(1, n // elt), dtype=dtype, device=device)
+    steps, done = len(items) * len(modes), 0
+    graphs: list[Any] = []  # at most one alive: the size being measured
+    for j, it in enumerate(items):
+        op, reset = _make_op(torch, dist, it, world, elt, dtype, device)
         for _ in range(a.warmup):
-            dist.all_reduce(buf)
-        one = _time_ops(dist, buf, 1, cuda)
-        # Every rank must issue the same number of all-reduces: agree on the slowest rank's estimate.
+            op()
+        reset()
+        one = _time_eager(op, 1, cuda)
+        # Every rank must issue the same number of operations: agree on the slowest rank's estimate.
         t1 = torch.tensor([one], dtype=torch.float64, device=device)
         dist.all_reduce(t1, op=dist.ReduceOp.MAX)
         iters = max(1, min(a.iters, math.ceil(a.target_ms * 1e3 / max(float(t1.item()), 1e-3))))
         iters_used.append(iters)
-        for r in range(a.reps):
-            table[r, j] = _time_ops(dist, buf, iters, cuda)
-        buf.mul_(0.0)  # values grow with every sum; never time on overflowing data
-        progress("measure", j + 1, len(sizes), force=True)
-    t = table.to(device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    table = t.cpu()
+        if "eager" in modes:
+            for r in range(a.reps):
+                reset()  # in-place sums grow; start every repetition from the same data
+                times["eager"][r, j] = _time_eager(op, iters, cuda)
+            done += 1
+            progress("measure", done, steps, force=True)
+        if "graph" in modes:
+            progress("capture", done, steps, force=True)
+            graphs.append(_capture(torch, op, iters))
+            graphs[0].replay()  # the first replay uploads the graph: untimed
+            for r in range(a.reps):
+                reset()
+                times["graph"][r, j] = _time_graph(torch, graphs[0], iters)
+            graphs.clear()  # a graph that captured a collective must not outlive its size (teardown)
+            torch.cuda.synchronize()
+            done += 1
+            progress("measure", done, steps, force=True)
+        del op, reset
+    stacked = torch.cat([times[m] for m in modes], dim=1).to(device)
+    dist.all_reduce(stacked, op=dist.ReduceOp.MAX)
+    table = stacked.cpu()
     if rank == 0:
-        em = Emitter()
-        per: dict[str, list[float]] = {m: [] for m in names}
-        for r in range(a.reps):
-            tt = {m: round(float(table[r, j]), 4) for j, m in enumerate(names)}
-            vals = {}
-            for n, m in zip(sizes, names):  # noqa: B905 (python >= 3.9 on the target)
-                algbw = n / (tt[m] * 1e-6) / 1e9
-                vals["algbw_" + m[3:]] = sig(algbw)
-                vals["busbw_" + m[3:]] = sig(algbw * factor)
-                per[m].append(tt[m])
-            em.emit({"type": "cycle", "i": r, "t": tt, "values": vals})
-        rows = []
-        for j, (n, m) in enumerate(zip(sizes, names)):  # noqa: B905
-            med = summary(per[m])["median"]
-            algbw = n / (med * 1e-6) / 1e9
-            rows.append({"bytes": n, "metric": m, "us": round(med, 3), "algbw_GBps": sig(algbw),
-                         "busbw_GBps": sig(algbw * factor), "iters": iters_used[j]})  # fmt: skip
-        em.emit({
-            "type": "footer", "cycles": a.reps, "warmup_dropped": 0,
-            "summary": {m: summary(v) for m, v in per.items()}, "table": rows,
-            "scalars": {"busbw_max_GBps": max(r["busbw_GBps"] for r in rows), "latency_min_us": min(r["us"] for r in rows)},
-            "duration_s": round(time.time() - t_rank0, 3),
-        })  # fmt: skip
+        _emit_results(a, items, modes, metrics, table, iters_used, world, t_rank0)
     progress("teardown", force=True)
-    del buf, t
-    teardown(world, cuda)
+    del stacked, table
+    teardown(world, cuda, release=graphs.clear)
 
 
-def _time_ops(dist: Any, buf: Any, iters: int, cuda: bool) -> float:
-    """Microseconds per all-reduce over `iters` back-to-back calls."""
-    import torch
+def _emit_results(
+    a: Any,
+    items: list[dict[str, Any]],
+    modes: list[str],
+    metrics: dict[str, list[str]],
+    table: Any,
+    iters_used: list[int],
+    world: int,
+    t_rank0: float,
+) -> None:
+    em = Emitter()
+    cols = [(mode, j, name) for mode in modes for j, name in enumerate(metrics[mode])]
+    per: dict[str, list[float]] = {name: [] for _m, _j, name in cols}
+    for r in range(a.reps):
+        tt, vals = {}, {}
+        for c, (_mode, j, name) in enumerate(cols):
+            us = round(float(table[r, c]), 4)
+            tt[name] = us
+            per[name].append(us)
+            algbw = items[j]["bytes"] / (us * 1e-6) / 1e9
+            vals[bw_name("algbw", name)] = sig(algbw)
+            vals[bw_name("busbw", name)] = sig(algbw * busbw_factor(items[j]["op"], world))
+        em.emit({"type": "cycle", "i": r, "t": tt, "values": vals})
+    rows = []
+    for mode, j, name in cols:
+        it = items[j]
+        med = summary(per[name])["median"]
+        algbw = it["bytes"] / (med * 1e-6) / 1e9
+        rows.append({"bytes": it["bytes"], "op": it["op"], "mode": mode, "metric": name, "label": it["label"],
+                     "us": round(med, 3), "algbw_GBps": sig(algbw),
+                     "busbw_GBps": sig(algbw * busbw_factor(it["op"], world)), "iters": iters_used[j]})  # fmt: skip
+    scalars: dict[str, float] = {}
+    for mode in modes:
+        mine = [r for r in rows if r["mode"] == mode]
+        sfx = "" if mode == "eager" else "_graph"
+        scalars["busbw_max_GBps" + sfx] = max(r["busbw_GBps"] for r in mine)
+        scalars["latency_min_us" + sfx] = min(r["us"] for r in mine)
+    em.emit({
+        "type": "footer", "cycles": a.reps, "warmup_dropped": 0,
+        "summary": {m: summary(v) for m, v in per.items()}, "table": rows, "scalars": scalars,
+        "duration_s": round(time.time() - t_rank0, 3),
+    })  # fmt: skip
 
+
+def _make_op(torch: Any, dist: Any, it: dict[str, Any], world: int, elt: int, dtype: Any, device: Any) -> Any:
+    """(op, reset): one collective of this item on fixed buffers (a graph replays the same addresses),
+    and how to put its input back to the starting values."""
+    if it["op"] == "all_reduce":
+        buf = torch.ones(max(1, it["bytes"] // elt), dtype=dtype, device=device)
+
+        def all_reduce() -> None:
+            dist.all_reduce(buf)
+
+        # Values grow by the world size with every sum: reset before each repetition so they stay
+        # finite for iters < 128 / log2(world) (denormals, slow on CPUs, never occur: the data only grows).
+        return all_reduce, lambda: buf.fill_(1.0)
+    per_rank = max(1, it["bytes"] // (elt * world))
+    inp = torch.ones(per_rank, dtype=dtype, device=device)
+    out = torch.empty(per_rank * world, dtype=dtype, device=device)
+    # all_gather_single is the newer name (torch >= 2.13); the old one warns there.
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+    def all_gather() -> None:
+        gather(out, inp)
+
+    return all_gather, lambda: None
+
+
+def _time_eager(op: Any, iters: int, cuda: bool) -> float:
+    """Microseconds per operation over `iters` back-to-back calls from Python."""
     if cuda:
+        import torch
+
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         e0.record()
         for _ in range(iters):
-            dist.all_reduce(buf)
+            op()
         e1.record()
         e1.synchronize()
         return e0.elapsed_time(e1) * 1e3 / iters
     t = time.perf_counter()
     for _ in range(iters):
-        dist.all_reduce(buf)
+        op()
     return (time.perf_counter() - t) * 1e6 / iters
+
+
+def _capture(torch: Any, op: Any, iters: int) -> Any:
+    """`iters` calls of op captured in one CUDA graph. The warm-up runs on a side stream first (as
+    torch.cuda.graphs documents for captures); thread-local capture mode keeps ProcessGroupNCCL's
+    watchdog thread, which queries events of earlier collectives, from invalidating the capture."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            op()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        ctx = torch.cuda.graph(graph, capture_error_mode="thread_local")
+    except TypeError:  # torch < 2.1
+        ctx = torch.cuda.graph(graph)
+    with ctx:
+        for _ in range(iters):
+            op()
+    torch.cuda.synchronize()
+    return graph
+
+
+def _time_graph(torch: Any, graph: Any, iters: int) -> float:
+    """Microseconds per operation: one replay of the captured loop between CUDA events."""
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    graph.replay()
+    e1.record()
+    e1.synchronize()
+    return e0.elapsed_time(e1) * 1e3 / iters
 
 
 def main(argv: list[str]) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from regdiag import __version__, phantom, stats
+from regdiag import __version__, direction, phantom, stats
 from regdiag.attribution import Attribution, Throughput, attribute, throughput
 from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSED, BadInput
 from regdiag.records import COMPARISON, RUN, RecordError, check_record, finite, schema_id
@@ -41,10 +41,6 @@ MEASUREMENT_KEYS = frozenset(
         "launch_index",
         "layers_auto",
     }
-)
-HIGHER_IS_BETTER_UNITS = frozenset({"tok/s", "tokens/s", "GB/s", "GiB/s", "B/s", "tokens", "x", "req/s"})
-HIGHER_IS_BETTER_NAMES = frozenset(
-    {"accept_len", "tok_s", "throughput", "busbw", "algbw", "bandwidth", "goodput"}
 )
 INTERLEAVED = "interleaved"
 SEQUENTIAL = "sequential"
@@ -76,6 +72,7 @@ class MetricResult:
     new_centers: list[float]
     noise_old: stats.Noise
     noise_new: stats.Noise
+    direction_source: str = "inferred"  # "declared" by the record's `better` map, or inferred from unit/name
 
     @property
     def change(self) -> float | None:
@@ -240,10 +237,9 @@ def _batch(probe: dict[str, Any]) -> int:
     return b if isinstance(b, int) and not isinstance(b, bool) and b > 0 else 1
 
 
-def higher_is_better(name: str, unit: str) -> bool:
-    return (
-        unit in HIGHER_IS_BETTER_UNITS or name in HIGHER_IS_BETTER_NAMES or name.endswith(("_tok_s", "_gbps"))
-    )
+def higher_is_better(name: str, unit: str, better: dict[str, str] | None = None) -> bool:
+    """The record's declared direction (`better`), else the unit/name fallback: regdiag/direction.py."""
+    return direction.higher_is_better(name, unit, better)
 
 
 # --- the comparison -----------------------------------------------------------------------------
@@ -302,6 +298,10 @@ def compare_runs(
     if list(new.get("phases") or []) != phases:
         warnings.append(f"phase lists differ: {phases} vs {list(new.get('phases') or [])}")
     units = {**(new.get("units") or {}), **(old.get("units") or {})}
+    better, conflicts = direction.merge(old, new)
+    warnings += [
+        f"the runs disagree on which way is better for {c}: {old_label}'s is used" for c in conflicts
+    ]
 
     lo_, skip_o = _usable(old, old_label)
     ln_, skip_n = _usable(new, new_label)
@@ -331,7 +331,9 @@ def compare_runs(
             notes.append("interleaved run compared with the bootstrap: the pairing is not used")
     names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, allow_mismatch, warnings)
     rng = np.random.default_rng(seed)
-    results = [_metric(n, role, lo_, ln_, units, method, level, n_boot, rng, paired) for n, role in names]
+    results = [
+        _metric(n, role, lo_, ln_, units, method, level, n_boot, rng, paired, better) for n, role in names
+    ]
     _decide(results, margin, level)
 
     verdict = _overall(results, primary)
@@ -569,13 +571,14 @@ def _metric(
     n_boot: int,
     rng: np.random.Generator,
     paired: bool = False,
+    better: dict[str, str] | None = None,
 ) -> MetricResult:
     key = "values" if role == "value" else "samples"
     reduce = "mean" if role == "value" else "median"
     unit = units.get(name, "" if role == "value" else "ms")
     old = [la[key][name] for la in lo_ if la[key].get(name)]
     new = [la[key][name] for la in ln_ if la[key].get(name)]
-    hib = higher_is_better(name, unit)
+    better_way, better_source = direction.direction(name, unit, better)
     note = ""
     est = None
     try:
@@ -591,7 +594,7 @@ def _metric(
         name=name,
         role=role,
         unit=unit,
-        higher_is_better=hib,
+        higher_is_better=better_way == direction.HIGHER,
         reduce=reduce,
         estimate=est,
         p_adjusted=None,
@@ -602,6 +605,7 @@ def _metric(
         new_centers=stats.launch_centers(new, reduce).tolist(),
         noise_old=stats.noise(old),
         noise_new=stats.noise(new),
+        direction_source=better_source,
     )
 
 

@@ -429,6 +429,8 @@ def _adopt_header(run: dict[str, Any], header: dict[str, Any]) -> None:
     run["primary"] = header.get("primary", run["primary"])
     run["phases"] = list(header.get("phases", run["phases"]))
     run["units"] = dict(header.get("units", {}))
+    if isinstance(header.get("better"), dict):  # which way is better per metric: regdiag/direction.py
+        run["better"] = dict(header["better"])
     if header.get("labels"):
         run["labels"] = header["labels"]
     if header.get("protocol") not in (None, PROTOCOL):
@@ -521,7 +523,32 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
         "clocks": clock,
         "accept_len_simulated": any(la.get("scalars", {}).get("accept_len_simulated") for la in ok),
         "warnings": run.get("warnings", []),
+        "sizes": collective_sizes(ok),
     }
+
+
+def collective_sizes(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A collectives run as nccl-tests prints it: one row per (op, bytes) with latency and busbw of each
+    mode side by side, each the median over launches of the footer table's value. [] for other probes."""
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for la in ok:
+        for r in (la.get("footer") or {}).get("table") or []:
+            if not isinstance(r, dict) or not isinstance(r.get("bytes"), int):
+                continue
+            key = (str(r.get("op", "all_reduce")), r["bytes"])
+            row = rows.setdefault(key, {"op": key[0], "bytes": key[1], "label": r.get("label", ""), "_m": {}})
+            mode = str(r.get("mode", "eager"))
+            row["_m"].setdefault(mode, {"us": [], "busbw_GBps": []})
+            for k in ("us", "busbw_GBps"):
+                if isinstance(r.get(k), (int, float)):
+                    row["_m"][mode][k].append(float(r[k]))
+    out = []
+    for row in rows.values():
+        for mode, vals in row.pop("_m").items():
+            for k, xs in vals.items():
+                row[f"{mode}_{k}"] = statistics.median(xs) if xs else None
+        out.append(row)
+    return out
 
 
 def probe_args(options: Mapping[str, Any]) -> list[str]:

@@ -28,7 +28,7 @@ RUNNER_ONLY = {
     "--ssh-config",
 }
 # The probe's options regdiag sets itself.
-PROBE_ONLY = {"--launch-index", "--target-ms"}
+PROBE_ONLY = {"--launch-index"}
 
 
 def _probe_parser(name: str) -> argparse.ArgumentParser:

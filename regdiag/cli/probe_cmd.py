@@ -44,11 +44,15 @@ launch also times each phase with its collectives left out: the summary shows th
 Without a GPU the defaults run the tiny preset: regdiag probe spec-decode --tp 2
 """
 
-COLL_HELP = """All-reduce latency and bus bandwidth per message size, in the manner of nccl-tests.
+COLL_HELP = """All-reduce (or all-gather) latency and bus bandwidth per message size, as nccl-tests.
 
-busbw = algbw * 2(n-1)/n. NCCL on GPUs, gloo on CPU; the NCCL_* variables each rank saw are
-recorded. Each size is one metric of the run record (ar_1KiB, ..., in microseconds), so
-`regdiag compare` works on sweeps too.
+Per size, the loop of --iters calls timed eager (host launch cost included) and, on CUDA, the same
+loop captured in a CUDA graph (what decode and verify pay). --sizes model:kimi-k2 sweeps the messages
+that preset's forwards send (hidden all-reduce, logits all-gather at 1, 3, 4, 8 tokens).
+busbw = algbw * 2(n-1)/n (all-reduce), (n-1)/n (all-gather). NCCL on GPUs, gloo on CPU (eager only);
+the NCCL_* variables each rank saw are recorded. Each size and mode is one metric of the run record
+(ar_1KiB eager, arg_1KiB graph, ag_/agg_ for all-gather, in microseconds; algbw_/busbw_ values in
+GB/s), each with its direction, so `regdiag compare` calls a bandwidth drop REGRESSED.
 """
 
 RUNS_HELP = "List the stored run records ($REGDIAG_HOME/runs, default ~/.regdiag/runs), newest first."
@@ -77,8 +81,21 @@ class DType(str, Enum):
 
 
 class CollDType(str, Enum):
+    auto = "auto"
     float32 = "float32"
     bfloat16 = "bfloat16"
+
+
+class CollMode(str, Enum):
+    auto = "auto"
+    eager = "eager"
+    graph = "graph"
+    both = "both"
+
+
+class CollOp(str, Enum):
+    all_reduce = "all_reduce"
+    all_gather = "all_gather"
 
 
 class MoEImpl(str, Enum):
@@ -178,11 +195,14 @@ def spec_decode(
 
 def collectives(
     tp: int = typer.Option(2, "--tp", help="Ranks, one process each."),
-    sizes: str = typer.Option(None, "--sizes", help="MIN:MAX[:FACTOR] or a list (1K,64K,1M). Default: 1K:256M doubling on GPUs, 1K:16M on CPU."),
-    dtype: CollDType = typer.Option(CollDType.float32, "--dtype", help="Element type of the buffers."),
-    iters: int = typer.Option(20, "--iters", help="All-reduces per timed repetition, at most."),
+    sizes: str = typer.Option(None, "--sizes", help="MIN:MAX[:FACTOR], a list (1K,64K,1M) or model:PRESET. Default: 1K:256M doubling on GPUs, 1K:16M on CPU."),
+    op: CollOp = typer.Option(CollOp.all_reduce, "--op", help="Collective of a numeric sweep (model: sweeps set their own)."),
+    mode: CollMode = typer.Option(CollMode.auto, "--mode", help="eager, graph (the loop in a CUDA graph) or both; auto: both on CUDA, eager on CPU."),
+    dtype: CollDType = typer.Option(CollDType.auto, "--dtype", help="auto: bfloat16 for model: sweeps, else float32."),
+    iters: int = typer.Option(20, "--iters", help="Operations per timed repetition, at most."),
     reps: int = typer.Option(5, "--reps", help="Timed repetitions per size (the 'cycles' of the record)."),
-    warmup: int = typer.Option(5, "--warmup", help="Untimed all-reduces per size."),
+    warmup: int = typer.Option(5, "--warmup", help="Untimed operations per size."),
+    target_ms: float = typer.Option(20.0, "--target-ms", help="Fewer than --iters operations for sizes whose one operation already takes this long."),
     device: Device = typer.Option(Device.auto, "--device", help="auto: CUDA when torch sees a GPU, else CPU."),
     hang_timeout: float = HangOpt,
     allow_busy_gpu: bool = BusyOpt,
@@ -195,6 +215,8 @@ def collectives(
     python: str = PythonOpt,
     ssh_config: Path = SshConfigOpt,
 ) -> None:  # fmt: skip
+    if target_ms <= 0:
+        raise BadInput("--target-ms must be > 0")
     for name, val, low in (
         ("--tp", tp, 1),
         ("--iters", iters, 1),
@@ -203,7 +225,7 @@ def collectives(
     ):
         if val < low:
             raise BadInput(f"{name} must be >= {low}")
-    options = {"tp": tp, "sizes": sizes, "dtype": dtype.value, "iters": iters, "reps": reps, "warmup": warmup,
+    options = {"tp": tp, "sizes": sizes, "op": op.value, "mode": mode.value, "dtype": dtype.value, "iters": iters, "reps": reps, "warmup": warmup, "target_ms": target_ms,
                "device": device.value, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu}  # fmt: skip
     _run("collectives", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config)
 

@@ -33,6 +33,8 @@ def terminal(s: dict[str, Any], out: Out) -> None:
             "  ".join(_fmt(x) for x in m["launch_medians"]),
         )
     console.print(table)
+    if s.get("sizes"):
+        _render_sizes(s["sizes"], console)
     sc = s.get("scalars", {})
     bits = []
     if "tok_s" in sc:
@@ -63,3 +65,18 @@ def terminal(s: dict[str, Any], out: Out) -> None:
         soft_wrap=True,
         highlight=False,
     )
+
+
+def _render_sizes(rows: list[dict[str, Any]], console: Any) -> None:
+    """A collectives run one row per message, latency and busbw of each mode together (as nccl-tests)."""
+    modes = [m for m in ("eager", "graph") if any(r.get(f"{m}_us") is not None for r in rows)]
+    table = Table(title="per message (median over launches)", title_justify="left")
+    for col in ("op", "bytes", *[f"{m} {q}" for m in modes for q in ("us", "busbw GB/s")], "message"):
+        table.add_column(col, justify="left" if col in ("op", "message") else "right")
+    for r in rows:
+        cells = [r["op"], f"{r['bytes']:,}"]
+        for m in modes:
+            us, bw = r.get(f"{m}_us"), r.get(f"{m}_busbw_GBps")
+            cells += ["-" if us is None else _fmt(us), "-" if bw is None else _fmt(bw)]
+        table.add_row(*cells, r.get("label") or "")
+    console.print(table)

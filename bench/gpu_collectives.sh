@@ -1,0 +1,137 @@
+#!/bin/bash
+# `regdiag probe collectives --tp 2` beside nccl-tests (all_reduce_perf / all_gather_perf -g 2 -n 50, with
+# and without -G) on two GPUs of one host, default NCCL and NCCL_P2P_DISABLE=1, then the kimi-k2 model
+# sweep; bench/gpu_collectives_report.py turns $OUT into docs/bench/collectives.md. ~5 minutes on 2 H200s.
+#
+#   OUT=/some/dir bash bench/gpu_collectives.sh
+#
+# Downloads nothing: nccl-tests is built from the source in .nccl-tests/ (NVIDIA/nccl-tests, carried to
+# the GPU host; ignored by git), against the system NCCL's headers, and runs on the NCCL torch loaded
+# (the same library as the probe) when torch ships one, else on the system's. At most 7 files land in
+# $OUT: nccl-tests.txt, coll-default.json, coll-p2p-off.json, coll-model.json, compare-p2p.json,
+# env.txt, log.txt (the build and regdiag's home are removed at the end).
+set -u
+OUT=${OUT:?set OUT to a directory for the results}
+SRC=${NCCL_TESTS_SRC:-.nccl-tests}
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 REGDIAG_HOME=$OUT/home
+# A lent multi-GPU host requires NVLink multicast off in every process (nccl-tests included).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+START=$SECONDS
+BUDGET=${BUDGET:-450} # seconds; optional steps are skipped past it so the whole stays under 8 minutes
+LOG=$OUT/log.txt NT=$OUT/nccl-tests.txt ENVF=$OUT/env.txt BUILD=$OUT/build
+mkdir -p "$OUT"
+: >"$LOG"
+: >"$NT"
+log() { echo "== $(date +%T) +$((SECONDS - START))s $*" | tee -a "$LOG"; }
+left() { [ $((SECONDS - START)) -lt "$BUDGET" ] || { log "SKIPPED (past ${BUDGET}s): $*"; return 1; }; }
+
+{
+  echo "# host"
+  nvidia-smi -L
+  nvidia-smi topo -m
+  nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm,power.limit --format=csv
+  python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
+} >"$ENVF" 2>&1
+
+# --- build nccl-tests ---------------------------------------------------------------------------------
+log "build nccl-tests from $SRC"
+NCCL_HOME=${NCCL_HOME:-}
+if [ -z "$NCCL_HOME" ]; then
+  for p in /usr /usr/local /usr/local/cuda /opt/nvidia/nccl; do
+    [ -f "$p/include/nccl.h" ] && { NCCL_HOME=$p; break; }
+  done
+fi
+# nccl-tests' own default is /usr/local/cuda; elsewhere, the toolkit of the nvcc on PATH (links resolved).
+if [ -z "${CUDA_HOME:-}" ]; then
+  CUDA_HOME=/usr/local/cuda
+  [ -x $CUDA_HOME/bin/nvcc ] || CUDA_HOME=$(dirname "$(dirname "$(realpath "$(command -v nvcc)" 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")
+fi
+NVCC_BIN=$CUDA_HOME/bin/nvcc
+{
+  echo "# build: NCCL_HOME=$NCCL_HOME CUDA_HOME=$CUDA_HOME nvcc=$NVCC_BIN"
+  grep -h "define NCCL_MAJOR\|define NCCL_MINOR\|define NCCL_PATCH" "$NCCL_HOME/include/nccl.h" 2>/dev/null
+  cat "$SRC/SOURCE" 2>/dev/null # the commit the source was taken from, written when it was fetched
+} >>"$ENVF" 2>&1
+timeout -k 10 300 make -j 16 -C "$SRC/src" MPI=0 NCCL_HOME="$NCCL_HOME" CUDA_HOME="$CUDA_HOME" \
+  NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90 BUILDDIR="$(realpath -m "$BUILD")" >"$OUT/build.log" 2>&1
+rc=$?
+echo "# build rc=$rc" >>"$ENVF"
+tail -5 "$OUT/build.log" >>"$ENVF"
+rm -f "$OUT/build.log"
+[ -x "$BUILD/all_reduce_perf" ] || log "BUILD FAILED (rc=$rc): nccl-tests rows will be empty; see env.txt"
+
+# Run nccl-tests on the NCCL the probe loads (torch's wheel) when there is one: the same library on both
+# sides of the table. The library nccl-tests reports is in its header lines (nccl-library=...).
+NT_LD=$(python3 -c "
+import os
+try:
+    import nvidia.nccl as n
+    d = os.path.join(list(n.__path__)[0], 'lib')
+    print(d if os.path.exists(os.path.join(d, 'libnccl.so.2')) else '')
+except Exception:
+    print('')" 2>/dev/null)
+echo "# nccl-tests LD_LIBRARY_PATH prefix: ${NT_LD:-(system NCCL)}" >>"$ENVF"
+
+# nt NAME ENV-ASSIGNMENT BINARY ARGS...: one nccl-tests run, its output appended to nccl-tests.txt
+nt() {
+  local name=$1 envv=$2 bin=$3
+  shift 3
+  [ -x "$BUILD/$bin" ] || return 0
+  echo "=== RUN $name | $envv $bin $*" >>"$NT"
+  env $envv LD_LIBRARY_PATH="${NT_LD:+$NT_LD:}${LD_LIBRARY_PATH:-}" \
+    timeout -k 5 90 "$BUILD/$bin" "$@" >>"$NT" 2>&1
+  echo "=== END $name rc=$?" >>"$NT"
+}
+# rd ENV-ASSIGNMENTS ARGS...: one regdiag command (ENV-ASSIGNMENTS may be ""), its exit status logged
+rd() {
+  local envv=$1
+  shift
+  env $envv timeout -k 10 "${T:-200}" python3 -m regdiag "$@" >/dev/null 2>"$OUT/last.err"
+  local rc=$?
+  log "rc=$rc: $envv regdiag $*"
+  [ $rc = 0 ] || tail -3 "$OUT/last.err" | tee -a "$LOG"
+}
+
+MIN=${MIN:-1K} MAX=${MAX:-256M} # the sweep, the same on both sides (smaller ones for a dry run on CPU)
+SWEEP="-b $MIN -e $MAX -f 2 -g 2 -n 50 -w 5 -c 0"
+PROBE="--tp 2 --sizes $MIN:$MAX --iters 50 --reps 5 --warmup 5 --target-ms 1000 --launches 2 --no-snapshot"
+
+for variant in default p2p-off; do
+  envv=""
+  [ $variant = p2p-off ] && envv="NCCL_P2P_DISABLE=1"
+  log "$variant: nccl-tests all_reduce_perf, eager and -G 10"
+  nt "ar-$variant-eager" "$envv" all_reduce_perf $SWEEP
+  nt "ar-$variant-graph" "$envv" all_reduce_perf $SWEEP -G 10
+  log "$variant: regdiag probe collectives (eager and graph per size)"
+  left "probe $variant" && rd "$envv" probe collectives $PROBE -o "$OUT/coll-$variant.json"
+done
+
+log "compare default vs NCCL_P2P_DISABLE=1"
+if [ -f "$OUT/coll-default.json" ] && [ -f "$OUT/coll-p2p-off.json" ]; then
+  timeout -k 5 120 python3 -m regdiag compare "$OUT/coll-default.json" "$OUT/coll-p2p-off.json" --json \
+    >"$OUT/compare-p2p.json" 2>>"$LOG"
+  log "compare rc=$? (1 = REGRESSED)"
+fi
+
+# The kimi-k2 messages at TP=2 (hidden all-reduce and logits all-gathers at 1, 3, 4, 8 tokens, bf16):
+# nccl-tests one size per run, the probe in one launch.
+if left "model sweep"; then
+  log "model:kimi-k2: regdiag probe collectives"
+  rd "" probe collectives --tp 2 --sizes model:kimi-k2 --iters 50 --reps 5 --warmup 5 --target-ms 1000 \
+    --launches 1 --no-snapshot -o "$OUT/coll-model.json"
+  sizes=$(python3 -c "
+import json
+h = json.load(open('$OUT/coll-model.json'))['launches'][0]['header']
+print(' '.join(f\"{s['op']}:{s['bytes']}\" for s in h['sizes']))" 2>/dev/null)
+  log "model:kimi-k2: nccl-tests at the same sizes: ${sizes:-none (no record)}"
+  for s in $sizes; do
+    left "nccl-tests model sizes" || break
+    op=${s%%:*} n=${s##*:}
+    nt "model-$op-$n-eager" "" "${op}_perf" -b "$n" -e "$n" -g 2 -n 50 -w 5 -c 0 -d bfloat16
+    nt "model-$op-$n-graph" "" "${op}_perf" -b "$n" -e "$n" -g 2 -n 50 -w 5 -c 0 -d bfloat16 -G 10
+  done
+fi
+
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv >>"$ENVF" 2>&1
+rm -rf "${OUT:?}/home" "${OUT:?}/last.err" "${BUILD:?}"
+log "done in $((SECONDS - START)) s; files: $(ls "$OUT" | tr '\n' ' ')"

@@ -1,0 +1,260 @@
+"""Write docs/bench/collectives.md from what bench/gpu_collectives.sh left in its OUT directory.
+
+    python bench/gpu_collectives_report.py OUT_DIR [PAGE]   (PAGE default docs/bench/collectives.md)
+
+Every number on the page is computed here from nccl-tests' own output (nccl-tests.txt), the probe's
+records (coll-*.json) and `regdiag compare --json` (compare-p2p.json). A missing piece is a "-" cell and
+a line saying what is missing, never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TOLERANCE = 0.10  # the issue's bar: within 10 % of nccl-tests at every size
+PROBE = "--tp 2 --sizes 1K:256M --iters 50 --reps 5 --warmup 5 --target-ms 1000 --launches 2 --no-snapshot"
+SWEEP = "-b 1K -e 256M -f 2 -g 2 -n 50 -w 5 -c 0"
+
+
+def parse_nccl_tests(text: str) -> dict[str, dict[str, Any]]:
+    """Sections `=== RUN name | command` ... `=== END name rc=N` -> {name: {command, rc, rows: {bytes:
+    (out-of-place us, in-place us, out busbw, in busbw)}, notes: [version lines]}}."""
+    runs: dict[str, dict[str, Any]] = {}
+    cur: dict[str, Any] | None = None
+    for line in text.splitlines():
+        m = re.match(r"=== RUN (\S+) \| (.*)", line)
+        if m:
+            cur = runs[m.group(1)] = {"command": m.group(2).strip(), "rc": None, "rows": {}, "notes": []}
+            continue
+        m = re.match(r"=== END (\S+) rc=(\d+)", line)
+        if m and m.group(1) in runs:
+            runs[m.group(1)]["rc"] = int(m.group(2))
+            cur = None
+            continue
+        if cur is None:
+            continue
+        if line.startswith("#") and ("version" in line.lower() or "nccl-library" in line):
+            cur["notes"].append(line.lstrip("# ").strip())
+            continue
+        tok = line.split()
+        # size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong
+        if len(tok) >= 12 and tok[0].isdigit():
+            try:
+                cur["rows"][int(tok[0])] = (float(tok[5]), float(tok[9]), float(tok[7]), float(tok[11]))
+            except ValueError:
+                continue
+    return runs
+
+
+def nt_us(runs: dict[str, dict[str, Any]], name: str, nbytes: int, op: str = "all_reduce") -> float | None:
+    """nccl-tests' time for one size: in-place for all-reduce (the probe reduces in place), out-of-place
+    for all-gather (the probe gathers into a separate buffer)."""
+    row = (runs.get(name) or {}).get("rows", {}).get(nbytes)
+    if row is None:
+        return None
+    return row[1] if op == "all_reduce" else row[0]
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def probe_us(run: dict[str, Any] | None, metric: str) -> float | None:
+    """Median over the launches of each launch's median (the launch is the unit, as in compare)."""
+    if run is None:
+        return None
+    per = [
+        statistics.median(la["samples"][metric])
+        for la in run.get("launches", [])
+        if la.get("status") == "ok" and la.get("samples", {}).get(metric)
+    ]
+    return statistics.median(per) if per else None
+
+
+def f(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def ratio(p: float | None, n: float | None) -> tuple[str, bool | None]:
+    if p is None or n is None or n <= 0:
+        return "-", None
+    r = p / n
+    ok = abs(r - 1) <= TOLERANCE
+    return f"{r:.2f}{'' if ok else ' ✗'}", ok
+
+
+def size_name(n: int) -> str:
+    for suffix, mult in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n % mult == 0:
+            return f"{n // mult} {suffix}"
+    return f"{n} B"
+
+
+def size_bytes(name: str) -> int:
+    """'64KiB' -> 65536, '64000B' -> 64000 (the probe's metric suffixes)."""
+    for suffix, mult in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1)):
+        if name.endswith(suffix) and name[: -len(suffix)].isdigit():
+            return int(name[: -len(suffix)]) * mult
+    return 0
+
+
+def sweep_table(
+    runs: dict[str, dict[str, Any]], rec: dict[str, Any] | None, variant: str, tally: dict[str, list[bool]]
+) -> list[str]:
+    lines = [
+        "| message | nccl-tests (us) | probe eager `ar_` (us) | probe / nccl-tests | nccl-tests -G (us) "
+        "| probe graph `arg_` (us) | probe / nccl-tests -G | nccl-tests busbw (GB/s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    eager, graph = runs.get(f"ar-{variant}-eager", {}), runs.get(f"ar-{variant}-graph", {})
+    sizes = sorted(set(eager.get("rows", {})) | set(graph.get("rows", {})))
+    if not sizes and rec is not None:
+        sizes = list(rec["probe"]["config"]["sizes"])
+    for n in sizes:
+        metric = "ar_" + size_name(n).replace(" ", "")
+        ne, ng = nt_us(runs, f"ar-{variant}-eager", n), nt_us(runs, f"ar-{variant}-graph", n)
+        pe, pg = probe_us(rec, metric), probe_us(rec, "arg_" + metric[3:])
+        re_, ok_e = ratio(pe, ne)
+        rg, ok_g = ratio(pg, ng)
+        for key, ok in (("eager", ok_e), ("graph", ok_g)):
+            if ok is not None:
+                tally.setdefault(f"{variant} {key}", []).append(ok)
+        row = eager.get("rows", {}).get(n)
+        lines.append(
+            f"| {size_name(n)} | {f(ne)} | {f(pe)} | {re_} | {f(ng)} | {f(pg)} | {rg} | {f(row[3] if row else None)} |"
+        )
+    return lines
+
+
+def compare_table(cmp: dict[str, Any] | None) -> list[str]:
+    if cmp is None:
+        return ["(no compare-p2p.json: one of the two probe runs is missing)"]
+    by = {m["name"]: m for m in cmp["metrics"]}
+    lines = [
+        "| message | latency `ar_` change | verdict | algbw change | verdict | busbw verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    names = sorted((n for n in by if n.startswith("ar_")), key=lambda n: size_bytes(n[3:]))
+    for n in names:
+        size = n[3:]
+        a, b, c = by[n], by.get(f"algbw_{size}"), by.get(f"busbw_{size}")
+
+        def ch(m: dict[str, Any] | None) -> str:
+            return "-" if m is None or m.get("change") is None else f"{100 * m['change']:+.1f} %"
+
+        lines.append(
+            f"| {size} | {ch(a)} | {a['verdict']} | {ch(b)} | {b['verdict'] if b else '-'} | "
+            f"{c['verdict'] if c else '-'} |"
+        )
+    lines.append("")
+    lines.append(
+        f"Overall verdict (primary {cmp.get('primary')}): **{cmp['verdict']}**, exit {cmp['exit_code']}."
+    )
+    return lines
+
+
+def model_table(
+    runs: dict[str, dict[str, Any]], rec: dict[str, Any] | None, tally: dict[str, list[bool]]
+) -> list[str]:
+    if rec is None:
+        return ["(no coll-model.json)"]
+    h = rec["launches"][0]["header"]
+    lines = [
+        "| metric | message | op | bytes | nccl-tests (us) | probe eager (us) | ratio | nccl-tests -G (us) "
+        "| probe graph (us) | ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in h["sizes"]:
+        op, n, ms = s["op"], s["bytes"], s["metrics"]
+        ne = nt_us(runs, f"model-{op}-{n}-eager", n, op)
+        ng = nt_us(runs, f"model-{op}-{n}-graph", n, op)
+        pe, pg = probe_us(rec, ms.get("eager", "")), probe_us(rec, ms.get("graph", ""))
+        re_, ok_e = ratio(pe, ne)
+        rg, ok_g = ratio(pg, ng)
+        for key, ok in (("model eager", ok_e), ("model graph", ok_g)):
+            if ok is not None:
+                tally.setdefault(key, []).append(ok)
+        lines.append(
+            f"| {' / '.join(f'`{m}`' for m in ms.values())} | {s['label']} | {op} | {n} | {f(ne)} | {f(pe)} "
+            f"| {re_} | {f(ng)} | {f(pg)} | {rg} |"
+        )
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    d = Path(argv[0])
+    page = Path(argv[1]) if len(argv) > 1 else ROOT / "docs" / "bench" / "collectives.md"
+    nt_text = (d / "nccl-tests.txt").read_text(encoding="utf-8") if (d / "nccl-tests.txt").is_file() else ""
+    runs = parse_nccl_tests(nt_text)
+    recs = {v: load(d / f"coll-{v}.json") for v in ("default", "p2p-off", "model")}
+    env = (d / "env.txt").read_text(encoding="utf-8") if (d / "env.txt").is_file() else "(no env.txt)"
+    missing = [f"coll-{v}.json" for v, r in recs.items() if r is None]
+    missing += [] if runs else ["nccl-tests output (nccl-tests.txt empty: did the build fail? see env.txt)"]
+    head = next((r for r in recs.values() if r is not None), None)
+    hdr = head["launches"][0]["header"] if head and head.get("launches") else {}
+    versions = sorted({n for r in runs.values() for n in r["notes"]})
+    tally: dict[str, list[bool]] = {}
+    L = [
+        "# collectives: regdiag probe vs nccl-tests on two GPUs",
+        "",
+        "Made by `OUT=DIR bash bench/gpu_collectives.sh` then `python bench/gpu_collectives_report.py DIR`.",
+        f"Probe: `regdiag probe collectives {PROBE}` (float32, all-reduce in place; eager = the Python loop of",
+        "50 calls between CUDA events, graph = the same 50 captured in one CUDA graph and replayed).",
+        f"nccl-tests: `all_reduce_perf {SWEEP}` (in-place column), and the same with `-G 10`; built from",
+        "source on the host against the system NCCL headers, run on the NCCL library torch loads.",
+        "A ratio is probe / nccl-tests; ✗ marks one outside ±10 %.",
+        "",
+        f"Probe header: torch {hdr.get('torch', '-')}, NCCL {hdr.get('nccl', '-')}, "
+        f"{(hdr.get('device') or {}).get('name', '-')} x {hdr.get('world', '-')}, modes {hdr.get('modes', '-')}.",
+        "nccl-tests says: " + ("; ".join(versions) if versions else "-"),
+        "",
+    ]
+    if missing:
+        L += ["**Missing:** " + "; ".join(missing), ""]
+    L += ["## all_reduce, default NCCL", ""] + sweep_table(runs, recs["default"], "default", tally) + [""]
+    L += (
+        ["## all_reduce, NCCL_P2P_DISABLE=1", ""]
+        + sweep_table(runs, recs["p2p-off"], "p2p-off", tally)
+        + [""]
+    )
+    L += (
+        [
+            "## regdiag compare: default vs NCCL_P2P_DISABLE=1",
+            "",
+            "`regdiag compare coll-default.json coll-p2p-off.json --json`; a bandwidth that falls must be REGRESSED.",
+            "",
+        ]
+        + compare_table(load(d / "compare-p2p.json"))
+        + [""]
+    )
+    L += (
+        [
+            "## kimi-k2 messages at TP=2 (`--sizes model:kimi-k2`, bf16)",
+            "",
+            "nccl-tests one size per run (`-b N -e N -d bfloat16`, all_gather_perf's out-of-place column).",
+            "",
+        ]
+        + model_table(runs, recs["model"], tally)
+        + [""]
+    )
+    L += ["## Within 10 % of nccl-tests", ""]
+    for key, oks in tally.items():
+        L.append(f"- {key}: {sum(oks)} of {len(oks)} sizes")
+    L += ["", "## Host", "", "```", env.strip(), "```", ""]
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text("\n".join(L), encoding="utf-8")
+    print(f"wrote {page}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
