@@ -29,6 +29,7 @@ RUNS = [  # (file stem, what, extra flags / environment)
     ("eagle-NCCL_PROTO-Simple", "EAGLE, graph, `NCCL_PROTO=Simple`", "NCCL_PROTO=Simple … --no-snapshot"),
     ("eagle-NCCL_ALGO-Ring", "EAGLE, graph, `NCCL_ALGO=Ring`", "NCCL_ALGO=Ring … --no-snapshot"),
     ("eagle-NCCL_ALGO-Tree", "EAGLE, graph, `NCCL_ALGO=Tree`", "NCCL_ALGO=Tree … --no-snapshot"),
+    ("eagle-NCCL_ALGO-allreduce-Tree", "EAGLE, graph, `NCCL_ALGO=allreduce:Tree`", "bench/gpu_tp_bisect.sh"),
 ]
 
 
@@ -138,6 +139,22 @@ def main(argv: list[str]) -> int:
         "`destroy_process_group()` while its captured graphs were alive.",
         "",
     ]
+    bisect = d / "h200x2-tp2-bisect.md"
+    if bisect.is_file():
+        L += [
+            "### bisect at TP=2: which of four NCCL differences costs verify?",
+            "",
+            "`OUT=DIR bash bench/gpu_tp_bisect.sh` (same machine, later call; kimi-k2 at TP=2 with 2 layers so each",
+            "launch is a few seconds): `regdiag bisect --good 'NCCL_PROTO=LL NCCL_ALGO=allreduce:Ring",
+            "NCCL_BUFFSIZE=4194304 NCCL_NTHREADS=256' --bad 'NCCL_PROTO=Simple NCCL_ALGO=allreduce:Tree",
+            "NCCL_BUFFSIZE=8388608 NCCL_NTHREADS=512' --probe spec-decode --metric verify --markdown -- --preset",
+            "kimi-k2 --tp 2 --layers 2 --cycles 30`. Its report, verbatim (journal: `baselines/h200x2-tp2-bisect.jsonl`):",
+            "",
+            *["> " + ln if ln.strip() else ">" for ln in bisect.read_text(encoding="utf-8").strip().splitlines()],
+            "",
+            "The whole bisect took as long as its 15 launches: no launch waited on a teardown.",
+            "",
+        ]
     out = ROOT / "docs" / "bench" / "gpu_probe_tp2.md"
     out.write_text("\n".join(L), encoding="utf-8")
     print(f"wrote {out}")
