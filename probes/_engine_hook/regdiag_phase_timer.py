@@ -150,6 +150,12 @@ class Timer:
     def _wrap(self, fn, target):
         roles = self.roles[target]
         timer = self
+        acc = self.cfg.get("accept")
+        if acc and acc["target"] == target and acc.get("pos") is None:
+            try:  # the argument's position, for calls that pass it positionally
+                acc["pos"] = list(inspect.signature(fn).parameters).index(acc["arg"])
+            except (ValueError, TypeError):
+                pass
 
         @functools.wraps(fn)
         def regdiag_timed(*args, **kwargs):
