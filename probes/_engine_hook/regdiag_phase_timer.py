@@ -224,10 +224,8 @@ class Timer:
                 t[name] = t[name] + self._ms(a, b)
             for name in self.phases:
                 t[name] = round(t[name], 5)
-            values = {f"calls_{k}": v for k, v in c.calls.items()}
-            if c.accept is not None:
-                values["accept_len"] = c.accept
-            line["values"] = values
+            line["values"] = {"accept_len": c.accept} if c.accept is not None else {}
+            line["calls"] = c.calls
         if c.warmup:
             line["warmup"] = True
         line["t"] = t
@@ -264,7 +262,18 @@ class Timer:
             }
         )
 
+    def _capturing(self):
+        torch = sys.modules.get("torch")
+        return bool(
+            torch is not None
+            and torch.cuda.is_available()
+            and torch.cuda.is_initialized()
+            and torch.cuda.is_current_stream_capturing()
+        )
+
     def call(self, fn, roles, args, kwargs):
+        if self._capturing():  # an engine capturing a CUDA graph: an event there would be captured
+            return fn(*args, **kwargs)
         depth = getattr(self.local, "depth", 0)
         if depth:  # nested inside another target: counted there
             self._accept(roles, args, kwargs)

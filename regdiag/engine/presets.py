@@ -32,28 +32,58 @@ class Targets:
 
 
 _HF_CG = "transformers.generation.candidate_generator:AssistedCandidateGenerator"
-_SGL = "sglang.srt.speculative.eagle_worker:EAGLEWorker"
+_SGL1 = "sglang.srt.speculative.eagle_worker:EAGLEWorker"
+_SGL2 = "sglang.srt.speculative.eagle_worker_v2"
+
+# Each preset names the functions of one released version, read from its wheel (docs/engine.md has
+# the files and the call order; tests/test_engine_presets.py checks them against those wheels).
+VERSIONS = {
+    "transformers": ("transformers", "5.24.0"),
+    "sglang-eagle": ("sglang", "0.5.23"),
+    "sglang-eagle-v1": ("sglang", "0.5.3"),
+    "vllm-eagle": ("vllm", "0.33.0"),
+}
 
 PRESETS: dict[str, Targets] = {
-    # transformers 5.24.0, generation/utils.py GenerationMixin._assisted_decoding: get_candidates, then
-    # the target model's call, then the host reads n_matches and calls update_candidate_strategy.
+    # generation/utils.py GenerationMixin._assisted_decoding: candidate_generator.get_candidates(), the
+    # target model's call, then the host reads n_matches and calls update_candidate_strategy().
     "transformers": Targets(
-        phases=[("draft", f"{_HF_CG}.get_candidates"), ("verify", "transformers.modeling_utils:PreTrainedModel.__call__")],
+        phases=[
+            ("draft", f"{_HF_CG}.get_candidates"),
+            ("verify", "transformers.modeling_utils:PreTrainedModel.__call__"),
+        ],
         sync=f"{_HF_CG}.update_candidate_strategy",
         accept={"target": f"{_HF_CG}.update_candidate_strategy", "arg": "num_matches", "pos": 3, "plus": 1},
     ),
-    # SGLang python/sglang/srt/speculative/eagle_worker.py (commit 00559ea): forward_batch_generation is
-    # one cycle: draft(), verify(), forward_draft_extend_after_decode().
+    # speculative/eagle_worker_v2.py EAGLEWorkerV2.forward_batch_generation (decode): draft_worker.draft(),
+    # self.verify(), draft_worker._draft_extend_for_decode(); overlapped, so events are read deferred.
     "sglang-eagle": Targets(
-        phases=[("draft", f"{_SGL}.draft"), ("verify", f"{_SGL}.verify"),
-                ("extend", f"{_SGL}.forward_draft_extend_after_decode")],
-        cycle=f"{_SGL}.forward_batch_generation",
+        phases=[
+            ("draft", f"{_SGL2}:EagleDraftWorker.draft"),
+            ("verify", f"{_SGL2}:EAGLEWorkerV2.verify"),
+            ("extend", f"{_SGL2}:EagleDraftWorker._draft_extend_for_decode"),
+        ],
+        cycle=f"{_SGL2}:EAGLEWorkerV2.forward_batch_generation",
     ),
-    # vLLM V1 (commit 008603a): the target forward of the scheduled (verify) tokens, then the EAGLE
-    # proposer drafts the next tokens; a cycle runs from one verify to the next.
+    # speculative/eagle_worker.py EAGLEWorker.forward_batch_generation (decode): draft(), verify(),
+    # forward_draft_extend_after_decode().
+    "sglang-eagle-v1": Targets(
+        phases=[
+            ("draft", f"{_SGL1}.draft"),
+            ("verify", f"{_SGL1}.verify"),
+            ("extend", f"{_SGL1}.forward_draft_extend_after_decode"),
+        ],
+        cycle=f"{_SGL1}.forward_batch_generation",
+    ),
+    # v1/worker/gpu_model_runner.py GPUModelRunner: execute_model() runs _model_forward() over the
+    # scheduled tokens (the verify), sample_tokens() the rejection sampler, then propose_draft_token_ids()
+    # calls the drafter's propose() (EagleProposer inherits it from SpecDecodeBaseProposer).
     "vllm-eagle": Targets(
-        phases=[("verify", "vllm.v1.worker.gpu_model_runner:GPUModelRunner._model_forward"),
-                ("draft", "vllm.v1.spec_decode.eagle:EagleProposer.propose")],
+        phases=[
+            ("verify", "vllm.v1.worker.gpu_model_runner:GPUModelRunner._model_forward"),
+            ("reject", "vllm.v1.sample.rejection_sampler:RejectionSampler.forward"),
+            ("draft", "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.propose"),
+        ],
     ),
 }
 

@@ -119,6 +119,12 @@ def combine(streams: list[LaunchStream]) -> dict[str, Any]:
     launch = merged.to_launch()
     paired = paired_overhead(merged.cycles)
     launch["processes_timed"] = len(timed)
+    kept = [c for c in merged.cycles if not c.get("warmup") and not c.get("bare")]
+    calls: dict[str, list[int]] = {}
+    for c in kept:
+        for k, v in (c.get("calls") or {}).items():
+            calls.setdefault(k, []).append(v)
+    launch["calls_per_cycle"] = {k: round(statistics.fmean(v), 3) for k, v in calls.items()}
     cyc = launch["samples"].get("cycle", [])
     bare = (launch.get("bare_samples") or {}).get("cycle", [])
     scalars = launch["scalars"]
