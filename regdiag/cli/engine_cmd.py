@@ -71,12 +71,12 @@ def probe_engine(
     try:
         checked = check_targets(target, targets.all(), argv, env) if check else []
         config = {"preset": preset, **targets.config(), "warmup": warmup, "block": block,
-                  "url": ep.display if ep else None, "requests": requests if ep else None,
+                  "load": ep is not None, "requests": requests if ep else None,
                   "max_tokens": max_tokens if ep else None}
         phases = [p for p, _ in targets.phases]
         run = new_run(kind="engine", probe_name="engine", probe_version="1", config=config, primary="cycle",
                       phases=phases, host=target.describe(), units={k: "ms" for k in ["cycle", *phases]})
-        run["engine"] = {"launch_cmd": redact_argv([*(f"{k}={v}" for k, v in env.items()), *argv]),
+        run["engine"] = {"url": ep.display if ep else None, "launch_cmd": redact_argv([*(f"{k}={v}" for k, v in env.items()), *argv]),
                          "targets_checked": checked}
         probe = EngineProbe(host=target, argv=argv, env=env, targets=targets, launches=launches, warmup=warmup,
                             block=block, ep=ep, timeout_s=timeout, prompts=list(BUILTIN_PROMPTS),
