@@ -26,15 +26,35 @@ def version(top):
 
 
 def source(modname):
-    path = None
-    spec = None
+    """The module's file, found the way the import system would, without importing any package
+    (PathFinder for the top level; then a walk of the package directories, namespace packages too)."""
     parts = modname.split(".")
-    for i in range(len(parts)):
-        spec = PathFinder.find_spec(".".join(parts[: i + 1]), path)
-        if spec is None:
+    spec = PathFinder.find_spec(parts[0])
+    if spec is None:
+        return None
+    if len(parts) == 1:
+        return spec.origin or "namespace"
+    dirs = list(spec.submodule_search_locations or [])
+    for i, part in enumerate(parts[1:], 1):
+        last = i == len(parts) - 1
+        deeper = []
+        for d in dirs:
+            p = os.path.join(d, part)
+            if last and os.path.isfile(p + ".py"):
+                return p + ".py"
+            if os.path.isdir(p):
+                init = os.path.join(p, "__init__.py")
+                if last:
+                    return init if os.path.isfile(init) else "namespace"
+                deeper.append(p)
+            elif last:
+                compiled = [n for n in os.listdir(d) if n.startswith(part + ".") and n.endswith((".so", ".pyd"))]
+                if compiled:
+                    return os.path.join(d, compiled[0])
+        if not deeper:
             return None
-        path = spec.submodule_search_locations
-    return spec.origin
+        dirs = deeper
+    return None
 
 
 def _defines(node, name):
