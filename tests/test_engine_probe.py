@@ -123,8 +123,10 @@ def test_targets_never_imported_fail_the_launch(cli):
     r = cli("probe", "engine", "--launch-cmd", f"python3 {FAKE}/hf_noop.py", "--no-snapshot",
             "--phase", "draft=xml.dom.minidom:parseString", "-L", "1")  # fmt: skip
     assert r.returncode == 5
-    assert "no cycle was timed; targets never patched (module never imported by any process of the " \
+    assert (
+        "no cycle was timed; targets never patched (module never imported by any process of the "
         "engine): xml.dom.minidom:parseString" in r.stderr
+    )
 
 
 def test_bad_phase_syntax(cli):

@@ -289,7 +289,12 @@ class Timer:
             if self.cycle is None and not has_cycle_fn and phase == self.first:
                 start = self._mark()
                 self._open(start)
-            elif self.cycle is not None and not has_cycle_fn and phase == self.first and self.first in self.cycle.calls:
+            elif (
+                self.cycle is not None
+                and not has_cycle_fn
+                and phase == self.first
+                and self.first in self.cycle.calls
+            ):
                 start = self._mark()  # no sync point: the next cycle starts here
                 self._close(start)
                 self._open(start)

@@ -8,8 +8,17 @@ from typing import Any
 
 import typer
 
-from regdiag.cli.common import HostOpt, JsonOpt, OutputOpt, PythonOpt, SshConfigOpt, console, err_console
-from regdiag.cli.common import print_json, probe_group
+from regdiag.cli.common import (
+    HostOpt,
+    JsonOpt,
+    OutputOpt,
+    PythonOpt,
+    SshConfigOpt,
+    console,
+    err_console,
+    print_json,
+    probe_group,
+)
 from regdiag.errors import BadInput, ProbeError
 from regdiag.records import save_record
 from regdiag.runs import RunWriter, new_run
@@ -23,22 +32,62 @@ ENGINE_HELP = (
 
 
 def probe_engine(
-    launch_cmd: str = typer.Option(..., "--launch-cmd", help="The engine's command line (NAME=VALUE words first set its environment)."),
-    preset: str | None = typer.Option(None, "--preset", help="Phase targets: transformers, sglang-eagle or vllm-eagle."),
-    phase: list[str] = typer.Option([], "--phase", help="NAME=module:Qualified.name; repeat; replaces the preset's phase of that name or adds one (in order: the first opens a cycle)."),
-    sync: str | None = typer.Option(None, "--sync", help="module:Qualified.name after which the engine has synchronised: the cycle ends there (default: the preset's; none: the next first phase ends it)."),
-    cycle: str | None = typer.Option(None, "--cycle", help="module:Qualified.name whose one call is one cycle (default: the preset's)."),
-    accept: str | None = typer.Option(None, "--accept", help="module:Qualified.name=ARG: accepted draft tokens per cycle from that argument (accept length = ARG + 1)."),
-    url: str | None = typer.Option(None, "--url", help="Send requests here once the engine is healthy; without it the command runs to its end."),
+    launch_cmd: str = typer.Option(
+        ..., "--launch-cmd", help="The engine's command line (NAME=VALUE words first set its environment)."
+    ),
+    preset: str | None = typer.Option(
+        None,
+        "--preset",
+        help="Phase targets of a released engine: transformers (5.24.0), sglang-eagle (0.5.23), "
+        "sglang-eagle-v1 (0.5.3), vllm-eagle (0.33.0); docs/engine.md. Default: only --phase.",
+    ),
+    phase: list[str] = typer.Option(
+        [],
+        "--phase",
+        help="NAME=module:Qualified.name; repeat; replaces the preset's phase of that name or adds one (in order: the first opens a cycle).",
+    ),
+    sync: str | None = typer.Option(
+        None,
+        "--sync",
+        help="module:Qualified.name after which the engine has synchronised: the cycle ends there (default: the preset's; '' for none: the next start of the first phase ends it).",
+    ),
+    cycle: str | None = typer.Option(
+        None,
+        "--cycle",
+        help="module:Qualified.name whose one call is one cycle (default: the preset's; '' for none).",
+    ),
+    accept: str | None = typer.Option(
+        None,
+        "--accept",
+        help="module:Qualified.name=ARG: accepted draft tokens per cycle from that argument (accept length = ARG + 1).",
+    ),
+    url: str | None = typer.Option(
+        None,
+        "--url",
+        help="Send requests here once the engine is healthy; without it the command runs to its end.",
+    ),
     api: str = typer.Option("sglang", "--api", help="With --url: sglang, openai or openai-chat."),
     requests: int = typer.Option(8, "--requests", "-R", min=1, help="With --url: requests per launch."),
     max_tokens: int = typer.Option(128, "--max-tokens", min=1, help="With --url: tokens per request."),
     launches: int = typer.Option(3, "--launches", "-L", min=1, help="Engine starts (the unit of evidence)."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Cycles dropped at the start of each process."),
-    block: int = typer.Option(1, "--block", min=0, help="Bare cycles (hook off but the cycle's two marks) interleave in ABBA blocks of this size, for the overhead; 0: none."),
-    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds for the engine to become healthy, or (without --url) to finish."),
-    check: bool = typer.Option(True, "--check/--no-check", help="Check every target in the installed engine's source first (no import)."),
-    snapshot: bool = typer.Option(True, "--snapshot/--no-snapshot", help="Snapshot the host before and after."),
+    block: int = typer.Option(
+        1,
+        "--block",
+        min=0,
+        help="Bare cycles (hook off but the cycle's two marks) interleave in ABBA blocks of this size, for the overhead; 0: none.",
+    ),
+    timeout: float = typer.Option(
+        1800.0, "--timeout", help="Seconds for the engine to become healthy, or (without --url) to finish."
+    ),
+    check: bool = typer.Option(
+        True,
+        "--check/--no-check",
+        help="Check every target in the installed engine's source first (no import).",
+    ),
+    snapshot: bool = typer.Option(
+        True, "--snapshot/--no-snapshot", help="Snapshot the host before and after."
+    ),
     host: str | None = HostOpt,
     python: str | None = PythonOpt,
     ssh_config: Path | None = SshConfigOpt,
@@ -70,22 +119,51 @@ def probe_engine(
     target = open_host(host, python, ssh_config)
     try:
         checked = check_targets(target, targets.all(), argv, env) if check else []
-        config = {"preset": preset, **targets.config(), "warmup": warmup, "block": block,
-                  "load": ep is not None, "requests": requests if ep else None,
-                  "max_tokens": max_tokens if ep else None}
+        config = {
+            "preset": preset,
+            **targets.config(),
+            "warmup": warmup,
+            "block": block,
+            "load": ep is not None,
+            "requests": requests if ep else None,
+            "max_tokens": max_tokens if ep else None,
+        }
         phases = [p for p, _ in targets.phases]
-        run = new_run(kind="engine", probe_name="engine", probe_version="1", config=config, primary="cycle",
-                      phases=phases, host=target.describe(), units={k: "ms" for k in ["cycle", *phases]})
-        run["engine"] = {"url": ep.display if ep else None, "launch_cmd": redact_argv([*(f"{k}={v}" for k, v in env.items()), *argv]),
-                         "targets_checked": checked}
-        probe = EngineProbe(host=target, argv=argv, env=env, targets=targets, launches=launches, warmup=warmup,
-                            block=block, ep=ep, timeout_s=timeout, prompts=list(BUILTIN_PROMPTS),
-                            load=LoadSpec(requests=requests, max_tokens=max_tokens, stream=False) if ep else None)
+        run = new_run(
+            kind="engine",
+            probe_name="engine",
+            probe_version="1",
+            config=config,
+            primary="cycle",
+            phases=phases,
+            host=target.describe(),
+            units={k: "ms" for k in ["cycle", *phases]},
+        )
+        run["engine"] = {
+            "url": ep.display if ep else None,
+            "launch_cmd": redact_argv([*(f"{k}={v}" for k, v in env.items()), *argv]),
+            "targets_checked": checked,
+        }
+        probe = EngineProbe(
+            host=target,
+            argv=argv,
+            env=env,
+            targets=targets,
+            launches=launches,
+            warmup=warmup,
+            block=block,
+            ep=ep,
+            timeout_s=timeout,
+            prompts=list(BUILTIN_PROMPTS),
+            load=LoadSpec(requests=requests, max_tokens=max_tokens, stream=False) if ep else None,
+        )
         with RunWriter(None, run) as writer:
             if snapshot:
                 _snapshot(writer, "snapshot_before", target)
             if not json_out:
-                err_console.print(f"regdiag: timing {', '.join(phases)} in the engine; record {writer.path}", soft_wrap=True)
+                err_console.print(
+                    f"regdiag: timing {', '.join(phases)} in the engine; record {writer.path}", soft_wrap=True
+                )
 
             def on_event(kind: str, data: dict[str, Any]) -> None:
                 if kind == "launch_end" and not json_out:

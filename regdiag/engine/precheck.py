@@ -24,7 +24,9 @@ def check(
     req = {"targets": targets, "scripts": [a for a in argv if a.endswith(".py")]}
     res = host.run([host.python, "-c", SCRIPT], stdin=json.dumps(req).encode(), env=env or {}, timeout=120)
     if not res.ok:
-        raise BadInput(f"cannot check the phase targets with {host.python}: {res.stderr_tail() or 'no output'}")
+        raise BadInput(
+            f"cannot check the phase targets with {host.python}: {res.stderr_tail() or 'no output'}"
+        )
     found: list[dict[str, Any]] = json.loads(res.stdout.decode())
     for f in found:
         if f["state"] == "missing":

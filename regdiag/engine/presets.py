@@ -20,8 +20,12 @@ class Targets:
     notes: list[str] = field(default_factory=list)
 
     def config(self) -> dict[str, Any]:
-        return {"phases": [list(p) for p in self.phases], "cycle": self.cycle, "sync": self.sync,
-                "accept": self.accept}
+        return {
+            "phases": [list(p) for p in self.phases],
+            "cycle": self.cycle,
+            "sync": self.sync,
+            "accept": self.accept,
+        }
 
     def all(self) -> list[tuple[str, str]]:
         out = list(self.phases)

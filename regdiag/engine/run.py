@@ -91,7 +91,7 @@ def paired_overhead(cycles: list[dict[str, Any]]) -> tuple[float, int] | None:
         else:
             runs.append((bare, [c["t"]["cycle"]]))
     diffs = []
-    for (b1, x1), (_, x2) in zip(runs, runs[1:]):
+    for (b1, x1), (_, x2) in zip(runs, runs[1:], strict=False):
         inst, bare_ms = (x2, x1) if b1 else (x1, x2)
         mb = statistics.median(bare_ms)
         if mb > 0:
@@ -130,9 +130,7 @@ def combine(streams: list[LaunchStream]) -> dict[str, Any]:
     scalars = launch["scalars"]
     phases = [k for k in launch["samples"] if k != "cycle"]
     gaps = [
-        abs(c - sum(launch["samples"][p][i] for p in phases)) / c * 100
-        for i, c in enumerate(cyc)
-        if c > 0
+        abs(c - sum(launch["samples"][p][i] for p in phases)) / c * 100 for i, c in enumerate(cyc) if c > 0
     ]
     if gaps:
         scalars["phase_sum_gap_pct_median"] = round(statistics.median(gaps), 3)
@@ -179,9 +177,17 @@ def _prepare(host: Host, tmp: str, probe: EngineProbe) -> tuple[str, str, str]:
 def run_engine(probe: EngineProbe, writer: RunWriter, on_event: Event | None = None) -> None:
     emit = on_event or (lambda kind, data: None)
     for li in range(probe.launches):
-        launch: dict[str, Any] = {"index": len(writer.run["launches"]), "status": "interrupted",
-                                  "error": None, "started": now_iso(), "samples": {}, "values": {},
-                                  "scalars": {}, "clocks": [], "warmup_dropped": 0}
+        launch: dict[str, Any] = {
+            "index": len(writer.run["launches"]),
+            "status": "interrupted",
+            "error": None,
+            "started": now_iso(),
+            "samples": {},
+            "values": {},
+            "scalars": {},
+            "clocks": [],
+            "warmup_dropped": 0,
+        }
         writer.add_launch(launch)
         emit("launch_start", {"launch": li, "of": probe.launches})
         t0 = time.monotonic()
@@ -197,8 +203,12 @@ def run_engine(probe: EngineProbe, writer: RunWriter, on_event: Event | None = N
                     assert probe.load is not None
                     results, wall = run_load(probe.ep, probe.prompts, probe.load)
                     ok = [r for r in results if r.ok]
-                    launch["load"] = {"requests": len(results), "ok": len(ok), "wall_s": round(wall, 3),
-                                      "output_tokens": sum(r.output_tokens or 0 for r in ok)}
+                    launch["load"] = {
+                        "requests": len(results),
+                        "ok": len(ok),
+                        "wall_s": round(wall, 3),
+                        "output_tokens": sum(r.output_tokens or 0 for r in ok),
+                    }
                     if not ok:
                         failure = f"every request failed: {results[0].error if results else 'none sent'}"
                 elif not server.wait_exit(probe.timeout_s):
@@ -218,8 +228,10 @@ def run_engine(probe: EngineProbe, writer: RunWriter, on_event: Event | None = N
             launch["header"].pop("pid", None)
             footers = [s.footer for s in streams if s.footer]
             never = sorted({t for f in footers for t in f.get("never_imported", [])})
-            patched = sorted({t for f in footers for t in f.get("patched", [])} | {
-                t for h in headers for t in h.get("patched", [])})
+            patched = sorted(
+                {t for f in footers for t in f.get("patched", [])}
+                | {t for h in headers for t in h.get("patched", [])}
+            )
             launch["hook"] = {"patched": patched, "never_imported": never}
         launch["duration_s"] = round(time.monotonic() - t0, 3)
         if usage:

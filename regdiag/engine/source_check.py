@@ -48,7 +48,9 @@ def source(modname):
                     return init if os.path.isfile(init) else "namespace"
                 deeper.append(p)
             elif last:
-                compiled = [n for n in os.listdir(d) if n.startswith(part + ".") and n.endswith((".so", ".pyd"))]
+                compiled = [
+                    n for n in os.listdir(d) if n.startswith(part + ".") and n.endswith((".so", ".pyd"))
+                ]
                 if compiled:
                     return os.path.join(d, compiled[0])
         if not deeper:
@@ -97,7 +99,13 @@ def check(role, target):
     else:
         with open(origin, encoding="utf-8") as f:
             state = lookup(ast.parse(f.read(), origin), qual)
-    return {"role": role, "target": target, "state": state, "version": version(mod.split(".")[0]), "file": origin}
+    return {
+        "role": role,
+        "target": target,
+        "state": state,
+        "version": version(mod.split(".")[0]),
+        "file": origin,
+    }
 
 
 def main():

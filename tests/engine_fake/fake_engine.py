@@ -69,8 +69,13 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, {"detail": "not found"})
             return
         n = generate(int(body.get("sampling_params", {}).get("max_new_tokens", 16)))
-        self._send(200, {"text": "x" * n, "meta_info": {"completion_tokens": n,
-                                                       "finish_reason": {"type": "length", "length": n}}})
+        self._send(
+            200,
+            {
+                "text": "x" * n,
+                "meta_info": {"completion_tokens": n, "finish_reason": {"type": "length", "length": n}},
+            },
+        )
 
 
 HTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
