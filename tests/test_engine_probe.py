@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -160,7 +163,9 @@ def test_sitecustomize_chains_without_the_hook(tmp_path):
     assert out.stdout.strip() == str(other / "sitecustomize.py")
 
 
-transformers = pytest.importorskip("transformers")
+@pytest.fixture
+def transformers():
+    return pytest.importorskip("transformers")
 
 
 def _hf(cli, tmp_path, *script_args: str):
@@ -171,7 +176,7 @@ def _hf(cli, tmp_path, *script_args: str):
     return json.loads(out.read_text())["launches"][0]
 
 
-def test_transformers_assisted_generation_draft_equal_to_target(cli, tmp_path):
+def test_transformers_assisted_generation_draft_equal_to_target(cli, tmp_path, transformers):
     la = _hf(cli, tmp_path, "--same", "--tokens", "100")
     assert la["header"]["engine_versions"] == [f"transformers {transformers.__version__}"]
     acc = la["values"]["accept_len"]
@@ -181,7 +186,7 @@ def test_transformers_assisted_generation_draft_equal_to_target(cli, tmp_path):
     assert la["scalars"]["phase_sum_gap_pct_median"] < 5
 
 
-def test_transformers_assisted_generation_random_draft(cli, tmp_path):
+def test_transformers_assisted_generation_random_draft(cli, tmp_path, transformers):
     la = _hf(cli, tmp_path, "--tokens", "30")
     acc = la["values"]["accept_len"]
     # A random draft over a 256-token vocabulary almost never agrees with the target.
@@ -189,7 +194,7 @@ def test_transformers_assisted_generation_random_draft(cli, tmp_path):
     assert la["scalars"]["phase_sum_gap_pct_median"] < 5
 
 
-def test_transformers_target_missing_names_the_version(cli):
+def test_transformers_target_missing_names_the_version(cli, transformers):
     r = cli("probe", "engine", "--preset", "transformers", "--launch-cmd", "true",
             "--phase", "verify=transformers.generation.utils:no_such_loop")  # fmt: skip
     assert r.returncode == 2
@@ -197,3 +202,43 @@ def test_transformers_target_missing_names_the_version(cli):
         "regdiag: error: verify: transformers.generation.utils:no_such_loop does not exist "
         f"in the installed transformers {transformers.__version__}"
     )
+
+
+def test_ctrl_c_keeps_the_cycles_and_stops_the_engine(tmp_path):
+    port = free_port()
+    env = {**os.environ, "REGDIAG_HOME": str(tmp_path)}
+    args = [sys.executable, "-m", "regdiag", "probe", "engine", *_fake_server(port, workers=2), *FAKE_PHASES,
+            "-L", "2", "-R", "400", "--max-tokens", "90"]  # fmt: skip
+    proc = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        hooks: list[Path] = []
+        while time.monotonic() < deadline and not any(h.stat().st_size > 2000 for h in hooks):
+            time.sleep(0.3)  # until the workers have written a few cycles
+            hooks = list(Path(tempfile.gettempdir()).glob("regdiag-*/out/hook-*.jsonl"))
+            hooks = [h for h in hooks if h.stat().st_mtime > time.time() - 60]
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    run = json.loads(next((tmp_path / "runs").glob("*.json")).read_text())
+    assert run["status"] == "interrupted" and len(run["launches"]) == 1
+    la = run["launches"][0]
+    assert la["status"] == "interrupted" and len(la["samples"]["cycle"]) > 0
+    # The engine's process group, workers included, is gone (zombies waiting for a reaper aside).
+    assert _live_members(la["server_process"]["pid"]) == []
+
+
+def _live_members(pgid: int) -> list[int]:
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(int(stat.parent.name))
+    return live

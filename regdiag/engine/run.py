@@ -174,6 +174,26 @@ def _prepare(host: Host, tmp: str, probe: EngineProbe) -> tuple[str, str, str]:
     return hook, f"{tmp}/hook.json", out
 
 
+def _fill(
+    launch: dict[str, Any], streams: list[LaunchStream]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """The launch's measurements from the hook's streams; returns (usage errors, other errors, patched)."""
+    usage = [s.error for s in streams if s.error and s.error.get("kind") == "usage"]
+    errors = [s.error for s in streams if s.error and s.error.get("kind") != "usage"]
+    launch.update(combine(streams))
+    headers = [s.header for s in streams if s.header]
+    launch["header"] = {**(headers[0] if headers else {}), "processes": len(streams)}
+    launch["header"].pop("pid", None)
+    footers = [s.footer for s in streams if s.footer]
+    patched = sorted(
+        {t for f in footers for t in f.get("patched", [])}
+        | {t for h in headers for t in h.get("patched", [])}
+    )
+    never = sorted({t for f in footers for t in f.get("never_imported", [])})
+    launch["hook"] = {"patched": patched, "never_imported": never}
+    return usage, errors, patched
+
+
 def run_engine(probe: EngineProbe, writer: RunWriter, on_event: Event | None = None) -> None:
     emit = on_event or (lambda kind, data: None)
     for li in range(probe.launches):
@@ -218,22 +238,12 @@ def run_engine(probe: EngineProbe, writer: RunWriter, on_event: Event | None = N
             except LaunchError as e:
                 failure = str(e)
             finally:
+                # Also on Ctrl-C / SIGTERM: stop the engine, keep every cycle it wrote.
                 launch["server_process"] = server.stop()
                 streams = read_streams(probe.host, out)
-            usage = [s.error for s in streams if s.error and s.error.get("kind") == "usage"]
-            errors = [s.error for s in streams if s.error and s.error.get("kind") != "usage"]
-            launch.update(combine(streams))
-            headers = [s.header for s in streams if s.header]
-            launch["header"] = {**(headers[0] if headers else {}), "processes": len(streams)}
-            launch["header"].pop("pid", None)
-            footers = [s.footer for s in streams if s.footer]
-            never = sorted({t for f in footers for t in f.get("never_imported", [])})
-            patched = sorted(
-                {t for f in footers for t in f.get("patched", [])}
-                | {t for h in headers for t in h.get("patched", [])}
-            )
-            launch["hook"] = {"patched": patched, "never_imported": never}
-        launch["duration_s"] = round(time.monotonic() - t0, 3)
+                usage, errors, patched = _fill(launch, streams)
+                launch["duration_s"] = round(time.monotonic() - t0, 3)
+                writer.flush()
         if usage:
             launch["status"], launch["error"] = "error", str(usage[0].get("message"))
             writer.flush()
