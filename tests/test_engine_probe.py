@@ -242,3 +242,27 @@ def _live_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             live.append(int(stat.parent.name))
     return live
+
+
+def test_protocol_output_drives_bisect(cli, tmp_path):
+    # bisect runs `probe engine --protocol` per launch; the env var that makes verify 10x slower is found.
+    engine = (
+        f"python -m regdiag probe engine --protocol -L 1 --no-snapshot {' '.join(FAKE_PHASES)} "
+        f"--launch-cmd 'PYTHONPATH={FAKE}/site python3 {FAKE}/fake_engine.py --workers 1 --tokens 60'"
+    )
+    r = cli("bisect", "--good", "FAKE_VERIFY_N=2000 FAKE_DRAFT_N=3000", "--bad",
+            "FAKE_VERIFY_N=20000 FAKE_DRAFT_N=3000", "--command", engine, "--metric", "verify",
+            "--launches", "3", "--max-launches", "6", "--journal", str(tmp_path / "j.jsonl"), "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["verdict"] == "CULPRIT", res
+    assert [c["change"] for c in res["culprits"]] == ["FAKE_VERIFY_N '2000' -> '20000'"]
+    assert res["culprits"][0]["ms"]["verify"] > 10 * abs(res["culprits"][0]["ms"]["draft"])
+
+
+def test_protocol_error_line_and_exit_2(cli):
+    r = cli("probe", "engine", "--protocol", "--no-snapshot", "--launch-cmd", f"python3 {FAKE}/fake_engine.py",
+            "--phase", "verify=fake_spec:SpecWorker.gone_verify")  # fmt: skip
+    assert r.returncode == 2
+    line = json.loads(r.stdout)
+    assert line["type"] == "error" and line["kind"] == "usage" and "gone_verify" in line["message"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +71,13 @@ def probe_engine(
     api: str = typer.Option("sglang", "--api", help="With --url: sglang, openai or openai-chat."),
     requests: int = typer.Option(8, "--requests", "-R", min=1, help="With --url: requests per launch."),
     max_tokens: int = typer.Option(128, "--max-tokens", min=1, help="With --url: tokens per request."),
-    launches: int = typer.Option(3, "--launches", "-L", min=1, help="Engine starts (the unit of evidence)."),
+    launches_opt: int | None = typer.Option(
+        None,
+        "--launches",
+        "-L",
+        min=1,
+        help="Engine starts (the unit of evidence); default 3, 1 with --protocol.",
+    ),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Cycles dropped at the start of each process."),
     block: int = typer.Option(
         1,
@@ -93,111 +101,136 @@ def probe_engine(
     ssh_config: Path | None = SshConfigOpt,
     output: Path | None = OutputOpt,
     json_out: bool = JsonOpt,
+    protocol: bool = typer.Option(
+        False,
+        "--protocol",
+        help="Print the launch as probe-protocol lines on stdout instead of the summary (a header, its "
+        "cycles, a footer; an error line on failure), for `regdiag bisect --command`. Needs -L 1.",
+    ),
 ) -> None:
     from regdiag.engine.precheck import check as check_targets
     from regdiag.engine.presets import resolve
-    from regdiag.engine.run import EngineProbe, run_engine
+    from regdiag.engine.run import EngineProbe, protocol_lines, run_engine
     from regdiag.hosts.resolve import open_host
     from regdiag.server.client import APIS, Endpoint, EndpointError
     from regdiag.server.launch import LaunchError, split_launch_cmd
     from regdiag.server.load import BUILTIN_PROMPTS, LoadSpec
     from regdiag.server.record import redact_argv
 
-    targets = resolve(preset, phase, sync, cycle, accept)
+    launches = launches_opt if launches_opt is not None else (1 if protocol else 3)
+    if protocol and launches != 1:
+        raise BadInput("--protocol prints one launch: give -L 1 (bisect makes the launches)")
+    quiet = json_out or protocol
     try:
-        argv, env = split_launch_cmd(launch_cmd)
-    except LaunchError as e:
-        raise BadInput(str(e)) from None
-    ep = None
-    if url is not None:
-        if api not in APIS:
-            raise BadInput(f"--api {api!r}: choose one of {', '.join(APIS)}")
+        targets = resolve(preset, phase, sync, cycle, accept)
         try:
-            ep = Endpoint(url, api=api)
-        except EndpointError as e:
+            argv, env = split_launch_cmd(launch_cmd)
+        except LaunchError as e:
             raise BadInput(str(e)) from None
-    target = open_host(host, python, ssh_config)
-    try:
-        checked = check_targets(target, targets.all(), argv, env) if check else []
-        config = {
-            "preset": preset,
-            **targets.config(),
-            "warmup": warmup,
-            "block": block,
-            "load": ep is not None,
-            "requests": requests if ep else None,
-            "max_tokens": max_tokens if ep else None,
-        }
-        phases = [p for p, _ in targets.phases]
-        run = new_run(
-            kind="engine",
-            probe_name="engine",
-            probe_version="1",
-            config=config,
-            primary="cycle",
-            phases=phases,
-            host=target.describe(),
-            units={k: "ms" for k in ["cycle", *phases]},
-        )
-        run["engine"] = {
-            "url": ep.display if ep else None,
-            "launch_cmd": redact_argv([*(f"{k}={v}" for k, v in env.items()), *argv]),
-            "targets_checked": checked,
-        }
-        probe = EngineProbe(
-            host=target,
-            argv=argv,
-            env=env,
-            targets=targets,
-            launches=launches,
-            warmup=warmup,
-            block=block,
-            ep=ep,
-            timeout_s=timeout,
-            prompts=list(BUILTIN_PROMPTS),
-            load=LoadSpec(requests=requests, max_tokens=max_tokens, stream=False) if ep else None,
-        )
-        with RunWriter(None, run) as writer:
-            if snapshot:
-                _snapshot(writer, "snapshot_before", target)
-            if not json_out:
-                err_console.print(
-                    f"regdiag: timing {', '.join(phases)} in the engine; record {writer.path}", soft_wrap=True
-                )
-
-            def on_event(kind: str, data: dict[str, Any]) -> None:
-                if kind == "launch_end" and not json_out:
-                    err_console.print(_launch_line(data["record"], launches), soft_wrap=True)
-
+        ep = None
+        if url is not None:
+            if api not in APIS:
+                raise BadInput(f"--api {api!r}: choose one of {', '.join(APIS)}")
             try:
-                run_engine(probe, writer, on_event)
-            except (BadInput, ProbeError) as e:
-                raise type(e)(f"{e}; record: {writer.path}") from None
-            finally:
+                ep = Endpoint(url, api=api)
+            except EndpointError as e:
+                raise BadInput(str(e)) from None
+        target = open_host(host, python, ssh_config)
+        try:
+            checked = check_targets(target, targets.all(), argv, env) if check else []
+            config = {
+                "preset": preset,
+                **targets.config(),
+                "warmup": warmup,
+                "block": block,
+                "load": ep is not None,
+                "requests": requests if ep else None,
+                "max_tokens": max_tokens if ep else None,
+            }
+            phases = [p for p, _ in targets.phases]
+            run = new_run(
+                kind="engine",
+                probe_name="engine",
+                probe_version="1",
+                config=config,
+                primary="cycle",
+                phases=phases,
+                host=target.describe(),
+                units={k: "ms" for k in ["cycle", *phases]},
+            )
+            run["engine"] = {
+                "url": ep.display if ep else None,
+                "launch_cmd": redact_argv([*(f"{k}={v}" for k, v in env.items()), *argv]),
+                "targets_checked": checked,
+            }
+            probe = EngineProbe(
+                host=target,
+                argv=argv,
+                env=env,
+                targets=targets,
+                launches=launches,
+                warmup=warmup,
+                block=block,
+                ep=ep,
+                timeout_s=timeout,
+                prompts=list(BUILTIN_PROMPTS),
+                load=LoadSpec(requests=requests, max_tokens=max_tokens, stream=False) if ep else None,
+            )
+            with RunWriter(None, run) as writer:
                 if snapshot:
-                    _snapshot(writer, "snapshot_after", target)
-    finally:
-        target.close()
-    if output is not None:
-        save_record(output, writer.run)
-    ok = [la for la in writer.run["launches"] if la.get("status") == "ok"]
-    summary: dict[str, Any] = {"path": str(writer.path), "launches": len(ok)}
-    for k in ["cycle", *phases]:
-        meds = [statistics.median(la["samples"][k]) for la in ok if la["samples"].get(k)]
-        summary[f"{k}_ms_median"] = round(statistics.median(meds), 4) if meds else None
-    for k in ("accept_len_mean", "overhead_pct", "phase_sum_gap_pct_median"):
-        vals = [la["scalars"][k] for la in ok if la["scalars"].get(k) is not None]
-        summary[k] = round(statistics.median(vals), 4) if vals else None
-    if json_out:
-        print_json(summary)
-    else:
-        console.print(
-            "median of launch medians: "
-            + ", ".join(f"{k} {summary[f'{k}_ms_median']} ms" for k in ["cycle", *phases])
-            + f"; accept len {summary['accept_len_mean']}; hook overhead {summary['overhead_pct']} %",
-            soft_wrap=True,
-        )
-        console.print(f"record: {writer.path}", soft_wrap=True)
+                    _snapshot(writer, "snapshot_before", target)
+                if not quiet:
+                    err_console.print(
+                        f"regdiag: timing {', '.join(phases)} in the engine; record {writer.path}",
+                        soft_wrap=True,
+                    )
+
+                def on_event(kind: str, data: dict[str, Any]) -> None:
+                    if kind == "launch_end" and not quiet:
+                        err_console.print(_launch_line(data["record"], launches), soft_wrap=True)
+
+                try:
+                    run_engine(probe, writer, on_event)
+                except (BadInput, ProbeError) as e:
+                    raise type(e)(f"{e}; record: {writer.path}") from None
+                finally:
+                    if snapshot:
+                        _snapshot(writer, "snapshot_after", target)
+        finally:
+            target.close()
+        if output is not None:
+            save_record(output, writer.run)
+        ok = [la for la in writer.run["launches"] if la.get("status") == "ok"]
+        summary: dict[str, Any] = {"path": str(writer.path), "launches": len(ok)}
+        for k in ["cycle", *phases]:
+            meds = [statistics.median(la["samples"][k]) for la in ok if la["samples"].get(k)]
+            summary[f"{k}_ms_median"] = round(statistics.median(meds), 4) if meds else None
+        for k in ("accept_len_mean", "overhead_pct", "phase_sum_gap_pct_median"):
+            vals = [la["scalars"][k] for la in ok if la["scalars"].get(k) is not None]
+            summary[k] = round(statistics.median(vals), 4) if vals else None
+        if protocol:
+            for line in protocol_lines(writer.run):
+                print_json_line(line)
+        elif json_out:
+            print_json(summary)
+        else:
+            console.print(
+                "median of launch medians: "
+                + ", ".join(f"{k} {summary[f'{k}_ms_median']} ms" for k in ["cycle", *phases])
+                + f"; accept len {summary['accept_len_mean']}; hook overhead {summary['overhead_pct']} %",
+                soft_wrap=True,
+            )
+            console.print(f"record: {writer.path}", soft_wrap=True)
+    except (BadInput, ProbeError) as e:
+        if protocol:
+            kind = "usage" if isinstance(e, BadInput) else "error"
+            print_json_line({"type": "error", "kind": kind, "message": str(e)})
+        raise
+
+
+def print_json_line(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj, default=str) + "\n")
+    sys.stdout.flush()
 
 
 def _launch_line(la: dict[str, Any], total: int) -> str:

@@ -261,3 +261,41 @@ def run_engine(probe: EngineProbe, writer: RunWriter, on_event: Event | None = N
         emit("launch_end", {"launch": li, "record": launch})
         if failure is not None:
             raise ProbeError(f"launch {li}: {failure}")
+
+
+def protocol_lines(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's one launch as probe-protocol lines (docs/probes.md), for `bisect --command`."""
+    la = run["launches"][0]
+    hdr = la.get("header") or {}
+    lines: list[dict[str, Any]] = [
+        {
+            "type": "header",
+            "protocol": 1,
+            "probe": "engine",
+            "version": run["probe"]["version"],
+            "config": run["probe"]["config"],
+            "primary": run["primary"],
+            "phases": run["phases"],
+            "units": run["units"],
+            "timer": hdr.get("timer"),
+            "engine_versions": hdr.get("engine_versions"),
+        }
+    ]
+    samples, values = la["samples"], la["values"]
+    for k in range(len(samples.get("cycle", []))):
+        line: dict[str, Any] = {"type": "cycle", "i": k, "t": {m: v[k] for m, v in samples.items()}}
+        vals = {m: v[k] for m, v in values.items() if k < len(v)}
+        if vals:
+            line["values"] = vals
+        lines.append(line)
+    for v in (la.get("bare_samples") or {}).get("cycle", []):
+        lines.append({"type": "cycle", "bare": True, "t": {"cycle": v}})
+    lines.append(
+        {
+            "type": "footer",
+            "cycles": len(samples.get("cycle", [])),
+            "warmup_dropped": la.get("warmup_dropped", 0),
+            "scalars": la.get("scalars", {}),
+        }
+    )
+    return lines

@@ -1,6 +1,7 @@
 """A tiny inference "engine" for `regdiag probe engine` tests: an HTTP server (SGLang's /generate,
 non-streaming) that drives --workers fresh worker processes, each running the speculative cycles
-of fake_spec.SpecWorker, until a request's max_new_tokens are produced. It refuses to start when
+of fake_spec.SpecWorker, until a request's max_new_tokens are produced (or, with --tokens, runs
+one generation and exits, like a script). It refuses to start when
 its own sitecustomize did not run."""
 
 import argparse
@@ -16,7 +17,8 @@ if not getattr(sys, "_fake_engine_site_ran", False):
     sys.exit(3)
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--port", type=int, required=True)
+ap.add_argument("--port", type=int, help="serve HTTP on this port")
+ap.add_argument("--tokens", type=int, help="instead of serving: generate this many tokens, then exit")
 ap.add_argument("--workers", type=int, default=2)
 args = ap.parse_args()
 
@@ -78,4 +80,10 @@ class Handler(BaseHTTPRequestHandler):
         )
 
 
-HTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
+if args.tokens is not None:
+    print(f"generated {generate(args.tokens)} tokens", flush=True)
+    for w in workers:
+        w.stdin.close()
+        w.wait()
+else:
+    HTTPServer(("127.0.0.1", args.port), Handler).serve_forever()
