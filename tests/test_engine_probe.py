@@ -77,11 +77,11 @@ def test_phase_sum_matches_cycle_with_one_worker(cli, tmp_path):
 
 def test_verify_regression_found_by_compare_and_explain(cli, tmp_path):
     runs = []
-    for name, verify_n in (("old", 2000), ("new", 20000)):
+    for name, verify_n in (("old", 1000), ("new", 30000)):  # 30x: robust to a loaded 2-core VM
         port = free_port()
         out = tmp_path / f"{name}.json"
         r = cli("probe", "engine", *_fake_server(port, workers=1, env=f"FAKE_VERIFY_N={verify_n}"),
-                *FAKE_PHASES, "-L", "3", "-R", "1", "--max-tokens", "90", "-o", str(out))  # fmt: skip
+                *FAKE_PHASES, "-L", "4", "-R", "1", "--max-tokens", "60", "-o", str(out))  # fmt: skip
         assert r.returncode == 0, r.stderr
         runs.append(str(out))
     r = cli("compare", *runs, "--json")
