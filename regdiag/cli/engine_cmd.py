@@ -21,6 +21,7 @@ from regdiag.cli.common import (
     print_json,
     probe_group,
 )
+from regdiag.cli.server_cmd import _snapshot  # one way to snapshot a launch host
 from regdiag.errors import BadInput, ProbeError
 from regdiag.records import save_record
 from regdiag.runs import RunWriter, new_run
@@ -239,16 +240,6 @@ def _launch_line(la: dict[str, Any], total: int) -> str:
     return f"launch {la['index'] + 1}/{total}: {la['status']}, {len(cyc)} cycles, median cycle {med}" + (
         f" ({la['error']})" if la.get("error") else ""
     )
-
-
-def _snapshot(writer: RunWriter, key: str, target: Any) -> None:
-    from regdiag.errors import HostError
-    from regdiag.hosts.remote import collect_snapshot
-
-    try:
-        writer.set(key, collect_snapshot(target))
-    except HostError as e:
-        err_console.print(f"regdiag: warning: no {key.replace('_', ' ')}: {e}")
 
 
 def register(app: typer.Typer) -> None:
