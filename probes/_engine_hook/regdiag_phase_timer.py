@@ -1,0 +1,394 @@
+"""Per-phase timing inside a running engine, installed by regdiag's sitecustomize (standard library
+and torch only; torch is used only if the engine imported it).
+
+The configuration (JSON, path in REGDIAG_ENGINE_HOOK) names each target as `module:Qualified.name`:
+
+    {"phases": [["draft", "m:C.f"], ["verify", "m:C.g"]], "cycle": null, "sync": "m:C.h",
+     "accept": {"target": "m:C.h", "arg": "num_matches", "pos": 3, "plus": 1},
+     "out_dir": "/tmp/x/out", "warmup": 2, "block": 1}
+
+Targets are patched when their module is imported (a sys.meta_path finder wraps the loader), never
+by importing the engine here. A cycle is one call of `cycle` when given; otherwise it opens when the
+first phase starts and closes when `sync` returns (the engine has synchronised there, so reading the
+events costs nothing) or, without a sync point, when the first phase starts again; those events are
+read later, at most MAX_PENDING cycles behind (a synchronize on the oldest when the queue is full).
+Nested calls of targets (a draft model's forward inside the draft phase) count in the outer call.
+
+Output: protocol lines (docs/probes.md) appended to OUT_DIR/hook-<pid>.jsonl, one file per process.
+"""
+
+import atexit
+import functools
+import importlib.abc
+import inspect
+import json
+import os
+import sys
+import threading
+import time
+
+MAX_PENDING = 8
+VERSION = "1"
+
+_timer = None
+
+
+def _dist_version(module_name):
+    top = module_name.split(".")[0]
+    try:
+        from importlib import metadata
+
+        dists = metadata.packages_distributions().get(top) or [top]
+        return f"{dists[0]} {metadata.version(dists[0])}"
+    except Exception:
+        mod = sys.modules.get(top)
+        v = getattr(mod, "__version__", None)
+        return f"{top} {v}" if v else f"{top} (version unknown: not an installed distribution)"
+
+
+class _Out:
+    def __init__(self, out_dir):
+        self.path = os.path.join(out_dir, f"hook-{os.getpid()}.jsonl")
+        self.lock = threading.Lock()
+        self.f = None
+
+    def write(self, obj):
+        obj["pid"] = os.getpid()
+        line = json.dumps(obj, separators=(",", ":")) + "\n"
+        with self.lock:
+            if self.f is None or self.pid != os.getpid():  # a forked child writes its own file
+                self.path = os.path.join(os.path.dirname(self.path), f"hook-{os.getpid()}.jsonl")
+                self.f = open(self.path, "a", encoding="utf-8")
+                self.pid = os.getpid()
+            self.f.write(line)
+            self.f.flush()
+
+
+def emergency_error(message):
+    out_dir = _out_dir_from_env()
+    if out_dir:
+        _Out(out_dir).write({"type": "error", "kind": "error", "message": message})
+
+
+def _out_dir_from_env():
+    try:
+        with open(os.environ["REGDIAG_ENGINE_HOOK"], encoding="utf-8") as f:
+            return json.load(f).get("out_dir")
+    except Exception:
+        return None
+
+
+class _Cycle:
+    __slots__ = ("i", "start", "end", "marks", "bare", "warmup", "accept", "calls")
+
+    def __init__(self, i, start, bare, warmup):
+        self.i, self.start, self.end = i, start, None
+        self.marks = []  # (phase, start mark, end mark)
+        self.bare, self.warmup = bare, warmup
+        self.accept = None
+        self.calls = {}
+
+
+class Timer:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.out = _Out(cfg["out_dir"])
+        self.phases = [p[0] for p in cfg["phases"]]
+        self.first = self.phases[0]
+        self.warmup = int(cfg.get("warmup", 2))
+        self.block = int(cfg.get("block", 1))
+        # target "module:qual" -> roles: ("phase", name) | ("cycle",) | ("sync",) | ("accept",)
+        self.roles = {}
+        for name, target in cfg["phases"]:
+            self.roles.setdefault(target, []).append(("phase", name))
+        for role in ("cycle", "sync"):
+            if cfg.get(role):
+                self.roles.setdefault(cfg[role], []).append((role,))
+        if cfg.get("accept"):
+            self.roles.setdefault(cfg["accept"]["target"], []).append(("accept",))
+        self.pending_modules = {}
+        for target in self.roles:
+            self.pending_modules.setdefault(target.split(":")[0], []).append(target)
+        self.patched = []
+        self.cuda = None
+        self.local = threading.local()
+        self.cycle = None
+        self.n_cycles = 0
+        self.pending = []
+        self.header_written = False
+        self.emitted = 0
+        self.skipped = 0
+
+    # -- patching -------------------------------------------------------------------------------
+    def patch_module(self, module):
+        for target in self.pending_modules.pop(module.__name__, []):
+            qual = target.split(":", 1)[1]
+            parts = qual.split(".")
+            owner = module
+            try:
+                for p in parts[:-1]:
+                    owner = getattr(owner, p)
+                static = inspect.getattr_static(owner, parts[-1])
+            except AttributeError:
+                what = ", ".join(r[1] if r[0] == "phase" else r[0] for r in self.roles[target])
+                self.out.write(
+                    {
+                        "type": "error",
+                        "kind": "usage",
+                        "message": f"{what}: {target} does not exist in the installed "
+                        f"{_dist_version(module.__name__)}",
+                        "target": target,
+                    }
+                )
+                continue
+            if isinstance(static, (staticmethod, classmethod)):
+                setattr(owner, parts[-1], type(static)(self._wrap(static.__func__, target)))
+            else:
+                setattr(owner, parts[-1], self._wrap(getattr(owner, parts[-1]), target))
+            self.patched.append(target)
+
+    def _wrap(self, fn, target):
+        roles = self.roles[target]
+        timer = self
+        acc = self.cfg.get("accept")
+        if acc and acc["target"] == target and acc.get("pos") is None:
+            try:  # the argument's position, for calls that pass it positionally
+                acc["pos"] = list(inspect.signature(fn).parameters).index(acc["arg"])
+            except (ValueError, TypeError):
+                pass
+
+        @functools.wraps(fn)
+        def regdiag_timed(*args, **kwargs):
+            return timer.call(fn, roles, args, kwargs)
+
+        regdiag_timed.__regdiag_target__ = target
+        return regdiag_timed
+
+    # -- timing ---------------------------------------------------------------------------------
+    def _mark(self):
+        if self.cuda is None:
+            torch = sys.modules.get("torch")
+            self.cuda = bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized())
+            self.timer_name = "cuda-events" if self.cuda else "perf-counter"
+        if self.cuda:
+            import torch
+
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+        return time.perf_counter()
+
+    def _ms(self, a, b):
+        if self.cuda:
+            return a.elapsed_time(b)
+        return (b - a) * 1e3
+
+    def _open(self, mark=None):
+        n = self.n_cycles
+        self.n_cycles += 1
+        bare = self.block > 0 and n >= self.warmup and ((n - self.warmup) // self.block) % 4 in (1, 2)
+        self.cycle = _Cycle(n, mark if mark is not None else self._mark(), bare, n < self.warmup)
+
+    def _close(self, mark=None, synced=False):
+        c = self.cycle
+        self.cycle = None
+        c.end = mark if mark is not None else self._mark()
+        if self.first not in c.calls:  # e.g. a prefill through the cycle function: not a spec cycle
+            self.skipped += 1
+            self.n_cycles -= 1
+            return
+        self.pending.append(c)
+        self._drain(force_all=synced)
+
+    def _drain(self, force_all=False):
+        while self.pending:
+            c = self.pending[0]
+            if self.cuda and not force_all and len(self.pending) <= MAX_PENDING and not c.end.query():
+                return
+            if self.cuda:
+                c.end.synchronize()
+            self.pending.pop(0)
+            self._emit(c)
+
+    def _emit(self, c):
+        if not self.header_written:
+            self._header()
+        t = {"cycle": round(self._ms(c.start, c.end), 5)}
+        line = {"type": "cycle", "i": c.i}
+        if c.bare:
+            line["bare"] = True
+        else:
+            for name in self.phases:
+                t[name] = 0.0
+            for name, a, b in c.marks:
+                t[name] = t[name] + self._ms(a, b)
+            for name in self.phases:
+                t[name] = round(t[name], 5)
+            line["values"] = {"accept_len": c.accept} if c.accept is not None else {}
+            line["calls"] = c.calls
+        if c.warmup:
+            line["warmup"] = True
+        line["t"] = t
+        self.out.write(line)
+        self.emitted += 1
+
+    def _header(self):
+        self.header_written = True
+        torch = sys.modules.get("torch")
+        device = {"type": "cuda" if self.cuda else "cpu"}
+        if self.cuda:
+            device["name"] = torch.cuda.get_device_name()
+            device["index"] = torch.cuda.current_device()
+        versions = sorted({_dist_version(t.split(":")[0]) for t in self.roles})
+        self.out.write(
+            {
+                "type": "header",
+                "protocol": 1,
+                "probe": "engine",
+                "version": VERSION,
+                "primary": "cycle",
+                "phases": self.phases,
+                "units": {k: "ms" for k in ["cycle", *self.phases]},
+                "timer": self.timer_name,
+                "targets": {r[1] if r[0] == "phase" else r[0]: t for t, rs in self.roles.items() for r in rs},
+                "patched": list(self.patched),
+                "engine_versions": versions,
+                "python": sys.version.split()[0],
+                "torch": getattr(torch, "__version__", None),
+                "device": device,
+                "chained_sitecustomize": os.environ.get("REGDIAG_ENGINE_HOOK_CHAINED"),
+                "warmup": self.warmup,
+                "block": self.block,
+            }
+        )
+
+    def _capturing(self):
+        torch = sys.modules.get("torch")
+        return bool(
+            torch is not None
+            and torch.cuda.is_available()
+            and torch.cuda.is_initialized()
+            and torch.cuda.is_current_stream_capturing()
+        )
+
+    def call(self, fn, roles, args, kwargs):
+        if self._capturing():  # an engine capturing a CUDA graph: an event there would be captured
+            return fn(*args, **kwargs)
+        depth = getattr(self.local, "depth", 0)
+        if depth:  # nested inside another target: counted there
+            self._accept(roles, args, kwargs)
+            return fn(*args, **kwargs)
+        phase = next((r[1] for r in roles if r[0] == "phase"), None)
+        is_cycle = any(r[0] == "cycle" for r in roles)
+        has_cycle_fn = bool(self.cfg.get("cycle"))
+        start = None
+        if is_cycle:
+            if self.cycle is None:
+                self._open()
+        elif phase is not None:
+            if self.cycle is None and not has_cycle_fn and phase == self.first:
+                start = self._mark()
+                self._open(start)
+            elif (
+                self.cycle is not None
+                and not has_cycle_fn
+                and phase == self.first
+                and self.first in self.cycle.calls
+            ):
+                start = self._mark()  # no sync point: the next cycle starts here
+                self._close(start)
+                self._open(start)
+        c = self.cycle
+        timed = phase is not None and c is not None and not c.bare
+        if timed and start is None:
+            start = self._mark()
+        if phase is not None and c is not None:
+            c.calls[phase] = c.calls.get(phase, 0) + 1
+        self.local.depth = depth + 1 if phase is not None else depth
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            self.local.depth = depth
+        if timed:
+            c.marks.append((phase, start, self._mark()))
+        self._accept(roles, args, kwargs)
+        if self.cycle is not None and (
+            (is_cycle and self.cycle is c) or (any(r[0] == "sync" for r in roles) and not has_cycle_fn)
+        ):
+            self._close(synced=any(r[0] == "sync" for r in roles))
+        return result
+
+    def _accept(self, roles, args, kwargs):
+        if self.cycle is None or not any(r[0] == "accept" for r in roles):
+            return
+        spec = self.cfg["accept"]
+        v = kwargs.get(spec["arg"]) if spec.get("arg") in kwargs else None
+        if v is None and spec.get("pos") is not None and len(args) > spec["pos"]:
+            v = args[spec["pos"]]
+        if v is None:
+            return
+        v = v.item() if hasattr(v, "item") else v
+        self.cycle.accept = (self.cycle.accept or 0) + float(v) + float(spec.get("plus", 0))
+
+    def finish(self):
+        if self.cycle is not None and self.cfg.get("sync") is None and not self.cfg.get("cycle"):
+            self._close()  # the last cycle ended with the loop
+        self._drain(force_all=True)
+        missing = [t for ts in self.pending_modules.values() for t in ts]
+        if self.header_written or self.patched:
+            self.out.write(
+                {
+                    "type": "footer",
+                    "cycles": self.emitted,
+                    "skipped": self.skipped,
+                    "patched": self.patched,
+                    "never_imported": missing,
+                }
+            )
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, orig, timer):
+        self._orig, self._timer = orig, timer
+
+    def create_module(self, spec):
+        return self._orig.create_module(spec)
+
+    def exec_module(self, module):
+        self._orig.exec_module(module)
+        self._timer.patch_module(module)
+
+    def __getattr__(self, name):
+        return getattr(self._orig, name)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def __init__(self, timer):
+        self.timer = timer
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in self.timer.pending_modules:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _Loader(spec.loader, self.timer)
+        return spec
+
+
+def install(config_path):
+    global _timer
+    with open(config_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    _timer = Timer(cfg)
+    sys.meta_path.insert(0, _Finder(_timer))
+    for name in list(_timer.pending_modules):
+        if name in sys.modules:  # imported before us (by a chained sitecustomize)
+            _timer.patch_module(sys.modules[name])
+    atexit.register(_timer.finish)

@@ -1,0 +1,246 @@
+"""`regdiag probe engine`: per-phase timing inside the user's own engine (docs/engine.md)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from regdiag.cli.common import (
+    HostOpt,
+    JsonOpt,
+    OutputOpt,
+    PythonOpt,
+    SshConfigOpt,
+    console,
+    err_console,
+    print_json,
+    probe_group,
+)
+from regdiag.cli.server_cmd import _snapshot  # one way to snapshot a launch host
+from regdiag.errors import BadInput, ProbeError
+from regdiag.records import save_record
+from regdiag.runs import RunWriter, new_run
+
+ENGINE_HELP = (
+    "Time the phases (draft / verify / extend) inside your own engine, unchanged: --launch-cmd starts it "
+    "with a hook that wraps the engine's phase functions (CUDA events, one synchronize per cycle) and "
+    "writes per-cycle lines regdiag reads. With --url regdiag sends requests; without, the command runs "
+    "to its end (a script). The record compares, explains and bisects like a probe's."
+)
+
+
+def probe_engine(
+    launch_cmd: str = typer.Option(
+        ..., "--launch-cmd", help="The engine's command line (NAME=VALUE words first set its environment)."
+    ),
+    preset: str | None = typer.Option(
+        None,
+        "--preset",
+        help="Phase targets of a released engine: transformers (5.24.0), sglang-eagle (0.5.23), "
+        "sglang-eagle-v1 (0.5.3), vllm-eagle (0.33.0); docs/engine.md. Default: only --phase.",
+    ),
+    phase: list[str] = typer.Option(
+        [],
+        "--phase",
+        help="NAME=module:Qualified.name; repeat; replaces the preset's phase of that name or adds one (in order: the first opens a cycle).",
+    ),
+    sync: str | None = typer.Option(
+        None,
+        "--sync",
+        help="module:Qualified.name after which the engine has synchronised: the cycle ends there (default: the preset's; '' for none: the next start of the first phase ends it).",
+    ),
+    cycle: str | None = typer.Option(
+        None,
+        "--cycle",
+        help="module:Qualified.name whose one call is one cycle (default: the preset's; '' for none).",
+    ),
+    accept: str | None = typer.Option(
+        None,
+        "--accept",
+        help="module:Qualified.name=ARG: accepted draft tokens per cycle from that argument (accept length = ARG + 1).",
+    ),
+    url: str | None = typer.Option(
+        None,
+        "--url",
+        help="Send requests here once the engine is healthy; without it the command runs to its end.",
+    ),
+    api: str = typer.Option("sglang", "--api", help="With --url: sglang, openai or openai-chat."),
+    requests: int = typer.Option(8, "--requests", "-R", min=1, help="With --url: requests per launch."),
+    max_tokens: int = typer.Option(128, "--max-tokens", min=1, help="With --url: tokens per request."),
+    launches_opt: int | None = typer.Option(
+        None,
+        "--launches",
+        "-L",
+        min=1,
+        help="Engine starts (the unit of evidence); default 3, 1 with --protocol.",
+    ),
+    warmup: int = typer.Option(2, "--warmup", min=0, help="Cycles dropped at the start of each process."),
+    block: int = typer.Option(
+        1,
+        "--block",
+        min=0,
+        help="Bare cycles (hook off but the cycle's two marks) interleave in ABBA blocks of this size, for the overhead; 0: none.",
+    ),
+    timeout: float = typer.Option(
+        1800.0, "--timeout", help="Seconds for the engine to become healthy, or (without --url) to finish."
+    ),
+    check: bool = typer.Option(
+        True,
+        "--check/--no-check",
+        help="Check every target in the installed engine's source first (no import).",
+    ),
+    snapshot: bool = typer.Option(
+        True, "--snapshot/--no-snapshot", help="Snapshot the host before and after."
+    ),
+    host: str | None = HostOpt,
+    python: str | None = PythonOpt,
+    ssh_config: Path | None = SshConfigOpt,
+    output: Path | None = OutputOpt,
+    json_out: bool = JsonOpt,
+    protocol: bool = typer.Option(
+        False,
+        "--protocol",
+        help="Print the launch as probe-protocol lines on stdout instead of the summary (a header, its "
+        "cycles, a footer; an error line on failure), for `regdiag bisect --command`. Needs -L 1.",
+    ),
+) -> None:
+    from regdiag.engine.precheck import check as check_targets
+    from regdiag.engine.presets import resolve
+    from regdiag.engine.run import EngineProbe, protocol_lines, run_engine
+    from regdiag.hosts.resolve import open_host
+    from regdiag.server.client import APIS, Endpoint, EndpointError
+    from regdiag.server.launch import LaunchError, split_launch_cmd
+    from regdiag.server.load import BUILTIN_PROMPTS, LoadSpec
+    from regdiag.server.record import redact_argv
+
+    launches = launches_opt if launches_opt is not None else (1 if protocol else 3)
+    if protocol and launches != 1:
+        raise BadInput("--protocol prints one launch: give -L 1 (bisect makes the launches)")
+    quiet = json_out or protocol
+    try:
+        targets = resolve(preset, phase, sync, cycle, accept)
+        try:
+            argv, env = split_launch_cmd(launch_cmd)
+        except LaunchError as e:
+            raise BadInput(str(e)) from None
+        ep = None
+        if url is not None:
+            if api not in APIS:
+                raise BadInput(f"--api {api!r}: choose one of {', '.join(APIS)}")
+            try:
+                ep = Endpoint(url, api=api)
+            except EndpointError as e:
+                raise BadInput(str(e)) from None
+        target = open_host(host, python, ssh_config)
+        try:
+            checked = check_targets(target, targets.all(), argv, env) if check else []
+            config = {
+                "preset": preset,
+                **targets.config(),
+                "warmup": warmup,
+                "block": block,
+                "load": ep is not None,
+                "requests": requests if ep else None,
+                "max_tokens": max_tokens if ep else None,
+            }
+            phases = [p for p, _ in targets.phases]
+            run = new_run(
+                kind="engine",
+                probe_name="engine",
+                probe_version="1",
+                config=config,
+                primary="cycle",
+                phases=phases,
+                host=target.describe(),
+                units={k: "ms" for k in ["cycle", *phases]},
+            )
+            run["engine"] = {
+                "url": ep.display if ep else None,
+                "launch_cmd": redact_argv([*(f"{k}={v}" for k, v in env.items()), *argv]),
+                "targets_checked": checked,
+            }
+            probe = EngineProbe(
+                host=target,
+                argv=argv,
+                env=env,
+                targets=targets,
+                launches=launches,
+                warmup=warmup,
+                block=block,
+                ep=ep,
+                timeout_s=timeout,
+                prompts=list(BUILTIN_PROMPTS),
+                load=LoadSpec(requests=requests, max_tokens=max_tokens, stream=False) if ep else None,
+            )
+            with RunWriter(None, run) as writer:
+                if snapshot:
+                    _snapshot(writer, "snapshot_before", target)
+                if not quiet:
+                    err_console.print(
+                        f"regdiag: timing {', '.join(phases)} in the engine; record {writer.path}",
+                        soft_wrap=True,
+                    )
+
+                def on_event(kind: str, data: dict[str, Any]) -> None:
+                    if kind == "launch_end" and not quiet:
+                        err_console.print(_launch_line(data["record"], launches), soft_wrap=True)
+
+                try:
+                    run_engine(probe, writer, on_event)
+                except (BadInput, ProbeError) as e:
+                    raise type(e)(f"{e}; record: {writer.path}") from None
+                finally:
+                    if snapshot:
+                        _snapshot(writer, "snapshot_after", target)
+        finally:
+            target.close()
+        if output is not None:
+            save_record(output, writer.run)
+        ok = [la for la in writer.run["launches"] if la.get("status") == "ok"]
+        summary: dict[str, Any] = {"path": str(writer.path), "launches": len(ok)}
+        for k in ["cycle", *phases]:
+            meds = [statistics.median(la["samples"][k]) for la in ok if la["samples"].get(k)]
+            summary[f"{k}_ms_median"] = round(statistics.median(meds), 4) if meds else None
+        for k in ("accept_len_mean", "overhead_pct", "phase_sum_gap_pct_median"):
+            vals = [la["scalars"][k] for la in ok if la["scalars"].get(k) is not None]
+            summary[k] = round(statistics.median(vals), 4) if vals else None
+        if protocol:
+            for line in protocol_lines(writer.run):
+                print_json_line(line)
+        elif json_out:
+            print_json(summary)
+        else:
+            console.print(
+                "median of launch medians: "
+                + ", ".join(f"{k} {summary[f'{k}_ms_median']} ms" for k in ["cycle", *phases])
+                + f"; accept len {summary['accept_len_mean']}; hook overhead {summary['overhead_pct']} %",
+                soft_wrap=True,
+            )
+            console.print(f"record: {writer.path}", soft_wrap=True)
+    except (BadInput, ProbeError) as e:
+        if protocol:
+            kind = "usage" if isinstance(e, BadInput) else "error"
+            print_json_line({"type": "error", "kind": kind, "message": str(e)})
+        raise
+
+
+def print_json_line(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _launch_line(la: dict[str, Any], total: int) -> str:
+    cyc = la.get("samples", {}).get("cycle") or []
+    med = f"{statistics.median(cyc):.3f} ms" if cyc else "-"
+    return f"launch {la['index'] + 1}/{total}: {la['status']}, {len(cyc)} cycles, median cycle {med}" + (
+        f" ({la['error']})" if la.get("error") else ""
+    )
+
+
+def register(app: typer.Typer) -> None:
+    probe_group(app).command("engine", help=ENGINE_HELP, no_args_is_help=True)(probe_engine)

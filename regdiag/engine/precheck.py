@@ -1,0 +1,40 @@
+"""Does every target exist in the installed engine? Read from the source with `ast`, never imported
+(importing SGLang or vLLM takes tens of seconds and may touch the GPUs). Runs on the target host.
+
+A method that a class does not define itself but may inherit from a base is "unknown" here: the hook
+resolves it at run time and reports it missing there. Everything else is decided here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from regdiag.errors import BadInput
+from regdiag.hosts.base import Host
+
+SCRIPT = (Path(__file__).parent / "source_check.py").read_text(encoding="utf-8")
+
+
+def check(
+    host: Host, targets: list[tuple[str, str]], argv: list[str], env: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """One entry per target; raises BadInput (exit 2) naming the first that does not exist."""
+    req = {"targets": targets, "scripts": [a for a in argv if a.endswith(".py")]}
+    res = host.run([host.python, "-c", SCRIPT], stdin=json.dumps(req).encode(), env=env or {}, timeout=120)
+    if not res.ok:
+        raise BadInput(
+            f"cannot check the phase targets with {host.python}: {res.stderr_tail() or 'no output'}"
+        )
+    found: list[dict[str, Any]] = json.loads(res.stdout.decode())
+    for f in found:
+        if f["state"] == "missing":
+            raise BadInput(f"{f['role']}: {f['target']} does not exist in the installed {f['version']}")
+        if f["state"] == "no-module":
+            mod = f["target"].split(":")[0]
+            raise BadInput(
+                f"{f['role']}: module {mod} is not installed for {host.python} "
+                f"({f['version']}); pass --python with the engine's interpreter"
+            )
+    return found

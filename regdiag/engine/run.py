@@ -1,0 +1,301 @@
+"""Run the user's engine with the hook, drive it, and turn the hook's lines into launch records.
+
+Each launch: a private temp dir on the host gets the hook package and its configuration; the engine
+starts under the server launcher (regdiag/server/launch.py: own process group, stopped with regdiag)
+with the hook's directory prepended to PYTHONPATH, so every Python process it starts (workers
+included) loads the hook; then either regdiag sends requests (--url) or the command runs to its end.
+The hook writes one file per process; the launch's phase times per cycle are the maximum over the
+processes that timed cycles (the tensor-parallel ranks), as the spec-decode probe does.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from regdiag.errors import BadInput, ProbeError
+from regdiag.hosts.base import Host
+from regdiag.probe_runner import LaunchStream
+from regdiag.runs import RunWriter, now_iso
+from regdiag.server.client import Endpoint
+from regdiag.server.launch import LaunchError, ServerProcess
+from regdiag.server.load import LoadSpec, run_load
+
+from .presets import Targets
+
+HOOK_DIR = Path(__file__).resolve().parent.parent.parent / "probes" / "_engine_hook"
+HOOK_FILES = ("sitecustomize.py", "regdiag_phase_timer.py")
+
+# Prepends the hook to PYTHONPATH and becomes the engine (exec: same PID, same process group).
+EXEC_WITH_HOOK = (
+    "import os, sys\n"
+    "e = os.environ.get('PYTHONPATH')\n"
+    "os.environ['PYTHONPATH'] = sys.argv[1] + (os.pathsep + e if e else '')\n"
+    "os.environ['REGDIAG_ENGINE_HOOK'] = sys.argv[2]\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+)
+READER = (
+    "import os, sys\n"
+    "d = sys.argv[1]\n"
+    "for n in sorted(os.listdir(d)):\n"
+    "    with open(os.path.join(d, n), encoding='utf-8', errors='replace') as f:\n"
+    "        sys.stdout.write(f.read())\n"
+)
+
+Event = Callable[[str, dict[str, Any]], None]
+
+
+def hook_dir() -> Path:
+    for p in (HOOK_DIR, Path(__file__).resolve().parent.parent / "probes" / "_engine_hook"):
+        if (p / HOOK_FILES[0]).is_file():
+            return p
+    raise ProbeError("the engine hook (probes/_engine_hook) is not found beside regdiag")
+
+
+@dataclass
+class EngineProbe:
+    host: Host
+    argv: list[str]
+    targets: Targets
+    env: dict[str, str] = field(default_factory=dict)
+    launches: int = 3
+    warmup: int = 2
+    block: int = 1
+    ep: Endpoint | None = None
+    load: LoadSpec | None = None
+    prompts: Sequence[str] = ()
+    timeout_s: float = 1800.0
+    stop_grace_s: float = 30.0
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def paired_overhead(cycles: list[dict[str, Any]]) -> tuple[float, int] | None:
+    """Median over adjacent (instrumented, bare) blocks of the relative difference of their medians:
+    pairing cancels the drift within a launch (an engine's cycles slow down as its KV cache grows)."""
+    runs: list[tuple[bool, list[float]]] = []
+    for c in cycles:
+        if c.get("warmup") or "cycle" not in (c.get("t") or {}):
+            continue
+        bare = bool(c.get("bare"))
+        if runs and runs[-1][0] == bare:
+            runs[-1][1].append(c["t"]["cycle"])
+        else:
+            runs.append((bare, [c["t"]["cycle"]]))
+    diffs = []
+    for (b1, x1), (_, x2) in zip(runs, runs[1:], strict=False):
+        inst, bare_ms = (x2, x1) if b1 else (x1, x2)
+        mb = statistics.median(bare_ms)
+        if mb > 0:
+            diffs.append((statistics.median(inst) - mb) / mb * 100)
+    return (round(statistics.median(diffs), 3), len(diffs)) if diffs else None
+
+
+def combine(streams: list[LaunchStream]) -> dict[str, Any]:
+    """One launch from the processes' streams: per cycle index, the slowest process's times."""
+    timed = [s for s in streams if s.cycles]
+    if not timed:
+        return {"samples": {}, "values": {}, "scalars": {}, "warmup_dropped": 0}
+    if len(timed) == 1:
+        merged = timed[0]
+    else:
+        merged = LaunchStream()
+        merged.header = timed[0].header
+        by_i: dict[int, dict[str, Any]] = {}
+        for s in timed:
+            for c in s.cycles:
+                m = by_i.setdefault(c["i"], {**c, "t": {}})
+                for k, v in (c.get("t") or {}).items():
+                    m["t"][k] = max(v, m["t"].get(k, v))
+        merged.cycles = [by_i[i] for i in sorted(by_i)]
+    launch = merged.to_launch()
+    paired = paired_overhead(merged.cycles)
+    launch["processes_timed"] = len(timed)
+    kept = [c for c in merged.cycles if not c.get("warmup") and not c.get("bare")]
+    calls: dict[str, list[int]] = {}
+    for c in kept:
+        for k, v in (c.get("calls") or {}).items():
+            calls.setdefault(k, []).append(v)
+    launch["calls_per_cycle"] = {k: round(statistics.fmean(v), 3) for k, v in calls.items()}
+    cyc = launch["samples"].get("cycle", [])
+    bare = (launch.get("bare_samples") or {}).get("cycle", [])
+    scalars = launch["scalars"]
+    phases = [k for k in launch["samples"] if k != "cycle"]
+    gaps = [
+        abs(c - sum(launch["samples"][p][i] for p in phases)) / c * 100 for i, c in enumerate(cyc) if c > 0
+    ]
+    if gaps:
+        scalars["phase_sum_gap_pct_median"] = round(statistics.median(gaps), 3)
+    mi, mb = _median(cyc), _median(bare)
+    if mi and mb:
+        scalars["overhead_unpaired_pct"] = round((mi - mb) / mb * 100, 3)
+    if paired is not None:
+        scalars["overhead_pct"], scalars["overhead_pairs"] = paired
+    acc = [v for v in launch["values"].get("accept_len", []) if v is not None]
+    if acc and mi:
+        scalars["accept_len_mean"] = round(statistics.fmean(acc), 4)
+        scalars["tok_s"] = round(statistics.fmean(acc) / mi * 1000, 3)
+        scalars["accept_len_source"] = "engine"
+    return launch
+
+
+def read_streams(host: Host, out_dir: str) -> list[LaunchStream]:
+    res = host.run([host.python, "-c", READER, out_dir], timeout=120)
+    streams: dict[int, LaunchStream] = {}
+    for line in res.stdout.decode("utf-8", "replace").splitlines():
+        try:
+            pid = int(json.loads(line).get("pid", 0))
+        except (ValueError, AttributeError):
+            pid = 0
+        streams.setdefault(pid, LaunchStream()).stdout_line(line)
+    return list(streams.values())
+
+
+def _prepare(host: Host, tmp: str, probe: EngineProbe) -> tuple[str, str, str]:
+    hook = f"{tmp}/hook"
+    out = f"{tmp}/out"
+    host.run([host.python, "-c", "import os, sys\nfor d in sys.argv[1:]: os.makedirs(d, 0o700)", hook, out])
+    src = hook_dir()
+    for name in HOOK_FILES:
+        host.put_file(src / name, f"{hook}/{name}")
+    cfg = {**probe.targets.config(), "out_dir": out, "warmup": probe.warmup, "block": probe.block}
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "hook.json"
+        p.write_text(json.dumps(cfg))
+        host.put_file(p, f"{tmp}/hook.json")
+    return hook, f"{tmp}/hook.json", out
+
+
+def _fill(
+    launch: dict[str, Any], streams: list[LaunchStream]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """The launch's measurements from the hook's streams; returns (usage errors, other errors, patched)."""
+    usage = [s.error for s in streams if s.error and s.error.get("kind") == "usage"]
+    errors = [s.error for s in streams if s.error and s.error.get("kind") != "usage"]
+    launch.update(combine(streams))
+    headers = [s.header for s in streams if s.header]
+    launch["header"] = {**(headers[0] if headers else {}), "processes": len(streams)}
+    launch["header"].pop("pid", None)
+    footers = [s.footer for s in streams if s.footer]
+    patched = sorted(
+        {t for f in footers for t in f.get("patched", [])}
+        | {t for h in headers for t in h.get("patched", [])}
+    )
+    never = sorted({t for f in footers for t in f.get("never_imported", [])})
+    launch["hook"] = {"patched": patched, "never_imported": never}
+    return usage, errors, patched
+
+
+def run_engine(probe: EngineProbe, writer: RunWriter, on_event: Event | None = None) -> None:
+    emit = on_event or (lambda kind, data: None)
+    for li in range(probe.launches):
+        launch: dict[str, Any] = {
+            "index": len(writer.run["launches"]),
+            "status": "interrupted",
+            "error": None,
+            "started": now_iso(),
+            "samples": {},
+            "values": {},
+            "scalars": {},
+            "clocks": [],
+            "warmup_dropped": 0,
+        }
+        writer.add_launch(launch)
+        emit("launch_start", {"launch": li, "of": probe.launches})
+        t0 = time.monotonic()
+        with probe.host.tempdir() as tmp:
+            hook, cfg, out = _prepare(probe.host, tmp, probe)
+            argv = [probe.host.python, "-c", EXEC_WITH_HOOK, hook, cfg, *probe.argv]
+            server = ServerProcess(probe.host, argv, probe.env, grace_s=probe.stop_grace_s)
+            failure: str | None = None
+            try:
+                server.start()
+                if probe.ep is not None:
+                    server.wait_healthy(probe.ep, probe.timeout_s)
+                    assert probe.load is not None
+                    results, wall = run_load(probe.ep, probe.prompts, probe.load)
+                    ok = [r for r in results if r.ok]
+                    launch["load"] = {
+                        "requests": len(results),
+                        "ok": len(ok),
+                        "wall_s": round(wall, 3),
+                        "output_tokens": sum(r.output_tokens or 0 for r in ok),
+                    }
+                    if not ok:
+                        failure = f"every request failed: {results[0].error if results else 'none sent'}"
+                elif not server.wait_exit(probe.timeout_s):
+                    failure = f"the engine command did not finish within {probe.timeout_s:g} s (stopped it)"
+                elif server.returncode not in (0, None):
+                    failure = server.exit_note("with an error")
+            except LaunchError as e:
+                failure = str(e)
+            finally:
+                # Also on Ctrl-C / SIGTERM: stop the engine, keep every cycle it wrote.
+                launch["server_process"] = server.stop()
+                streams = read_streams(probe.host, out)
+                usage, errors, patched = _fill(launch, streams)
+                launch["duration_s"] = round(time.monotonic() - t0, 3)
+                writer.flush()
+        if usage:
+            launch["status"], launch["error"] = "error", str(usage[0].get("message"))
+            writer.flush()
+            raise BadInput(launch["error"])
+        if failure is None and errors:
+            failure = f"the engine hook: {errors[0].get('message')}"
+        if failure is None and not launch["samples"]:
+            missing = [t for _, t in probe.targets.all() if t not in patched]
+            failure = (
+                "the engine ran but no cycle was timed; targets never patched (module never imported "
+                f"by any process of the engine): {', '.join(missing) or 'none'}"
+            )
+        launch["status"], launch["error"] = ("ok", None) if failure is None else ("error", failure)
+        writer.flush()
+        emit("launch_end", {"launch": li, "record": launch})
+        if failure is not None:
+            raise ProbeError(f"launch {li}: {failure}")
+
+
+def protocol_lines(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's one launch as probe-protocol lines (docs/probes.md), for `bisect --command`."""
+    la = run["launches"][0]
+    hdr = la.get("header") or {}
+    lines: list[dict[str, Any]] = [
+        {
+            "type": "header",
+            "protocol": 1,
+            "probe": "engine",
+            "version": run["probe"]["version"],
+            "config": run["probe"]["config"],
+            "primary": run["primary"],
+            "phases": run["phases"],
+            "units": run["units"],
+            "timer": hdr.get("timer"),
+            "engine_versions": hdr.get("engine_versions"),
+        }
+    ]
+    samples, values = la["samples"], la["values"]
+    for k in range(len(samples.get("cycle", []))):
+        line: dict[str, Any] = {"type": "cycle", "i": k, "t": {m: v[k] for m, v in samples.items()}}
+        vals = {m: v[k] for m, v in values.items() if k < len(v)}
+        if vals:
+            line["values"] = vals
+        lines.append(line)
+    for v in (la.get("bare_samples") or {}).get("cycle", []):
+        lines.append({"type": "cycle", "bare": True, "t": {"cycle": v}})
+    lines.append(
+        {
+            "type": "footer",
+            "cycles": len(samples.get("cycle", [])),
+            "warmup_dropped": la.get("warmup_dropped", 0),
+            "scalars": la.get("scalars", {}),
+        }
+    )
+    return lines

@@ -1,0 +1,46 @@
+"""The fake engine's speculative-decoding worker: draft, verify and extend each do real work
+(sha256 chains whose lengths come from the environment), and `commit` is where the engine "synchronises"
+to read how many draft tokens were accepted, like SGLang and vLLM do once a cycle."""
+
+import hashlib
+import os
+
+
+def _work(n: int, seed: bytes) -> bytes:
+    h = seed
+    for _ in range(n):
+        h = hashlib.sha256(h).digest()
+    return h
+
+
+class SpecWorker:
+    def __init__(self) -> None:
+        self.draft_n = int(os.environ.get("FAKE_DRAFT_N", "3000"))
+        self.verify_n = int(os.environ.get("FAKE_VERIFY_N", "9000"))
+        self.extend_n = int(os.environ.get("FAKE_EXTEND_N", "2000"))
+        self.accept = int(os.environ.get("FAKE_ACCEPT", "2"))
+        self.steps = 3
+        self.state = b"0"
+
+    def draft(self) -> list[bytes]:
+        out = []
+        for _ in range(self.steps):
+            self.state = _work(self.draft_n // self.steps, self.state)
+            out.append(self.state)
+        return out
+
+    def verify(self, drafts: list[bytes]) -> int:
+        self.state = _work(self.verify_n, b"".join(drafts))
+        return min(self.accept, len(drafts))
+
+    def extend(self, accepted: int) -> None:
+        self.state = _work(self.extend_n, self.state + bytes([accepted]))
+
+    def commit(self, n_accepted: int) -> int:
+        return int(n_accepted)
+
+    def step(self) -> int:
+        drafts = self.draft()
+        accepted = self.verify(drafts)
+        self.extend(accepted)
+        return self.commit(accepted) + 1
