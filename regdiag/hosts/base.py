@@ -7,8 +7,9 @@ that kills the whole process tree, and offers a private temporary directory.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +73,15 @@ class Host(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         pass
+
+    @contextlib.contextmanager
+    def tempdir(self) -> Iterator[str]:
+        """A private directory on the host for the block, removed after it (probe engine's hook files)."""
+        path = self.make_tempdir()
+        try:
+            yield path
+        finally:
+            self.remove_tree(path)
 
     def __enter__(self) -> Host:
         return self
