@@ -61,12 +61,14 @@ class Built:
     cached: bool
     build_s: float
 
-    def process_env(self) -> dict[str, str]:
-        """What a process in this environment gets on top of the caller's environment."""
+    def process_env(self, path: str | None = None) -> dict[str, str]:
+        """What a process in this environment gets on top of the caller's environment; `path` is the
+        PATH of the host it runs on (default: this process's)."""
         if not self.venv:
             return {}
         bin_dir = os.path.join(self.venv, "bin")
-        return {"VIRTUAL_ENV": self.venv, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+        base = os.environ.get("PATH", "") if path is None else path
+        return {"VIRTUAL_ENV": self.venv, "PATH": os.pathsep.join([bin_dir, base])}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -35,6 +35,7 @@ COMMAND_MODULES = [
     "regdiag.cli.server_cmd",
     "regdiag.cli.demo_cmd",
     "regdiag.cli.ab_cmd",
+    "regdiag.cli.clean_cmd",
 ]
 
 

@@ -312,7 +312,10 @@ def for_each_target(
         with lock:
             hosts = list(open_now)
         for h in hosts:
-            _quiet_remove(lambda _p, h=h: h.close(), "")
+            try:
+                h.close()
+            except Exception:  # noqa: BLE001 - closing is best effort; the interrupt goes on
+                pass
         raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
