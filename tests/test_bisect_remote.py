@@ -189,3 +189,37 @@ def test_commit_bisect_of_a_checkout_on_the_host(zsh_host, tmp_path: Path) -> No
     ]  # owned by the zsh user
     wt = subprocess.run(argv, capture_output=True, text=True).stdout
     assert len(wt.strip().splitlines()) == 1, wt
+
+
+@pytest.mark.parametrize(
+    "good, bad, extra, needle",
+    [
+        (
+            "gpu0.sm_lock=1980",
+            "gpu0.sm_lock=1410",
+            [],
+            "GPU clock factors are set through NVML on this machine only, not on regdiag-test (--host)",
+        ),
+        (
+            "A=0",
+            "A=1",
+            ["--find-links", "/no/such/wheels"],
+            "--find-links /no/such/wheels: no such directory on",
+        ),
+        (
+            "commit=HEAD~1",
+            "commit=HEAD",
+            ["--repo", "/no/such/repo"],
+            "is not in /no/such/repo on regdiag-test",
+        ),
+    ],
+)
+def test_bad_input_on_the_host_is_one_line(sshd: Sshd, tmp_path: Path, good, bad, extra, needle) -> None:  # noqa: F811
+    r = run_cli(
+        "bisect", "--good", good, "--bad", bad, "--command", "python3 -c pass", *extra,
+        "--journal", str(tmp_path / "j.jsonl"), "--host", "regdiag-test", "--ssh-config", str(sshd.ssh_config),
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    [line] = r.stderr.strip().splitlines()[-1:]
+    assert line.startswith("regdiag: error: ") and needle in line, r.stderr
+    assert "Traceback" not in r.stderr
