@@ -23,7 +23,15 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 
-from regdiag.bisect.envs import BASE_PACKAGES_SCRIPT, READY, SKIP_EXIT, Built, _last_line
+from regdiag.bisect.envs import (
+    BASE_PACKAGES_SCRIPT,
+    READY,
+    SKIP_EXIT,
+    Built,
+    _last_line,
+    install_argv,
+    venv_argv,
+)
 from regdiag.bisect.failures import BuildFailed
 from regdiag.errors import BadInput, HostError
 from regdiag.hosts.base import CommandResult, Host
@@ -259,29 +267,14 @@ class RemoteBuilder:
             raise BuildFailed(f"git worktree add {commit[:10]}: {why}")
 
     def _venv(self, path: str, log: list[str]) -> None:
-        if self.installer == "uv":
-            argv = ["uv", "venv", "--quiet", "--system-site-packages", "--python", self.base_python, path]
-        else:
-            argv = [self.base_python, "-m", "venv", "--without-pip", "--system-site-packages", path]
-        res = self._run(argv, 300, log=log)
+        res = self._run(venv_argv(self.installer, self.base_python, path), 300, log=log)
         if not res.ok:
             why = _last_line((res.stderr or res.stdout).decode("utf-8", "replace"))
             raise BuildFailed(f"creating the venv failed: {why}")
 
     def _install(self, python: str, pins: dict[str, str], log: list[str]) -> None:
         reqs = [f"{n}=={v}" for n, v in pins.items()]
-        src: list[str] = []
-        if self.find_links:
-            src += ["--find-links", self.find_links]
-            if not self.index_url:
-                src.append("--no-index")
-        if self.index_url:
-            src += ["--index-url", self.index_url]
-        if self.installer == "uv":
-            argv = ["uv", "pip", "install", "--quiet", "--python", python, "--no-deps", *src, *reqs]
-        else:
-            argv = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-input",
-                    "--disable-pip-version-check", *src, *reqs]  # fmt: skip
+        argv = install_argv(self.installer, python, reqs, self.find_links, self.index_url)
         res = self._run(argv, 1800, log=log)
         if not res.ok:
             why = _last_line((res.stderr or res.stdout).decode("utf-8", "replace"))

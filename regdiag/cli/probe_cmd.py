@@ -230,15 +230,7 @@ def _run(
         return
     host = _open_host(host_specs[0] if host_specs else None, python, ssh_config)
     args = probe_args(options)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-        disable=not err_console.is_terminal,
-    )
+    progress = _progress()
     task = progress.add_task(f"{name}: starting", total=None)
 
     where: dict[str, str] = {}
@@ -296,15 +288,7 @@ def _run_many(
     from regdiag.probe_runner import probe_args, run_probe, summarize_run
 
     args = probe_args(options)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-        disable=not err_console.is_terminal,
-    )
+    progress = _progress()
 
     def one(host: Any) -> dict[str, Any]:
         task = progress.add_task(f"{host.name}: starting", total=None)
@@ -363,6 +347,18 @@ def _run_many(
             highlight=False,
         )
         raise typer.Exit(max(_code(o.error) for o in failed))
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=not err_console.is_terminal,
+    )
 
 
 def _code(e: RegdiagError | None) -> int:
