@@ -127,6 +127,9 @@ class Comparison:
     design: dict[str, Any] = field(default_factory=lambda: {"kind": UNKNOWN})
     drift: dict[str, stats.Trend | None] = field(default_factory=dict)  # per side label, of the primary
     verdict_note: str | None = None  # "possibly drift": a change that a drifting machine can explain
+    # Runs from two different hosts: how the two machines differ (GPU clocks, power cap, PCIe link,
+    # driver, NCCL, host settings), a subset of env_diff; None when both ran on the same host.
+    machine_diff: list[dict[str, Any]] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -162,6 +165,7 @@ class Comparison:
                 "design": self.design,
                 "drift": {k: None if t is None else t.to_dict() for k, t in self.drift.items()},
                 "verdict_note": self.verdict_note,
+                "machine_diff": self.machine_diff,
             }
         )
 
@@ -406,6 +410,7 @@ def compare_runs(
         design=design,
         drift=drift,
         verdict_note=verdict_note,
+        machine_diff=_machine_diff(side_o, side_n, snap_o, snap_n, env),
     )
 
 
@@ -672,3 +677,32 @@ def _env_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str, 
     if not items:
         return [], "environments identical (as far as the snapshots see)"
     return list(items), f"{len(items)} environment difference{'s' if len(items) != 1 else ''}"
+
+
+def _is_machine_item(item: dict[str, Any]) -> bool:
+    group, name = str(item.get("group")), str(item.get("field"))
+    if group in ("gpu", "host"):
+        return True
+    if group == "env":
+        return name.startswith("NCCL_")
+    if group == "startup":
+        return name == "nccl_conf"
+    return group in ("packages", "libraries") and "nccl" in name.lower()
+
+
+def _machine_diff(
+    side_o: SideInfo,
+    side_n: SideInfo,
+    snap_o: dict[str, Any] | None,
+    snap_n: dict[str, Any] | None,
+    env: list[dict[str, Any]] | None,
+) -> list[dict[str, Any]] | None:
+    """The machine part of the environment diff, when the runs come from two hosts (by the name the
+    user gave, or what the hosts call themselves); None otherwise."""
+    from regdiag.snapshot.fields import value_of
+
+    names = {side_o.host, side_n.host} - {None}
+    hostnames = {value_of(snap_o, "host", "hostname"), value_of(snap_n, "host", "hostname")} - {None}
+    if len(names) < 2 and len(hostnames) < 2:
+        return None
+    return [it for it in env or [] if _is_machine_item(it)]

@@ -62,12 +62,14 @@ class Built:
     cached: bool
     build_s: float
 
-    def process_env(self) -> dict[str, str]:
-        """What a process in this environment gets on top of the caller's environment."""
+    def process_env(self, path: str | None = None) -> dict[str, str]:
+        """What a process in this environment gets on top of the caller's environment; `path` is the
+        PATH of the host it runs on (default: this process's)."""
         if not self.venv:
             return {}
         bin_dir = os.path.join(self.venv, "bin")
-        return {"VIRTUAL_ENV": self.venv, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+        base = os.environ.get("PATH", "") if path is None else path
+        return {"VIRTUAL_ENV": self.venv, "PATH": os.pathsep.join([bin_dir, base])}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -81,6 +83,32 @@ def _last_line(text: str) -> str:
     """The last non-empty line of a tool's output (where pip, git and uv say what went wrong), as one line."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return one_line(lines[-1] if lines else "")
+
+
+def venv_argv(installer: str, base_python: str, path: str) -> list[str]:
+    """The command that makes a venv at `path` layered on `base_python` (here or on a remote host)."""
+    if installer == "uv":
+        return ["uv", "venv", "--quiet", "--system-site-packages", "--python", base_python, path]
+    return [base_python, "-m", "venv", "--without-pip", "--system-site-packages", path]
+
+
+def install_argv(
+    installer: str, python: str, reqs: Sequence[str], find_links: str | None, index_url: str | None
+) -> list[str]:
+    """The command that installs the pinned `reqs` (NAME==VERSION) into the venv of `python`, --no-deps."""
+    src: list[str] = []
+    if find_links:
+        src += ["--find-links", find_links]
+        if not index_url:
+            src.append("--no-index")
+    if index_url:
+        src += ["--index-url", index_url]
+    if installer == "uv":
+        return ["uv", "pip", "install", "--quiet", "--python", python, "--no-deps", *src, *reqs]
+    # The venv has no pip of its own: the base's pip, found through system site-packages and run by
+    # the venv's python, installs into the venv (sys.prefix is the venv).
+    return [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-input", "--disable-pip-version-check",
+            *src, *reqs]  # fmt: skip
 
 
 class Builder:
@@ -223,40 +251,14 @@ class Builder:
             f.write(f"worktree {path} at {commit}\n")
 
     def _venv(self, path: str, log: Path) -> None:
-        if self.installer == "uv":
-            argv = ["uv", "venv", "--quiet", "--system-site-packages", "--python", self.base_python, path]
-        else:
-            argv = [self.base_python, "-m", "venv", "--without-pip", "--system-site-packages", path]
+        argv = venv_argv(self.installer, self.base_python, path)
         res = self._run(argv, log, "venv", timeout=300)
         if res.returncode != 0:
             raise BuildFailed(f"creating the venv failed: {_last_line(res.stderr or res.stdout)}")
 
     def _install(self, python: str, pins: dict[str, str], log: Path) -> None:
         reqs = [f"{n}=={v}" for n, v in pins.items()]
-        src: list[str] = []
-        if self.find_links:
-            src += ["--find-links", self.find_links]
-            if not self.index_url:
-                src.append("--no-index")
-        if self.index_url:
-            src += ["--index-url", self.index_url]
-        if self.installer == "uv":
-            argv = ["uv", "pip", "install", "--quiet", "--python", python, "--no-deps", *src, *reqs]
-        else:
-            # The venv has no pip of its own: the base's pip, found through system site-packages and
-            # run by the venv's python, installs into the venv (sys.prefix is the venv).
-            argv = [
-                python,
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--no-deps",
-                "--no-input",
-                "--disable-pip-version-check",
-                *src,
-                *reqs,
-            ]
+        argv = install_argv(self.installer, python, reqs, self.find_links, self.index_url)
         res = self._run(argv, log, "install", timeout=1800)
         if res.returncode != 0:
             raise BuildFailed(f"installing {' '.join(reqs)} failed: {_last_line(res.stderr or res.stdout)}")

@@ -25,6 +25,7 @@ from regdiag.bisect.failures import BuildFailed, MetricMissing, StepFailed
 from regdiag.bisect.journal import Journal
 from regdiag.bisect.kinds import BuildPlan, LaunchSetup, kind_of
 from regdiag.bisect.measure import Launch, run_launch
+from regdiag.bisect.remote_envs import RemoteBuilder
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 
@@ -46,7 +47,7 @@ class Lab:
     def __init__(
         self,
         factors: Sequence[Factor],
-        builder: Builder,
+        builder: Builder | RemoteBuilder,
         host: Host,
         argv_for: ArgvFor,
         journal: Journal,
@@ -67,10 +68,14 @@ class Lab:
         self.built: dict[str, Built] = {}
         self.launches_run = 0
         self.points_used: set[str] = set()
+        # A remote builder names its interpreter by host and path (a path there means nothing here).
+        identity = getattr(builder, "identity", None)
+        python = identity() if identity is not None else os.path.realpath(builder.base_python)
         self._base = json.dumps(
-            {"python": os.path.realpath(builder.base_python), "repo": builder.repo, "setup": builder.setup},
-            sort_keys=True,
+            {"python": python, "repo": builder.repo, "setup": builder.setup}, sort_keys=True
         )
+        base_path = getattr(builder, "base_path", None)
+        self._base_path: Callable[[], str] = base_path or (lambda: os.environ.get("PATH", ""))
 
     # -- naming ----------------------------------------------------------------------------------
 
@@ -170,10 +175,10 @@ class Lab:
         if built is None:
             return
         index = len(self.journal.launches.get(key, []))
-        env = dict(built.process_env())
-        if "PATH" not in env:
+        env = dict(built.process_env(self._base_path()))
+        if "PATH" not in env and os.path.dirname(built.python):
             # `python` in a --command means the environment's interpreter, the base one included.
-            env["PATH"] = os.pathsep.join([os.path.dirname(built.python), os.environ.get("PATH", "")])
+            env["PATH"] = os.pathsep.join([os.path.dirname(built.python), self._base_path()])
         env["REGDIAG_BISECT_POINT"] = key
         env["REGDIAG_LAUNCH_INDEX"] = str(index)
         if built.worktree:

@@ -15,11 +15,15 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
 from regdiag.bisect.factors import normalize
 from regdiag.errors import BadInput
+
+if TYPE_CHECKING:
+    from regdiag.hosts.base import Host
 
 _SDIST = (".tar.gz", ".zip", ".tar.bz2", ".tgz")
 
@@ -48,10 +52,13 @@ def commits_between(repo: str, good: str, bad: str) -> list[str]:
 
 
 def _versions_in_dir(name: str, directory: Path) -> set[str]:
+    return _versions_in_names(name, [p.name for p in directory.iterdir()])
+
+
+def _versions_in_names(name: str, names: list[str]) -> set[str]:
     want = normalize(name)
     found: set[str] = set()
-    for p in directory.iterdir():
-        fn = p.name
+    for fn in names:
         if fn.endswith(".whl"):
             parts = fn[:-4].split("-")
             if len(parts) >= 5 and normalize(parts[0]) == want:
@@ -85,16 +92,20 @@ def versions_between(
     find_links: str | None,
     index_url: str | None,
     python: str | None = None,
+    host: Host | None = None,
 ) -> list[str]:
-    """[good, v1, ..., bad] ordered from good towards bad (either direction), endpoints included."""
+    """[good, v1, ..., bad] ordered from good towards bad (either direction), endpoints included.
+    With `host`, the --find-links directory and the index are read on that host."""
     try:
         vg, vb = Version(good), Version(bad)
     except InvalidVersion:
         return [good, bad]
     found: set[str] = set()
-    if find_links and Path(find_links).is_dir():
+    if host is not None:
+        found = _versions_on(host, name, find_links, index_url, python or host.python)
+    elif find_links and Path(find_links).is_dir():
         found |= _versions_in_dir(name, Path(find_links))
-    if index_url or not find_links:
+    if host is None and (index_url or not find_links):
         found |= _versions_from_index(name, index_url, python or sys.executable)
     allow_pre = vg.is_prerelease or vb.is_prerelease
     lo, hi = min(vg, vb), max(vg, vb)
@@ -108,3 +119,56 @@ def versions_between(
             inner.setdefault(v, s)
     ordered = [inner[v] for v in sorted(inner, reverse=vg > vb)]
     return [good, *ordered, bad]
+
+
+# -- the same on a remote host (bisect --host): git and pip run there, as argv of our tokens ----------
+
+
+def _pip_index_argv(python: str, name: str, index_url: str | None) -> list[str]:
+    argv = [python, "-m", "pip", "index", "versions", name, "--disable-pip-version-check", "--no-input"]
+    return argv + (["--index-url", index_url] if index_url else [])
+
+
+def _versions_on(
+    host: Host, name: str, find_links: str | None, index_url: str | None, python: str
+) -> set[str]:
+    found: set[str] = set()
+    if find_links:
+        res = host.run(["ls", "-1", "--", find_links], timeout=60)
+        if res.ok:
+            found |= _versions_in_names(name, res.stdout.decode("utf-8", "replace").splitlines())
+    if index_url or not find_links:
+        res = host.run(_pip_index_argv(python, name, index_url), timeout=120)
+        m = re.search(r"^Available versions:\s*(.+)$", res.stdout.decode("utf-8", "replace"), re.M)
+        if m:
+            found |= {v.strip() for v in m.group(1).split(",")}
+    return found
+
+
+def _git_on(host: Host, repo: str, *args: str) -> tuple[bool, str]:
+    res = host.run(["git", "-C", repo, *args], timeout=120)
+    return res.ok, res.stdout.decode("utf-8", "replace").strip()
+
+
+def resolve_commit_on(host: Host, repo: str, rev: str) -> str:
+    """Full sha of a revision in the checkout `repo` on `host`, or one clear line."""
+    ok, out = _git_on(host, repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
+    sha = out.splitlines()[-1] if ok and out else ""
+    if not re.fullmatch(r"[0-9a-f]{40,64}", sha):
+        raise BadInput(f"commit {rev!r} is not in {repo} on {host.name}")
+    return sha
+
+
+def commits_between_on(host: Host, repo: str, good: str, bad: str) -> list[str]:
+    ok, out = _git_on(
+        host, repo, "rev-list", "--reverse", "--first-parent", "--ancestry-path", f"{good}..{bad}"
+    )
+    shas = [s for s in out.split() if s] if ok else []
+    if not shas or shas[-1] != bad:
+        return [good, bad]
+    return [good, *shas]
+
+
+def subject_on(host: Host, repo: str, sha: str) -> str | None:
+    ok, out = _git_on(host, repo, "log", "-1", "--format=%s", sha)
+    return out.splitlines()[-1] if ok and out else None

@@ -20,6 +20,7 @@ from regdiag.bisect.factors import Factor, diff, load_side
 from regdiag.bisect.journal import Journal, default_path
 from regdiag.bisect.kinds import KINDS, Where, kind_of
 from regdiag.bisect.lab import Lab
+from regdiag.bisect.remote_envs import RemoteBuilder
 from regdiag.bisect.report import build_report
 from regdiag.bisect.search import Options, Search
 from regdiag.errors import BadInput
@@ -55,9 +56,12 @@ class Request:
     # the endpoints are measured here and now precisely to check that the regression reproduces.
     seed_endpoints: dict[str, list[dict[str, Any]]] | None = None
 
-    def inputs(self, factors: Sequence[Factor], fixed_env: dict[str, str | None]) -> dict[str, Any]:
-        """What a resumed bisect must agree on with the journal it continues."""
-        return {
+    def inputs(
+        self, factors: Sequence[Factor], fixed_env: dict[str, str | None], host: str | None = None
+    ) -> dict[str, Any]:
+        """What a resumed bisect must agree on with the journal it continues (`host`: the remote host
+        the bisect runs on, None for this machine)."""
+        out = {
             "factors": [f.to_dict() for f in factors],
             "fixed_env": fixed_env,
             "command": self.command,
@@ -74,9 +78,15 @@ class Request:
             "margin": self.margin,
             "min_share": self.min_share,
         }
+        if host is not None:
+            # Paths (--repo, --find-links) are the host's: kept as given, not resolved here.
+            out.update({"host": host, "repo": self.repo, "find_links": self.find_links})
+        return out
 
 
-def argv_builder(req: Request) -> Callable[[Built, int], list[str]]:
+def argv_builder(req: Request, host: Host | None = None) -> Callable[[Built, int], list[str]]:
+    """(environment, launch index) -> argv of one launch; on a remote host a --probe runs from the
+    bundle regdiag uploads there (`PYTHON BUNDLE probe NAME ARGS`)."""
     if bool(req.command) == bool(req.probe):
         raise BadInput("give exactly one of --probe NAME or --command CMD")
     if req.command:
@@ -89,20 +99,31 @@ def argv_builder(req: Request) -> Callable[[Built, int], list[str]]:
         return lambda built, index: [built.python if tok == "{python}" else tok for tok in template]
     from regdiag.probe_runner import probe_script
 
-    script = str(probe_script(str(req.probe)))
     args = list(req.probe_args)
+    if host is not None and is_remote(host):
+        from regdiag.hosts.remote import bundle_path
+
+        probe_script(str(req.probe))  # an unknown probe is refused here, before connecting to anything
+        bundle = bundle_path(host)
+        name = str(req.probe)
+        return lambda built, index: [built.python, bundle, "probe", name, *args, "--launch-index", str(index)]
+    script = str(probe_script(str(req.probe)))
     # Each launch gets its own index, as in `regdiag probe` (the probe seeds its inputs with it).
     return lambda built, index: [built.python, script, *args, "--launch-index", str(index)]
 
 
-def _check(req: Request) -> None:
+def is_remote(host: Host | None) -> bool:
+    return host is not None and not isinstance(host, LocalHost)
+
+
+def _check(req: Request, remote: bool = False) -> None:
     if req.launches < 2:
         raise BadInput("--launches must be at least 2 (a spread needs two launches)")
     if req.max_launches < req.launches:
         raise BadInput("--max-launches must be at least --launches")
     if not 0 <= req.margin < 1:
         raise BadInput("--margin must be a fraction in [0, 1), e.g. 0.02")
-    if req.find_links and not Path(req.find_links).is_dir():
+    if req.find_links and not remote and not Path(req.find_links).is_dir():
         raise BadInput(f"--find-links {req.find_links}: no such directory")
 
 
@@ -112,7 +133,8 @@ def run_bisect(
     host: Host | None = None,
 ) -> dict[str, Any]:
     t0 = time.monotonic()
-    _check(req)
+    remote = is_remote(host)
+    _check(req, remote)
     good = load_side(req.good, "--good")
     bad = load_side(req.bad, "--bad")
     d = diff(good, bad)
@@ -122,20 +144,31 @@ def run_bisect(
             "--good and --bad do not differ in any package, env var or commit that a bisect can change"
         )
     repo = req.repo or good.repo or bad.repo
-    where = Where(repo, req.find_links, req.index_url, req.python or sys.executable)
+    if remote:
+        repo = req.repo  # a snapshot's checkout path is not a path on the host unless --repo says so
+    base_python = host.python if (remote and host is not None) else (req.python or sys.executable)
+    where = Where(repo, req.find_links, req.index_url, base_python, host if remote else None)
     # Each kind refuses what cannot be bisected here (and may normalize), before anything is measured.
     factors = [
         g for name, kind in KINDS.items() for g in kind.check([f for f in factors if f.kind == name], where)
     ]
-    argv_for = argv_builder(req)
-    builder = Builder(
-        base_python=req.python or sys.executable,
-        repo=repo,
-        setup=req.setup,
-        find_links=req.find_links,
-        index_url=req.index_url,
-        installer=req.installer,
-    )
+    argv_for = argv_builder(req, host)
+    builder: Builder | RemoteBuilder
+    if remote and host is not None:
+        builder = RemoteBuilder(
+            host, repo=repo, setup=req.setup, find_links=req.find_links, index_url=req.index_url,
+            installer=req.installer,
+        )  # fmt: skip
+        builder.check()
+    else:
+        builder = Builder(
+            base_python=req.python or sys.executable,
+            repo=repo,
+            setup=req.setup,
+            find_links=req.find_links,
+            index_url=req.index_url,
+            installer=req.installer,
+        )
     path = Path(req.journal) if req.journal else default_path()
     notes = list(d.notes)
     if d.same_packages:
@@ -145,9 +178,11 @@ def run_bisect(
             if here != version:
                 notes.append(
                     f"{name} is {version} on both sides but {here or 'not installed'} here; "
-                    "the bisect runs with this machine's"
+                    "the bisect runs with " + ("that host's" if remote else "this machine's")
                 )
-    journal = Journal(path, req.inputs(factors, d.same_env), req.resume)
+    journal = Journal(
+        path, req.inputs(factors, d.same_env, host.name if remote and host else None), req.resume
+    )
     if progress:
         progress(
             {

@@ -36,6 +36,7 @@ COMMAND_MODULES = [
     "regdiag.cli.demo_cmd",
     "regdiag.cli.ab_cmd",
     "regdiag.cli.engine_cmd",
+    "regdiag.cli.clean_cmd",
 ]
 
 

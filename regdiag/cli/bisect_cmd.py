@@ -10,6 +10,7 @@ import typer
 from regdiag.cli.common import (
     JsonOpt,
     PythonOpt,
+    SshConfigOpt,
     err_console,
     format_opt,
     input_dir,
@@ -17,7 +18,7 @@ from regdiag.cli.common import (
     pick_format,
     show,
 )
-from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, BadInput
+from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, BadInput, HostError
 
 HELP = (
     "Find which change makes the bad environment slower: the engine commit, a package version, an env "
@@ -35,6 +36,10 @@ HELP = (
     "build or run is SKIP (a --setup or command exit status of 125 asks for it).\n\n"
     "Every launch and decision goes to the journal as it happens; --resume continues an interrupted "
     "bisect without measuring anything twice.\n\n"
+    "--host H: everything is built and measured on H over SSH (env vars per process, venvs on H's --python, "
+    "worktrees of --repo, a path on H; --find-links is a directory on H), cached in ~/.cache/regdiag on H "
+    "(removed by `regdiag clean --host H`); the journal stays here. A lost connection ends the bisect with "
+    "exit 4 and every finished launch journalled: --resume continues.\n\n"
     "Exit status: 0 culprit(s) named, 3 none named (not reproduced or inconclusive), 2 bad input, "
     "5 an endpoint cannot be measured."
 )
@@ -57,6 +62,7 @@ def _progress_printer(quiet: bool) -> tuple[Any, Any]:
     def on_event(ev: dict[str, Any]) -> None:
         kind = ev.get("event")
         if kind == "start":
+            on_event.journal = str(ev["journal"])  # type: ignore[attr-defined]
             resumed = " (resumed)" if ev.get("resumed") else ""
             err_console.print(f"[dim]journal{resumed}: {e(ev['journal'])}[/]")
             err_console.print(f"[dim]{len(ev['factors'])} factors: " + e("; ".join(ev["factors"])) + "[/]")
@@ -156,6 +162,13 @@ def register(app: typer.Typer) -> None:
         ),
         resume: bool = typer.Option(False, "--resume", help="Continue the bisect recorded in --journal."),
         python: str | None = PythonOpt,
+        host: str | None = typer.Option(
+            None,
+            "--host",
+            help="Build and measure on this host over SSH: \\[user@]host\\[:port] or a Host alias of the SSH "
+            "config (default: this machine).",
+        ),
+        ssh_config: Path | None = SshConfigOpt,
         json_out: bool = JsonOpt,
         markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown on stdout."),
         fmt: str = format_opt("bisect"),
@@ -192,10 +205,25 @@ def register(app: typer.Typer) -> None:
             resume=resume,
         )
         on_event, status = _progress_printer(quiet=False)
-        if status is not None:
-            with status:
-                report = run_bisect(req, progress=on_event)
-        else:
-            report = run_bisect(req, progress=on_event)
+        where = None
+        if host:
+            from regdiag.hosts.resolve import open_host
+
+            where = open_host(host, python, ssh_config)
+        try:
+            if status is not None:
+                with status:
+                    report = run_bisect(req, progress=on_event, host=where)
+            else:
+                report = run_bisect(req, progress=on_event, host=where)
+        except HostError as e:
+            if where is None or not getattr(on_event, "journal", None):
+                raise
+            raise HostError(
+                f"{e}; every finished launch is in the journal: continue with --resume --journal {on_event.journal}"
+            ) from None
+        finally:
+            if where is not None:
+                where.close()
         show("bisect", chosen, report)
         raise typer.Exit(EXIT_OK if report["verdict"] == "CULPRIT" else EXIT_INCONCLUSIVE)

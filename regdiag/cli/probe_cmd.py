@@ -246,19 +246,14 @@ def _run(
 
     if launches < 1:
         raise BadInput("--launches must be >= 1")
-    if host_specs and len(host_specs) > 1:
-        raise BadInput("a probe runs on one --host at a time; run one command per host")
+    if host_specs and len(dict.fromkeys(host_specs)) > 1:
+        _run_many(
+            name, options, launches, timeout, no_snapshot, output, json_out, host_specs, python, ssh_config
+        )
+        return
     host = _open_host(host_specs[0] if host_specs else None, python, ssh_config)
     args = probe_args(options)
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-        disable=not err_console.is_terminal,
-    )
+    progress = _progress()
     task = progress.add_task(f"{name}: starting", total=None)
 
     where: dict[str, str] = {}
@@ -296,6 +291,106 @@ def _run(
     summary = summarize_run(result.run)
     summary["path"] = str(result.path)
     show("probe", "json" if json_out else "terminal", summary)
+
+
+def _run_many(
+    name: str,
+    options: dict[str, Any],
+    launches: int,
+    timeout: float | None,
+    no_snapshot: bool,
+    output: Path | None,
+    json_out: bool,
+    host_specs: list[str],
+    python: str | None,
+    ssh_config: Path | None,
+) -> None:
+    """The same probe on several hosts at once, one thread and one run record per host. A host that
+    fails (cannot connect, a launch fails) does not stop the others; the exit status is the worst."""
+    from regdiag.hosts.remote import for_each_target
+    from regdiag.probe_runner import probe_args, run_probe, summarize_run
+
+    args = probe_args(options)
+    progress = _progress()
+
+    def one(host: Any) -> dict[str, Any]:
+        task = progress.add_task(f"{host.name}: starting", total=None)
+
+        def on_event(kind: str, data: dict[str, Any]) -> None:
+            if kind == "launch_start":
+                desc = f"{host.name}: launch {data['index'] + 1}/{data['of']}"
+                progress.update(task, description=desc, total=None, completed=0)
+            elif kind == "progress":
+                desc = f"{host.name}: launch {data['index'] + 1}/{launches} {data.get('stage', '')}"
+                progress.update(
+                    task, description=desc, total=data.get("total"), completed=data.get("done", 0)
+                )
+
+        out = (
+            None
+            if output is None
+            else output.with_name(f"{output.stem}.{_file_part(host.name)}{output.suffix}")
+        )
+        result = run_probe(
+            host, name, args, launches=launches, output=out, timeout=timeout, snapshot=not no_snapshot,
+            on_event=on_event,
+        )  # fmt: skip
+        summary = summarize_run(result.run)
+        summary["path"] = str(result.path)
+        return summary
+
+    try:
+        with progress:
+            outcomes = for_each_target(host_specs, python, ssh_config, one)
+    except KeyboardInterrupt as e:
+        raise RegdiagError(
+            f"{interrupts.describe(e)}; finished launches kept", interrupts.exit_status(e)
+        ) from None
+    if json_out:
+        print_json(
+            [
+                {"host": o.spec, "ok": True, "summary": o.value}
+                if o.ok
+                else {"host": o.spec, "ok": False, "error": str(o.error), "exit_code": _code(o.error)}
+                for o in outcomes
+            ]
+        )
+    else:
+        for o in outcomes:
+            if o.ok:
+                console.print(f"[bold]{o.spec}[/bold]", highlight=False)
+                show("probe", "terminal", o.value)
+    failed = [o for o in outcomes if not o.ok]
+    for o in outcomes:
+        state = f"ok, {o.value['path']}" if o.ok and o.value else f"FAILED: {o.error}"
+        err_console.print(f"{o.spec}: {state}", highlight=False, soft_wrap=True)
+    if failed:
+        err_console.print(
+            f"{len(failed)} of {len(outcomes)} hosts failed: {', '.join(o.spec for o in failed)}",
+            highlight=False,
+        )
+        raise typer.Exit(max(_code(o.error) for o in failed))
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=not err_console.is_terminal,
+    )
+
+
+def _code(e: RegdiagError | None) -> int:
+    return e.exit_code if e is not None else 0
+
+
+def _file_part(name: str) -> str:
+    """A host name as part of a file name (`root@10.1.2.3:22` -> `root_10.1.2.3_22`)."""
+    return "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in name)
 
 
 def _launch_median(launch: dict[str, Any]) -> float | None:

@@ -250,3 +250,72 @@ def collect_snapshots(
 ) -> list[HostOutcome[dict[str, Any]]]:
     """collect_snapshot on every host at once; one outcome per host, in order (for `--host a --host b`)."""
     return for_each_host(hosts, lambda h: collect_snapshot(h, repo, all_packages, timeout_s, pid))
+
+
+@dataclass
+class TargetOutcome(Generic[T]):
+    """What one `--host` spec gave: a value, or the one-line error that stopped it (never both).
+
+    Unlike HostOutcome the host is connected inside the worker, so a host that cannot be reached is
+    one failed outcome and the others go on."""
+
+    spec: str
+    value: T | None = None
+    error: RegdiagError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def for_each_target(
+    specs: Sequence[str],
+    python: str | None,
+    ssh_config: str | os.PathLike[str] | None,
+    fn: Callable[[Host], T],
+    *,
+    max_workers: int = 16,
+) -> list[TargetOutcome[T]]:
+    """Connect to each spec and run fn(host) there, every host in its own thread at once; outcomes in
+    the order of `specs` (duplicates removed), each host closed when its fn returns.
+
+    A RegdiagError while connecting or in fn is that host's outcome; any other exception propagates. On
+    Ctrl-C every host still open is closed (which stops its remote work) before the interrupt goes on.
+    """
+    from regdiag.hosts.resolve import open_host
+
+    unique = list(dict.fromkeys(specs))
+    open_now: list[Host] = []
+    lock = threading.Lock()
+
+    def one(spec: str) -> TargetOutcome[T]:
+        try:
+            host = open_host(spec, python, ssh_config)
+        except RegdiagError as e:
+            return TargetOutcome(spec, error=e)
+        with lock:
+            open_now.append(host)
+        try:
+            return TargetOutcome(spec, fn(host))
+        except RegdiagError as e:
+            return TargetOutcome(spec, error=e)
+        finally:
+            with lock:
+                open_now.remove(host)
+            host.close()
+
+    pool = ThreadPoolExecutor(max_workers=min(max_workers, len(unique)), thread_name_prefix="regdiag-host")
+    try:
+        futures = [pool.submit(one, s) for s in unique]
+        return [f.result() for f in futures]
+    except BaseException:
+        with lock:
+            hosts = list(open_now)
+        for h in hosts:
+            try:
+                h.close()
+            except Exception:  # noqa: BLE001 - closing is best effort; the interrupt goes on
+                pass
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)

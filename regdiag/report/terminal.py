@@ -35,6 +35,8 @@ def render(c: Comparison, console: Console, old_name: str = "", new_name: str = 
         console.print(Text(" PHANTOM? ", style="bold black on yellow") + Text(" " + c.phantom[0]))
         for p in c.phantom[1:]:
             console.print(f"           {p}", style="yellow")
+    if c.machine_diff is not None:
+        _machines(c, console)
     if c.attribution is not None and (d := T.dominant_line(c.attribution)):
         console.print(d)
     if c.throughput is not None:
@@ -99,6 +101,21 @@ def render(c: Comparison, console: Console, old_name: str = "", new_name: str = 
         f"{method}; primary at {100 * c.level:g} %, other metrics Holm-adjusted; margin {T.margin_txt(c.margin)}",
         style="dim",
     )
+
+
+def _machines(c: Comparison, console: Console) -> None:
+    """Runs from two hosts: how the machines differ comes first (clocks, power cap, PCIe, driver, NCCL)."""
+    d = c.machine_diff or []
+    what = (
+        f"{len(d)} machine difference{'s' if len(d) != 1 else ''}:"
+        if d
+        else "no GPU, driver, NCCL or host setting differs"
+    )
+    console.print(f"two hosts: {c.old.host} (old) vs {c.new.host} (new), {what}", highlight=False)
+    for item in d[:ENV_LIMIT]:
+        console.print("  " + T.env_item(item), highlight=False)
+    if len(d) > ENV_LIMIT:
+        console.print(f"  ... {len(d) - ENV_LIMIT} more (--json for all)", style="dim")
 
 
 def render_out(c: Comparison, out: Out) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from regdiag.bisect.factors import Factor, Spec
+    from regdiag.hosts.base import Host
 
 
 @dataclass
@@ -26,6 +27,7 @@ class Where:
     find_links: str | None = None
     index_url: str | None = None
     python: str | None = None
+    host: Host | None = None  # a remote host the bisect runs on (paths above are its); None: here
 
 
 @dataclass

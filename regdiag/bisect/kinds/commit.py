@@ -47,6 +47,17 @@ class CommitKind(Kind):
             return factors
         if not where.repo:
             raise BadInput("the engine commit differs; give --repo PATH (the engine's git checkout)")
+        if where.host is not None:
+            host, repo = where.host, where.repo
+            return [
+                Factor(
+                    f.kind,
+                    f.name,
+                    ranges.resolve_commit_on(host, repo, f.good or ""),
+                    ranges.resolve_commit_on(host, repo, f.bad or ""),
+                )
+                for f in factors
+            ]
         if not Path(where.repo).is_dir():
             raise BadInput(f"--repo {where.repo}: no such directory")
         repo = where.repo
@@ -69,6 +80,10 @@ class CommitKind(Kind):
     def values_between(self, f: Factor, where: Where) -> list[str | None]:
         if not where.repo:
             return [f.good, f.bad]
+        if where.host is not None:
+            return list[str | None](
+                ranges.commits_between_on(where.host, where.repo, f.good or "", f.bad or "")
+            )
         return list(ranges.commits_between(where.repo, f.good or "", f.bad or ""))
 
     def prepare(self, f: Factor, value: str | None, plan: BuildPlan) -> None:
@@ -79,6 +94,10 @@ class CommitKind(Kind):
         import git
 
         if not where.repo or not f.get("bad"):
+            return
+        if where.host is not None:
+            if (subject := ranges.subject_on(where.host, where.repo, f["bad"])) is not None:
+                f["subject"] = subject
             return
         try:
             f["subject"] = git.Repo(where.repo).commit(f["bad"]).summary

@@ -155,6 +155,11 @@ class GpuClockKind(Kind):
         return out
 
     def check(self, factors: list[Factor], where: Where) -> list[Factor]:
+        if factors and where.host is not None:
+            raise BadInput(
+                f"GPU clock factors are set through NVML on this machine only, not on {where.host.name} "
+                "(--host); bisect the other factors there, or run regdiag on that host"
+            )
         if factors:
             self.control()  # no nvidia-ml-py, no GPU, no driver: refused now, before any launch
         return factors

@@ -55,6 +55,7 @@ class PackageKind(Kind):
                 find_links=where.find_links,
                 index_url=where.index_url,
                 python=where.python,
+                host=where.host,
             )
         )
 

@@ -1,0 +1,63 @@
+"""`regdiag clean`: remove the environments bisect built, here or on a remote host."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from regdiag.cli.common import HostOpt, JsonOpt, PythonOpt, SshConfigOpt, console, err_console, print_json
+
+HELP = (
+    "Remove the environments `regdiag bisect` built (venvs, git worktrees) and their cache.\n\n"
+    "With --host H: regdiag's cache directory on H (${XDG_CACHE_HOME:-~/.cache}/regdiag), the only place "
+    "regdiag writes to on a host besides each connection's private temporary directory; the worktrees it "
+    "registered in H's checkouts are pruned. Without --host: $REGDIAG_HOME/envs on this machine (run "
+    "`git worktree prune` in the engine checkout afterwards). Exit 0, or 4 when a host cannot be reached."
+)
+
+
+def clean(
+    host: list[str] = HostOpt,
+    python: str = PythonOpt,
+    ssh_config: Path = SshConfigOpt,
+    json_out: bool = JsonOpt,
+) -> None:
+    results: list[dict[str, Any]] = []
+    failed = []
+    if not host:
+        from regdiag.bisect.envs import envs_dir
+
+        d = envs_dir()
+        existed = d.is_dir()
+        shutil.rmtree(d, ignore_errors=True)
+        results.append({"host": "local", "path": str(d), "existed": existed, "pruned": []})
+    else:
+        from regdiag.bisect.remote_envs import clean_remote
+        from regdiag.hosts.remote import for_each_target
+
+        for o in for_each_target(host, python, ssh_config, clean_remote):
+            if o.ok and o.value is not None:
+                results.append(o.value)
+            else:
+                failed.append(o)
+                results.append({"host": o.spec, "error": str(o.error)})
+    if json_out:
+        print_json(results)
+    else:
+        for r in results:
+            if "error" in r:
+                continue
+            size = f" ({r['kib'] / 1024:.1f} MiB)" if r.get("kib") else ""
+            what = f"removed {r['path']}{size}" if r["existed"] else f"nothing to remove ({r['path']} absent)"
+            console.print(f"{r['host']}: {what}", highlight=False)
+    for o in failed:
+        err_console.print(f"regdiag: error: {o.error}", highlight=False, soft_wrap=True)
+    if failed:
+        raise typer.Exit(max(o.error.exit_code for o in failed if o.error is not None))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("clean", help=HELP)(clean)
