@@ -3,7 +3,7 @@
 The rules, and why (each one is a failure seen with plain paramiko or fabric):
 - Host keys: RejectPolicy against the user's known_hosts files (UserKnownHostsFile honoured); a key is
   added only by `regdiag trust`. A changed key stops the connection.
-- Command lines: the remote login shell parses what we send, so we send only `shlex.join` of tokens,
+- Command lines: the remote login shell parses what we send, so we send only `shell_join` of tokens,
   and only to a fixed POSIX wrapper (`/bin/sh -c WRAPPER ...`); bulk data goes on stdin.
 - Output: stdout and stderr are drained together in one loop; reading one to the end before the other
   deadlocks as soon as the other fills the SSH window.
@@ -67,6 +67,12 @@ WRAPPER = (
 _MKTEMP = 'umask 077 && d=$(mktemp -d "${TMPDIR:-/tmp}/regdiag.XXXXXXXXXX")'
 _MARKER = re.compile(rb"^regdiag-wrapper sid=(\d+) timeout=([01])\r?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def shell_join(tokens: Sequence[str]) -> str:
+    """shlex.join, plus quotes around a word that starts with `=`: shlex leaves `=0` bare, and zsh (a
+    common login shell on GPU boxes) expands `=word` to the path of the command `word` (EQUALS)."""
+    return " ".join("'" + t + "'" if t.startswith("=") and "'" not in t else shlex.quote(t) for t in tokens)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -173,7 +179,7 @@ class SSHHost(Host):
         chan = self._channel()
         try:
             chan.settimeout(timeout)
-            chan.exec_command(shlex.join(argv))
+            chan.exec_command(shell_join(argv))
             if data:
                 chan.sendall(data)
             chan.shutdown_write()
@@ -231,7 +237,7 @@ class SSHHost(Host):
             stdin_path = f"{self.scratch_dir()}/stdin-{os.urandom(6).hex()}"
             self.put_bytes(stdin, stdin_path)
         secs = 0 if timeout is None else max(1, math.ceil(timeout))
-        cmdline = shlex.join(
+        cmdline = shell_join(
             ["/bin/sh", "-c", WRAPPER, "regdiag-run", KILLER, str(secs), cwd or "-", stdin_path, *full]
         )
         out = _Lines(on_stdout_line, keep_output)
@@ -361,7 +367,7 @@ class SSHHost(Host):
                 # Started, not waited for: `rm` runs on after the connection closes (no terminal, so no
                 # hangup), and waiting would add the login shell's start-up time to every command.
                 chan = self._channel()
-                chan.exec_command(shlex.join(["rm", "-rf", "--", self._scratch]))
+                chan.exec_command(shell_join(["rm", "-rf", "--", self._scratch]))
                 chan.close()
         except Exception:
             pass  # the connection may be gone; the directory is private and in the host's tmp
