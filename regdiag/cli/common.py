@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import typer
 from rich.console import Console
 
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich exits 1 here, which is compare's code for REGRESSED; main() gives "output closed" its own.
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "output closed")
+
+
 # Human output goes to stdout; progress and warnings to stderr, so `--json > file` stays clean.
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = _Console(highlight=False)
+err_console = _Console(stderr=True, highlight=False)
 
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout (nothing else on stdout).")
 OutputOpt = typer.Option(None, "-o", "--output", help="Also write the record to this file (atomically).")
@@ -31,6 +42,51 @@ PythonOpt = typer.Option(
 SshConfigOpt = typer.Option(
     None, "--ssh-config", help="SSH config file, as `ssh -F` (default: ~/.ssh/config).", dir_okay=False
 )
+
+
+PROGRESS_EVERY_ENV = "REGDIAG_PROGRESS_EVERY"
+PROGRESS_EVERY_S = 10.0
+
+
+class PlainProgress:
+    """Progress for a stderr that is not a terminal (CI logs, nohup, `ssh box 'regdiag ...' | tee`),
+    where a live bar prints nothing: plain lines, no ANSI, each `[ elapsed] command: what`.
+
+    `step` is one line per launch, stage or bisect step, printed as it starts or ends; `tick` (a count
+    inside a stage) prints at most once every REGDIAG_PROGRESS_EVERY seconds (default 10), so minutes
+    of one stage still show life without flooding the log. On a terminal both do nothing: the caller's
+    rich display is the progress there."""
+
+    def __init__(self, name: str, stream: TextIO | None = None, enabled: bool | None = None) -> None:
+        self.name = name
+        self.stream = stream
+        self.enabled = (not err_console.is_terminal) if enabled is None else enabled
+        self.every = _progress_every()
+        self.t0 = time.monotonic()
+        self._last = self.t0  # a tick waits a full interval after the last line
+
+    def step(self, text: str) -> None:
+        if self.enabled:
+            self._emit(text)
+
+    def tick(self, text: str) -> None:
+        if self.enabled and time.monotonic() - self._last >= self.every:
+            self._emit(text)
+
+    def _emit(self, text: str) -> None:
+        now = time.monotonic()
+        self._last = now
+        out = self.stream or sys.stderr
+        out.write(f"[{now - self.t0:5.0f}s] {self.name}: {text}\n")
+        out.flush()
+
+
+def _progress_every() -> float:
+    raw = os.environ.get(PROGRESS_EVERY_ENV, "")
+    try:
+        return max(0.0, float(raw)) if raw else PROGRESS_EVERY_S
+    except ValueError:
+        return PROGRESS_EVERY_S
 
 
 def print_json(obj: Any) -> None:

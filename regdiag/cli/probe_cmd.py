@@ -15,6 +15,7 @@ from regdiag import interrupts
 from regdiag.cli.common import (
     HostOpt,
     JsonOpt,
+    PlainProgress,
     PythonOpt,
     SshConfigOpt,
     console,
@@ -236,6 +237,7 @@ def _run(
         disable=not err_console.is_terminal,
     )
     task = progress.add_task(f"{name}: starting", total=None)
+    plain = PlainProgress(f"probe {name}")
 
     where: dict[str, str] = {}
 
@@ -244,18 +246,29 @@ def _run(
             where["path"] = data["path"]
         elif kind == "snapshot":
             progress.update(task, description=f"{name}: snapshot {data['when']}", total=None, completed=0)
+            plain.step(f"snapshot {data['when']}")
         elif kind == "launch_start":
             progress.update(
                 task, description=f"{name}: launch {data['index'] + 1}/{data['of']}", total=None, completed=0
             )
+            plain.step(f"launch {data['index'] + 1}/{data['of']} started")
         elif kind == "progress":
-            desc = f"{name}: launch {data['index'] + 1}/{launches} {data.get('stage', '')}"
-            progress.update(task, description=desc, total=data.get("total"), completed=data.get("done", 0))
-        elif kind == "launch_end" and err_console.is_terminal:
+            where_now = f"launch {data['index'] + 1}/{launches} {data.get('stage', '')}"
+            progress.update(
+                task,
+                description=f"{name}: {where_now}",
+                total=data.get("total"),
+                completed=data.get("done", 0),
+            )
+            count = f" {data.get('done', 0)}/{data['total']}" if data.get("total") else ""
+            plain.tick(where_now + count)
+        elif kind == "launch_end":
             la = data["launch"]
             med = _launch_median(la)
             what = f"primary median {med:.4g}" if med is not None else la.get("error") or la["status"]
-            progress.console.print(f"  launch {la['index'] + 1}: {la['status']}, {what}", highlight=False)
+            if err_console.is_terminal:
+                progress.console.print(f"  launch {la['index'] + 1}: {la['status']}, {what}", highlight=False)
+            plain.step(f"launch {la['index'] + 1}/{launches}: {la['status']}, {what}")
 
     try:
         with progress:
