@@ -4,6 +4,7 @@ stderr, as in CI."""
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -44,7 +45,6 @@ def test_ci_runs_exactly_the_readmes_test_command() -> None:
 
 
 def test_plain_progress_throttles_ticks_not_steps(monkeypatch: pytest.MonkeyPatch) -> None:
-    import io
 
     from regdiag.cli.common import PlainProgress
 
@@ -81,7 +81,9 @@ def test_probe_spec_decode_prints_plain_lines_outside_a_terminal(tmp_path: Path)
     assert re.fullmatch(r"probe spec-decode: launch 2/2: ok, primary median [\d.]+", steps[3])
     assert len(steps) == 4
     ticks = [ln for ln in lines if ln not in steps]
-    assert ticks and all(re.fullmatch(r"probe spec-decode: launch [12]/2 [a-z_]+( \d+/\d+)?", t) for t in ticks)
+    assert ticks and all(
+        re.fullmatch(r"probe spec-decode: launch [12]/2 [a-z_]+( \d+/\d+)?", t) for t in ticks
+    )
     assert "probe spec-decode: launch 1/2 measure 14/14" in ticks
 
 
@@ -129,3 +131,83 @@ def test_a_closed_pipe_is_not_a_verdict(fmt: list[str]) -> None:
     assert full.returncode == 1, full.stderr
     p = _to_closed_pipe("compare", EAGLE_A, EAGLE_OFF, "--allow-mismatch", *fmt)
     assert (p.returncode, p.stderr) == (141, "")
+
+
+def test_runs_and_baseline_list_keep_whole_ids_at_80_columns(tmp_path: Path) -> None:
+    home = {"REGDIAG_HOME": str(tmp_path)}
+    for log in ("sglang_decode_dot", "vllm_older"):
+        assert run_cli("ingest-log", f"tests/data/{log}.log", env={**CI_ENV, **home}).returncode == 0
+    ids = sorted((f.stem for f in (tmp_path / "runs").glob("*.json")), reverse=True)
+    p = run_cli("runs", env={**CI_ENV, **home})
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == f"runs in {tmp_path / 'runs'}"
+    # "created" goes first: the id holds the time (and the probe, the next to go)
+    assert lines[1].split() == ["id", "probe", "config", "status", "launches", "host"]
+    assert [ln.split()[:4] for ln in lines[2:]] == [[i, "ingest-log", "complete", "1/1"] for i in ids]
+    assert all(len(ln) <= 80 for ln in lines)
+    wide = run_cli("runs", env={**CI_ENV, **home, "COLUMNS": "160"}).stdout.splitlines()
+    assert wide[1].split() == ["id", "created", "probe", "config", "status", "launches", "host"]
+
+    name = "kimi-k2-eagle-graph-on-h200-slice"
+    assert run_cli("baseline", "save", name, EAGLE_A, env={**CI_ENV, **home}).returncode == 0
+    p = run_cli("baseline", "list", env={**CI_ENV, **home})
+    lines = p.stdout.splitlines()
+    assert lines[0].split() == ["name", "probe", "config", "primary"]
+    assert lines[1].startswith(f"{name}  spec-decode  preset=kimi-k2")
+    assert lines[1].rstrip().endswith("cycle 9.453 ms")
+    assert all(len(ln) <= 80 for ln in lines)
+
+
+def test_compare_table_fits_80_columns_with_whole_verdicts() -> None:
+    p = run_cli("compare", EAGLE_A, EAGLE_OFF, "--allow-mismatch", env=CI_ENV)
+    lines = p.stdout.splitlines()
+    assert all(len(ln) <= 80 for ln in lines)
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("metric "))
+    table = lines[start : start + 7]
+    assert table[0].split() == ["metric", "old", "new", "change", "95", "%", "CI", "p", "(Holm)", "verdict"]
+    assert table[1].split() == [
+        "cycle",
+        "9.44",
+        "ms",
+        "38.11",
+        "ms",
+        "+303.5",
+        "%",
+        "[+155.6,",
+        "+537.0]",
+    ] + [
+        "0.006",
+        "REGRESSED",
+    ]
+    assert table[2].split()[-1] == "INCONCLUSIVE" and table[2].split()[-4:-1] == ["[-21.2,", "+1.2]", "0.181"]
+    assert [ln.split()[-1] for ln in table[1:6]] == [
+        "REGRESSED",
+        "INCONCLUSIVE",
+        "REGRESSED",
+        "REGRESSED",
+        "INCONCLUSIVE",
+    ]
+
+
+def test_fitted_table_drops_columns_before_it_cuts_the_id() -> None:
+    from rich.console import Console
+
+    from regdiag.cli.common import fitted_table
+
+    rid = "20261130-160428-spec-decode-kimi-k2-tp8-5a34"
+    row = [
+        rid,
+        "2026-11-30 16:04",
+        "spec-decode",
+        "kimi-k2 eagle 8 layers=24 context=4096",
+        "complete",
+        "3/3",
+    ]
+    cols = ["id", "created", "probe", "config", "status", "launches"]
+    con = Console(width=80, record=True, file=io.StringIO())
+    con.print(fitted_table(cols, [row], keep="id", drop_order=["created", "probe"], width=80))
+    lines = con.export_text().splitlines()
+    assert lines[0].split() == ["id", "config", "status", "launches"]
+    assert lines[1].startswith(f"{rid}  kimi-k2 eagle ")  # the config wraps, the id does not
+    assert all(len(ln) <= 80 for ln in lines)

@@ -20,6 +20,7 @@ from regdiag.cli.common import (
     SshConfigOpt,
     console,
     err_console,
+    fitted_table,
     print_json,
     probe_group,
 )
@@ -376,21 +377,21 @@ def runs_cmd(json_out: bool = JsonOpt) -> None:
     if not items:
         console.print(f"no stored runs in {runs_dir()}", highlight=False)
         return
-    table = Table(title=f"runs in {runs_dir()}", title_justify="left")
-    for col in ("id", "created", "probe", "config", "status", "launches", "host"):
-        # ids are what compare / explain / baseline take: never cut them; the config may wrap
-        table.add_column(col, no_wrap=col in ("id", "created", "probe", "status"))
+    console.print(f"runs in {runs_dir()}", soft_wrap=True, highlight=False)
+    cols = ["id", "created", "probe", "config", "status", "launches", "host"]
+    rows = []
     for r in items:
         if "problem" in r:
-            table.add_row(Path(r["path"]).stem, "", "", f"[red]{r['problem']}[/red]", "unreadable", "", "")
+            rows.append([Path(r["path"]).stem, "", "", r["problem"], "unreadable", "", ""])
             continue
         cfg = r.get("config") or {}
         brief = " ".join(str(cfg[k]) for k in ("preset", "mode", "tp") if cfg.get(k) is not None)
-        table.add_row(
-            r["id"], str(r.get("created") or ""), str(r.get("probe") or ""), brief, str(r.get("status") or ""),
-            f"{r['ok_launches']}/{r['launches']}", str(r.get("host") or ""),
-        )  # fmt: skip
-    console.print(table)
+        rows.append([
+            r["id"], str(r.get("created") or "")[:16].replace("T", " "), str(r.get("probe") or ""), brief,
+            str(r.get("status") or ""), f"{r['ok_launches']}/{r['launches']}", str(r.get("host") or ""),
+        ])  # fmt: skip
+    # ids are what compare / explain / baseline take: never cut; the id already holds the time and probe
+    console.print(fitted_table(cols, rows, keep="id", drop_order=["created", "probe", "host"]))
 
 
 def register(app: typer.Typer) -> None:
