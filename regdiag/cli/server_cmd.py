@@ -378,7 +378,9 @@ def ingest_log(
     from regdiag.server.logparse import parse_file
     from regdiag.server.record import log_launch, log_run
 
-    run = log_run({"files": [str(f) for f in files], "idle_gap_s": idle_gap, "rank": rank})
+    # The config holds how the log was read, not which file: two logs of one setup compare as they are.
+    run = log_run({"idle_gap_s": idle_gap, "rank": rank})
+    run["provenance"] = {"files": [os.path.abspath(f) for f in files]}
     launches = []
     for i, f in enumerate(files):
         try:
