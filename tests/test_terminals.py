@@ -144,7 +144,9 @@ def test_runs_and_baseline_list_keep_whole_ids_at_80_columns(tmp_path: Path) -> 
     assert lines[0] == f"runs in {tmp_path / 'runs'}"
     # "created" goes first: the id holds the time (and the probe, the next to go)
     assert lines[1].split() == ["id", "probe", "config", "status", "launches", "host"]
-    assert [ln.split()[:4] for ln in lines[2:]] == [[i, "ingest-log", "complete", "1/1"] for i in ids]
+    assert sorted(ln.split()[:4] for ln in lines[2:]) == [
+        [i, "ingest-log", "complete", "1/1"] for i in sorted(ids)
+    ]
     assert all(len(ln) <= 80 for ln in lines)
     wide = run_cli("runs", env={**CI_ENV, **home, "COLUMNS": "160"}).stdout.splitlines()
     assert wide[1].split() == ["id", "created", "probe", "config", "status", "launches", "host"]
