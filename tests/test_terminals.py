@@ -213,3 +213,19 @@ def test_fitted_table_drops_columns_before_it_cuts_the_id() -> None:
     assert lines[0].split() == ["id", "config", "status", "launches"]
     assert lines[1].startswith(f"{rid}  kimi-k2 eagle ")  # the config wraps, the id does not
     assert all(len(ln) <= 80 for ln in lines)
+
+
+def test_help_is_reflowed_to_80_columns() -> None:
+    from regdiag.cli.common import reflow
+
+    src = "First line of a\nparagraph ends here.\n\nItems:\n- one\n- two\n  indented stays\n--flag text joins"
+    assert (
+        reflow(src)
+        == "First line of a paragraph ends here.\n\nItems:\n- one\n- two\n  indented stays --flag text joins"
+    )
+    for cmd in (["probe", "spec-decode"], ["bisect"], ["compare"], ["ingest-log"]):
+        p = run_cli(*cmd, "--help", env=CI_ENV)
+        assert p.returncode == 0 and max(len(ln) for ln in p.stdout.splitlines()) <= 80
+    # hard-wrapped at the source, "over a KV cache of" ended a line and the line was cut short
+    out = run_cli("probe", "spec-decode", "--help", env=CI_ENV).stdout
+    assert "over a KV cache of --context tokens" in out

@@ -9,6 +9,7 @@ import sys
 import typer
 
 from regdiag import __version__, interrupts
+from regdiag.cli.common import reflow_help
 from regdiag.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OUTPUT_CLOSED, RegdiagError
 from regdiag.records import RecordError
 
@@ -62,6 +63,8 @@ for _name in COMMAND_MODULES:
             raise
         continue
     _mod.register(app)
+
+reflow_help(app)  # help re-flowed to the terminal's width, not hard-wrapped at the source's
 
 
 def click_exceptions():  # type: ignore[no-untyped-def]

@@ -121,6 +121,36 @@ def fitted_table(
     return t
 
 
+def reflow(text: str) -> str:
+    """Help text as paragraphs, each one line, so the terminal wraps it at its own width (80 columns in
+    a CI log) instead of at the width of the source. List items ("- ...") and indented lines stay."""
+    paragraphs = []
+    for para in text.strip().split("\n\n"):
+        lines: list[str] = []
+        for ln in para.splitlines():
+            if lines and ln.strip() and not ln.startswith((" ", "- ", "* ")) and not lines[-1].endswith(":"):
+                lines[-1] = f"{lines[-1].rstrip()} {ln.strip()}"
+            else:
+                lines.append(ln.rstrip())
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+def reflow_help(app: typer.Typer) -> None:
+    """Re-flow the help of every command and group of `app` (see reflow)."""
+    import inspect
+
+    for cmd in app.registered_commands:
+        text = cmd.help or (inspect.getdoc(cmd.callback) if cmd.callback else None)
+        if text:
+            cmd.help = reflow(text)
+    for group in app.registered_groups:
+        if group.help:
+            group.help = reflow(group.help)
+        if group.typer_instance is not None:
+            reflow_help(group.typer_instance)
+
+
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=1, default=str) + "\n")
     sys.stdout.flush()
