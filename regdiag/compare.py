@@ -229,6 +229,9 @@ def _check_kind(run: Any, label: str) -> dict[str, Any]:
         raise BadInput(msg) from None
 
 
+LOG_AND_SERVER = {"ingest-log", "server"}
+
+
 def _config_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     keys = sorted((set(a) | set(b)) - MEASUREMENT_KEYS)
     return [
@@ -279,12 +282,18 @@ def compare_runs(
     notes: list[str] = []
 
     po, pn = old.get("probe") or {}, new.get("probe") or {}
-    if po.get("name") != pn.get("name"):
+    co, cn = po.get("config") or {}, pn.get("config") or {}
+    if {po.get("name"), pn.get("name")} == LOG_AND_SERVER:
+        # A server's log and a live `probe server` run measure one thing (itl in ms): their configs
+        # describe different instruments, so only the keys both hold must match (docs/server.md).
+        co, cn = ({k: c[k] for k in set(co) & set(cn)} for c in (co, cn))
+        notes.append("a server log against a live server run: compared on itl; same engine and model assumed")
+    elif po.get("name") != pn.get("name"):
         msg = f"runs from different probes: {old_label} is {po.get('name')!r}, {new_label} is {pn.get('name')!r}"
         if not allow_mismatch:
             raise BadInput(msg + " (--allow-mismatch to compare anyway)")
         warnings.append(msg)
-    diffs = _config_diff(po.get("config") or {}, pn.get("config") or {})
+    diffs = _config_diff(co, cn)
     if diffs:
         msg = "probe configs differ: " + "; ".join(diffs[:4]) + ("; ..." if len(diffs) > 4 else "")
         if not allow_mismatch:
@@ -333,7 +342,9 @@ def compare_runs(
             )
         if method != stats.WELCH:
             notes.append("interleaved run compared with the bootstrap: the pairing is not used")
-    names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, allow_mismatch, warnings)
+    # a log and a live run each have metrics the other cannot measure (e2e, ttft; gen_tok_s): left out
+    one_sided_ok = allow_mismatch or {po.get("name"), pn.get("name")} == LOG_AND_SERVER
+    names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, one_sided_ok, warnings)
     rng = np.random.default_rng(seed)
     results = [
         _metric(n, role, lo_, ln_, units, method, level, n_boot, rng, paired, better) for n, role in names

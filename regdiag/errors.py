@@ -7,6 +7,8 @@ Exit codes (documented in docs/cli.md):
   3  inconclusive (compare, bisect)
   4  host error: connection, authentication, host key, remote python
   5  the measured program failed (probe crashed, server died)
+  141 output closed: the reader of stdout or stderr went away (`| head -1`); nothing more is printed
+      and the verdict is not reported, so a pipe's early exit never reads as a regression
   129 / 130 / 143  hung up (SIGHUP) / interrupted (Ctrl-C) / terminated (SIGTERM); everything finished
       before it is kept, every process regdiag started is stopped (regdiag.interrupts)
 """
@@ -20,6 +22,7 @@ EXIT_INCONCLUSIVE = 3
 EXIT_HOST = 4
 EXIT_PROBE = 5
 EXIT_INTERRUPTED = 130
+EXIT_OUTPUT_CLOSED = 141  # 128 + SIGPIPE, what the shell shows for a tool killed by a closed pipe
 
 
 class RegdiagError(Exception):

@@ -33,9 +33,30 @@ file and `--help` disagree. Every command also answers `-h` / `--help`.
 | 5 | the measured program failed: a probe rank crashed or hung (named, with where it was stuck), the GPUs are held by another process (named), the server died |
 | 129 | hung up (SIGHUP, e.g. the SSH session to the machine running regdiag dropped); as 130 |
 | 130 | interrupted (Ctrl-C); every process regdiag started is stopped, everything measured before it is kept on disk |
+| 141 | output closed: the reader of stdout went away (`regdiag compare A B \\| head -1`); regdiag stops quietly and reports no verdict |
 | 143 | terminated (SIGTERM); as 130 |
 
 Errors are one line on stderr, `regdiag: error: ...`, never a traceback; secrets are redacted from\nit like from every other output. docs/reliability.md lists what is checked and how it is tested.
+
+Why 141 for a closed pipe: it is 128 + SIGPIPE, what the shell shows for any tool the closed pipe
+stopped, and it is none of the verdict codes. Python tools (and regdiag before) exit 1 there, which a CI
+gate reads as REGRESSED; exit 0 would read as "unchanged" though the verdict was never delivered. A
+gate that needs the verdict should not cut the output: use `--json > file` or `${PIPESTATUS[0]}`. When
+the whole output fits in the pipe before the reader exits, no write fails and the verdict code stands.
+
+## Progress outside a terminal
+
+On a terminal, long commands (`probe spec-decode`, `probe collectives`, `probe server`, `bisect`, `ab`,
+`demo`) show a live display on stderr. When stderr is not a terminal (CI, nohup, `ssh box '...' | tee`)
+they print plain lines instead, no colour codes, each `[ elapsed] command: what`: one per launch
+started and ended, per server start and bisect step; counts inside a launch at most once every
+`REGDIAG_PROGRESS_EVERY` seconds (default 10) since the last line. For example:
+
+```
+[    0s] probe spec-decode: launch 1/2 started
+[   10s] probe spec-decode: launch 1/2 build
+[   14s] probe spec-decode: launch 1/2: ok, primary median 37.15
+```
 """
 
 
@@ -49,7 +70,8 @@ def _param_row(p) -> str | None:
     help_text = " ".join((p.help or "").split()).replace("|", "\\|")
     default = ""
     if p.show_default is not False and p.default not in (None, False, (), []) and not callable(p.default):
-        default = f"`{p.default}`"
+        # an Enum default is shown as the value a user types (`auto`), not its Python name (`Device.auto`)
+        default = f"`{getattr(p.default, 'value', p.default)}`"
     if p.multiple:
         help_text += " (repeatable)"
     return f"| {names} | {help_text} | {default} |"

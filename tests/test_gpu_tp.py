@@ -150,7 +150,8 @@ def test_a_busy_gpu_is_refused_by_name(tmp_path, idle_gpus):
         r = run_cli(
             "probe", "spec-decode", *KIMI2, "--launches", "1", "--no-snapshot", "-o", str(out), timeout=300
         )
-        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        # the `[ Ns] probe ...` lines are progress (stderr is no terminal); the error is one line
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
         assert r.returncode == 5, r.stderr
         assert len(lines) == 1 and f"pid {holder.pid}" in lines[0] and "GiB" in lines[0], lines
         held = float(lines[0].split(" holds ")[1].split(" GiB")[0])

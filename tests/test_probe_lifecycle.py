@@ -53,7 +53,8 @@ def test_a_hung_rank_ends_the_launch_named_with_its_stack(tmp_path):
     r = run_cli("probe", "spec-decode", *SMALL, "--tp", "2", "--launches", "2", "--no-snapshot",
                 "--hang-timeout", "4", "-o", str(out), env={"REGDIAG_PROBE_HANG": "1@measure"})  # fmt: skip
     assert r.returncode == 5, r.stderr
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    # the error is one line; the `[ Ns] probe ...` lines before it are progress (stderr is no terminal)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("[")]
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("regdiag: error: launch 0 failed: rank 1 hung in stage measure")
     assert "hang_here (_hooks.py" in lines[0]  # where it was stuck, from its own Python stack

@@ -9,7 +9,6 @@ import enum
 import importlib.util
 import sys
 
-import click
 import pytest
 import typer
 
@@ -44,7 +43,7 @@ def _probe_parser(name: str) -> argparse.ArgumentParser:
         sys.path.remove(str(path.parent))
 
 
-def _cli_command(name: str) -> click.Command:
+def _cli_command(name: str) -> typer.core.TyperCommand:  # click may be typer's vendored copy
     group = typer.main.get_command(app)
     probe = group.commands["probe"]  # type: ignore[attr-defined]
     return probe.commands[name]

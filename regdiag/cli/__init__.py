@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import typer
 
 from regdiag import __version__, interrupts
-from regdiag.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RegdiagError
+from regdiag.cli.common import reflow_help
+from regdiag.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OUTPUT_CLOSED, RegdiagError
 from regdiag.records import RecordError
 
 app = typer.Typer(
@@ -64,6 +66,8 @@ for _name in COMMAND_MODULES:
         continue
     _mod.register(app)
 
+reflow_help(app)  # help re-flowed to the terminal's width, not hard-wrapped at the source's
+
 
 def click_exceptions():  # type: ignore[no-untyped-def]
     """The exceptions module of the click that typer uses: its own vendored copy in newer typer."""
@@ -96,6 +100,18 @@ def _interrupted(exc: BaseException | None = None) -> None:
     )
 
 
+def _output_closed() -> None:
+    """The reader went away (`regdiag compare A B | head -1`). Not a verdict: exit 141, quietly, and
+    point stdout/stderr at /dev/null so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError):
+            pass
+    sys.exit(EXIT_OUTPUT_CLOSED)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: every user-facing error is one line on stderr with a documented exit code."""
     interrupts.install()  # SIGTERM and SIGHUP stop children and keep results, like Ctrl-C
@@ -107,6 +123,11 @@ def main(argv: list[str] | None = None) -> None:
         _fail(str(e), EXIT_BAD_INPUT)
     except KeyboardInterrupt as e:
         _interrupted(e)
+    except SystemExit as e:
+        # click turns a broken pipe (EPIPE) into exit 1, REGRESSED's code, after wrapping the streams.
+        if e.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            _output_closed()
+        raise
     except OSError as e:
         # A path the user gave that cannot be written or read (-o /proc/x, a journal in a missing dir).
         where = f"{e.filename}: " if e.filename else ""

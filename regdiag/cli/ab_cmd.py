@@ -7,7 +7,16 @@ from typing import Any
 
 import typer
 
-from regdiag.cli.common import HostOpt, JsonOpt, PythonOpt, SshConfigOpt, console, err_console, print_json
+from regdiag.cli.common import (
+    HostOpt,
+    JsonOpt,
+    PlainProgress,
+    PythonOpt,
+    SshConfigOpt,
+    console,
+    err_console,
+    print_json,
+)
 from regdiag.errors import BadInput
 
 HELP = (
@@ -130,13 +139,24 @@ def register(app: typer.Typer) -> None:
 
 
 def _printer() -> Any:
+    """Dim lines on a terminal; outside one the shared plain progress lines (with elapsed time)."""
+    from rich.markup import escape
+
+    plain = PlainProgress("ab")
+
+    def say(text: str) -> None:
+        if plain.enabled:
+            plain.step(text)
+        else:
+            err_console.print(f"[dim]{escape(text)}[/]", soft_wrap=True, highlight=False)
+
     def on_event(ev: dict[str, Any]) -> None:
         kind = ev.get("event")
         if kind == "start":
-            err_console.print(f"[dim]records: {ev['paths']['A']} {ev['paths']['B']}[/]", soft_wrap=True)
+            say(f"records: {ev['paths']['A']} {ev['paths']['B']}")
         elif kind == "build":
-            err_console.print(f"[dim]environment of side {ev['side']}[/]")
+            say(f"environment of side {ev['side']}")
         elif kind == "launch":
-            err_console.print(f"[dim]launch {ev['order'] + 1}/{ev['of']}: {ev['side']} #{ev['index'] + 1}[/]")
+            say(f"launch {ev['order'] + 1}/{ev['of']}: {ev['side']} #{ev['index'] + 1}")
 
     return on_event

@@ -9,6 +9,7 @@ import typer
 
 from regdiag.cli.common import (
     JsonOpt,
+    PlainProgress,
     PythonOpt,
     SshConfigOpt,
     err_console,
@@ -52,6 +53,7 @@ def _progress_printer(quiet: bool) -> tuple[Any, Any]:
     state = {"what": "", "label": "", "launches": 0}
     live = err_console.is_terminal and not quiet
     status = err_console.status("starting") if live else None
+    plain = PlainProgress("bisect", enabled=not err_console.is_terminal and not quiet)
 
     def show() -> None:
         if status is not None:
@@ -74,9 +76,11 @@ def _progress_printer(quiet: bool) -> tuple[Any, Any]:
                 state["label"] = f"{ev.get('good')} .. {ev.get('bad')}"
         elif kind == "build":
             state["label"] = f"building {ev['label']}"
+            plain.step(f"{state['what']}: building {ev['label']}")
         elif kind == "launch":
             state["label"] = f"{ev['label']} #{ev['index'] + 1}"
             state["launches"] = int(ev.get("run", 0)) + 1
+            plain.step(f"{state['what']}: {state['label']} (launch {state['launches']})")
         elif kind == "skip":
             err_console.print(f"[yellow]SKIP[/] {e(ev['label'])}: {e(str(ev.get('reason')))}")
         elif kind == "decision":

@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import stat
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import typer
 from rich.console import Console
 
 from regdiag.errors import BadInput
 
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich exits 1 here, which is compare's code for REGRESSED; main() gives "output closed" its own.
+        self.quiet = True
+        raise BrokenPipeError(errno.EPIPE, "output closed")
+
+
 # Human output goes to stdout; progress and warnings to stderr, so `--json > file` stays clean.
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = _Console(highlight=False)
+err_console = _Console(stderr=True, highlight=False)
 
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout (nothing else on stdout).")
 OutputOpt = typer.Option(None, "-o", "--output", help="Also write the record to this file (atomically).")
@@ -34,6 +45,113 @@ PythonOpt = typer.Option(
 SshConfigOpt = typer.Option(
     None, "--ssh-config", help="SSH config file, as `ssh -F` (default: ~/.ssh/config).", dir_okay=False
 )
+
+
+PROGRESS_EVERY_ENV = "REGDIAG_PROGRESS_EVERY"
+PROGRESS_EVERY_S = 10.0
+
+
+class PlainProgress:
+    """Progress for a stderr that is not a terminal (CI logs, nohup, `ssh box 'regdiag ...' | tee`),
+    where a live bar prints nothing: plain lines, no ANSI, each `[ elapsed] command: what`.
+
+    `step` is one line per launch, stage or bisect step, printed as it starts or ends; `tick` (a count
+    inside a stage) prints at most once every REGDIAG_PROGRESS_EVERY seconds (default 10), so minutes
+    of one stage still show life without flooding the log. On a terminal both do nothing: the caller's
+    rich display is the progress there."""
+
+    def __init__(self, name: str, stream: TextIO | None = None, enabled: bool | None = None) -> None:
+        self.name = name
+        self.stream = stream
+        self.enabled = (not err_console.is_terminal) if enabled is None else enabled
+        self.every = _progress_every()
+        self.t0 = time.monotonic()
+        self._last = self.t0  # a tick waits a full interval after the last line
+
+    def step(self, text: str) -> None:
+        if self.enabled:
+            self._emit(text)
+
+    def tick(self, text: str) -> None:
+        if self.enabled and time.monotonic() - self._last >= self.every:
+            self._emit(text)
+
+    def _emit(self, text: str) -> None:
+        now = time.monotonic()
+        self._last = now
+        out = self.stream or sys.stderr
+        out.write(f"[{now - self.t0:5.0f}s] {self.name}: {text}\n")
+        out.flush()
+
+
+def _progress_every() -> float:
+    raw = os.environ.get(PROGRESS_EVERY_ENV, "")
+    try:
+        return max(0.0, float(raw)) if raw else PROGRESS_EVERY_S
+    except ValueError:
+        return PROGRESS_EVERY_S
+
+
+def fitted_table(
+    columns: list[str], rows: list[list[str]], keep: str, drop_order: list[str], width: int | None = None
+) -> Any:
+    """A borderless table that fits `width` (default the console's; 80 in a CI log) without ever
+    cutting column `keep` (the id users copy into the next command): the columns in `drop_order` go,
+    in that order, until the rest fit; what still does not fit wraps, in the other columns only."""
+    from rich.table import Table
+
+    width = width or console.width
+    cols = list(columns)
+
+    def longest(name: str) -> int:
+        return max([len(name)] + [len(r[columns.index(name)]) for r in rows])
+
+    def need(names: list[str]) -> int:
+        return sum(longest(n) for n in names) + 2 * (len(names) - 1)
+
+    for name in drop_order:
+        if need(cols) <= width:
+            break
+        cols.remove(name)
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for n in cols:
+        if n == keep:
+            t.add_column(n, no_wrap=True, min_width=longest(n))
+        else:
+            t.add_column(n, overflow="fold")
+    for r in rows:
+        t.add_row(*(r[columns.index(n)] for n in cols))
+    return t
+
+
+def reflow(text: str) -> str:
+    """Help text as paragraphs, each one line, so the terminal wraps it at its own width (80 columns in
+    a CI log) instead of at the width of the source. List items ("- ...") and indented lines stay."""
+    paragraphs = []
+    for para in text.strip().split("\n\n"):
+        lines: list[str] = []
+        for ln in para.splitlines():
+            if lines and ln.strip() and not ln.startswith((" ", "- ", "* ")) and not lines[-1].endswith(":"):
+                lines[-1] = f"{lines[-1].rstrip()} {ln.strip()}"
+            else:
+                lines.append(ln.rstrip())
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+def reflow_help(app: typer.Typer) -> None:
+    """Re-flow the help of every command and group of `app` (see reflow)."""
+    import inspect
+
+    for cmd in app.registered_commands:
+        text = cmd.help or (inspect.getdoc(cmd.callback) if cmd.callback else None)
+        if text:
+            cmd.help = reflow(text)
+    for group in app.registered_groups:
+        if group.help:
+            group.help = reflow(group.help)
+        if group.typer_instance is not None:
+            reflow_help(group.typer_instance)
 
 
 def print_json(obj: Any) -> None:

@@ -14,6 +14,7 @@ from regdiag.cli.common import (
     JsonOpt,
     console,
     err_console,
+    fitted_table,
     format_opt,
     output_file,
     pick_format,
@@ -230,20 +231,26 @@ def baseline_list(json_out: bool = JsonOpt) -> None:
     if not items:
         console.print(f"no baselines in {baselines.baselines_dir()} (regdiag baseline save NAME RUN)")
         return
-    from rich.table import Table
-
-    t = Table(box=None, header_style="bold")
-    for col in ("name", "probe", "config", "launches", "primary", "saved"):
-        t.add_column(col)
+    rows = []
     for b in items:
         if "problem" in b:
-            t.add_row(b["name"], "-", b["problem"], "", "", "")
+            rows.append([b["name"], "-", b["problem"], "", "", ""])
             continue
         cfg = " ".join(f"{k}={v}" for k, v in list(b["config"].items())[:4])
         med = b["primary_median"]
         prim = f"{b['primary']} {med:.4g} {b['unit']}" if med is not None else str(b["primary"])
-        t.add_row(b["name"], str(b["probe"]), cfg, str(b["launches"]), prim, str(b["saved"]))
-    console.print(t)
+        rows.append(
+            [
+                b["name"],
+                str(b["probe"]),
+                cfg,
+                str(b["launches"]),
+                prim,
+                str(b["saved"])[:16].replace("T", " "),
+            ]
+        )
+    cols = ["name", "probe", "config", "launches", "primary", "saved"]
+    console.print(fitted_table(cols, rows, keep="name", drop_order=["saved", "launches"]))
 
 
 @baseline_app.command("rm")

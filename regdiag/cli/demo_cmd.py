@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from regdiag.cli.common import JsonOpt, console, err_console, print_json, show
+from regdiag.cli.common import JsonOpt, PlainProgress, console, err_console, print_json, show
 
 HELP = (
     "Run a whole diagnosis here, with no GPU and nothing to set up: two environments that differ in "
@@ -35,9 +35,12 @@ def register(app: typer.Typer) -> None:
         if status is not None:
             status.start()
 
+        plain = PlainProgress("demo")
+
         def note(text: str) -> None:
             if status is not None:
                 status.update(text)
+            plain.step(text)
 
         def on_stage(stage: str, data: dict[str, Any]) -> None:
             if stage == "probe":

@@ -9,16 +9,17 @@ from typing import Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from regdiag import interrupts
 from regdiag.cli.common import (
     HostOpt,
     JsonOpt,
+    PlainProgress,
     PythonOpt,
     SshConfigOpt,
     console,
     err_console,
+    fitted_table,
     output_file,
     print_json,
     probe_group,
@@ -255,6 +256,7 @@ def _run(
     args = probe_args(options)
     progress = _progress()
     task = progress.add_task(f"{name}: starting", total=None)
+    plain = PlainProgress(f"probe {name}")
 
     where: dict[str, str] = {}
 
@@ -263,18 +265,29 @@ def _run(
             where["path"] = data["path"]
         elif kind == "snapshot":
             progress.update(task, description=f"{name}: snapshot {data['when']}", total=None, completed=0)
+            plain.step(f"snapshot {data['when']}")
         elif kind == "launch_start":
             progress.update(
                 task, description=f"{name}: launch {data['index'] + 1}/{data['of']}", total=None, completed=0
             )
+            plain.step(f"launch {data['index'] + 1}/{data['of']} started")
         elif kind == "progress":
-            desc = f"{name}: launch {data['index'] + 1}/{launches} {data.get('stage', '')}"
-            progress.update(task, description=desc, total=data.get("total"), completed=data.get("done", 0))
-        elif kind == "launch_end" and err_console.is_terminal:
+            where_now = f"launch {data['index'] + 1}/{launches} {data.get('stage', '')}"
+            progress.update(
+                task,
+                description=f"{name}: {where_now}",
+                total=data.get("total"),
+                completed=data.get("done", 0),
+            )
+            count = f" {data.get('done', 0)}/{data['total']}" if data.get("total") else ""
+            plain.tick(where_now + count)
+        elif kind == "launch_end":
             la = data["launch"]
             med = _launch_median(la)
             what = f"primary median {med:.4g}" if med is not None else la.get("error") or la["status"]
-            progress.console.print(f"  launch {la['index'] + 1}: {la['status']}, {what}", highlight=False)
+            if err_console.is_terminal:
+                progress.console.print(f"  launch {la['index'] + 1}: {la['status']}, {what}", highlight=False)
+            plain.step(f"launch {la['index'] + 1}/{launches}: {la['status']}, {what}")
 
     try:
         with progress:
@@ -418,21 +431,21 @@ def runs_cmd(json_out: bool = JsonOpt) -> None:
     if not items:
         console.print(f"no stored runs in {runs_dir()}", highlight=False)
         return
-    table = Table(title=f"runs in {runs_dir()}", title_justify="left")
-    for col in ("id", "created", "probe", "config", "status", "launches", "host"):
-        # ids are what compare / explain / baseline take: never cut them; the config may wrap
-        table.add_column(col, no_wrap=col in ("id", "created", "probe", "status"))
+    console.print(f"runs in {runs_dir()}", soft_wrap=True, highlight=False)
+    cols = ["id", "created", "probe", "config", "status", "launches", "host"]
+    rows = []
     for r in items:
         if "problem" in r:
-            table.add_row(Path(r["path"]).stem, "", "", f"[red]{r['problem']}[/red]", "unreadable", "", "")
+            rows.append([Path(r["path"]).stem, "", "", r["problem"], "unreadable", "", ""])
             continue
         cfg = r.get("config") or {}
         brief = " ".join(str(cfg[k]) for k in ("preset", "mode", "tp") if cfg.get(k) is not None)
-        table.add_row(
-            r["id"], str(r.get("created") or ""), str(r.get("probe") or ""), brief, str(r.get("status") or ""),
-            f"{r['ok_launches']}/{r['launches']}", str(r.get("host") or ""),
-        )  # fmt: skip
-    console.print(table)
+        rows.append([
+            r["id"], str(r.get("created") or "")[:16].replace("T", " "), str(r.get("probe") or ""), brief,
+            str(r.get("status") or ""), f"{r['ok_launches']}/{r['launches']}", str(r.get("host") or ""),
+        ])  # fmt: skip
+    # ids are what compare / explain / baseline take: never cut; the id already holds the time and probe
+    console.print(fitted_table(cols, rows, keep="id", drop_order=["created", "probe", "host"]))
 
 
 def register(app: typer.Typer) -> None:

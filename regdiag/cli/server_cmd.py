@@ -14,6 +14,7 @@ from regdiag.cli.common import (
     HostOpt,
     JsonOpt,
     OutputOpt,
+    PlainProgress,
     PythonOpt,
     SshConfigOpt,
     err_console,
@@ -107,9 +108,12 @@ def _summary(run: dict[str, Any]) -> dict[str, Any]:
 
 
 def _progress_sink(total_launches: int, requests: int):  # type: ignore[no-untyped-def]
-    """Progress on stderr (rich), returned as (event callback, progress context)."""
+    """Progress on stderr (a rich bar on a terminal, plain lines otherwise), returned as (event
+    callback, progress context)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.text import Text
 
+    plain = PlainProgress("probe server")
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -117,6 +121,7 @@ def _progress_sink(total_launches: int, requests: int):  # type: ignore[no-untyp
         TimeElapsedColumn(),
         console=err_console,
         transient=True,
+        disable=plain.enabled,
     )
     task = progress.add_task("requests", total=requests)
 
@@ -124,16 +129,23 @@ def _progress_sink(total_launches: int, requests: int):  # type: ignore[no-untyp
         li = data.get("launch", 0) + 1
         if kind == "launch_start":
             progress.reset(task, total=requests, description=f"launch {li}/{total_launches}")
+            plain.step(f"launch {li}/{total_launches} started")
         elif kind == "server_starting":
             progress.update(task, description=f"launch {li}/{total_launches}: starting the server")
+            plain.step(f"launch {li}/{total_launches}: starting the server")
         elif kind == "server_healthy":
-            progress.update(
-                task, description=f"launch {li}/{total_launches}: healthy after {data['after_s']:.1f} s"
-            )
+            healthy = f"launch {li}/{total_launches}: healthy after {data['after_s']:.1f} s"
+            progress.update(task, description=healthy)
+            plain.step(healthy)
         elif kind == "request":
             progress.update(task, completed=data["done"])
+            plain.tick(f"launch {li}/{total_launches}: {data['done']}/{requests} requests")
         elif kind == "launch_end":
-            progress.console.print(_launch_line(data["record"], total_launches), soft_wrap=True)
+            line = _launch_line(data["record"], total_launches)
+            if plain.enabled:
+                plain.step(" ".join(Text.from_markup(line).plain.split()))
+            else:
+                progress.console.print(line, soft_wrap=True)
 
     return on_event, progress
 
@@ -351,7 +363,9 @@ def ingest_log(
     from regdiag.server.logparse import parse_file
     from regdiag.server.record import log_launch, log_run
 
-    run = log_run({"files": [str(f) for f in files], "idle_gap_s": idle_gap, "rank": rank})
+    # The config holds how the log was read, not which file: two logs of one setup compare as they are.
+    run = log_run({"idle_gap_s": idle_gap, "rank": rank})
+    run["provenance"] = {"files": [os.path.abspath(f) for f in files]}
     launches = []
     for i, f in enumerate(files):
         try:

@@ -48,14 +48,15 @@ def render(c: Comparison, console: Console, old_name: str = "", new_name: str = 
     )
     console.print(f"new: {new_name or c.new.label} ({c.new.created or '?'})", style="dim", highlight=False)
 
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("metric")
+    # At 80 columns (a CI log) the CI and the verdict stay whole on one line; the rest may wrap.
+    table = Table(box=None, pad_edge=False, header_style="bold", collapse_padding=True)
+    table.add_column("metric", overflow="fold")
     table.add_column("old", justify="right")
     table.add_column("new", justify="right")
-    table.add_column("change", justify="right")
-    table.add_column(f"{100 * c.level:g} % CI", justify="right")
+    table.add_column("change", justify="right", no_wrap=True)
+    table.add_column(f"{100 * c.level:g} % CI", justify="right", no_wrap=True)
     table.add_column("p (Holm)", justify="right")
-    table.add_column("verdict")
+    table.add_column("verdict", no_wrap=True, min_width=len("INCONCLUSIVE"))
     for m in c.metrics:
         e = m.estimate
         unit = f" {m.unit}" if m.unit else ""
