@@ -35,7 +35,7 @@ from regdiag.bisect.run import Request as BisectRequest
 from regdiag.bisect.run import argv_builder
 from regdiag.errors import BadInput, ProbeError
 from regdiag.hosts.base import CommandResult, Host
-from regdiag.runs import RunWriter, new_run
+from regdiag.runs import RunWriter
 from regdiag.snapshot.redact import scrub_text
 from regdiag.stats import abba_order
 
@@ -156,18 +156,9 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
 
     pair_id = secrets.token_hex(6)
     name = req.probe or "command"
-    info = pr.PROBES.get(name, {"primary": "cycle", "phases": []})
     writers: dict[str, RunWriter] = {}
     for s in (a, b):
-        run = new_run(
-            kind="probe",
-            probe_name=name,
-            probe_version="?",
-            config={},
-            primary=info["primary"],
-            phases=list(info["phases"]),
-            host=host.describe(),
-        )
+        run = pr.new_probe_run(name, host)
         run["probe"]["args"] = list(req.probe_args)
         if req.command:
             run["probe"]["command"] = scrub_text(req.command)

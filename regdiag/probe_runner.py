@@ -264,6 +264,14 @@ def _redacted_header(header: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**header, "env": _env_for_record({str(k): str(v) for k, v in header["env"].items()})}
 
 
+def new_probe_run(name: str, host: Host) -> dict[str, Any]:
+    """A run record for probe `name` on `host`, before its first header says more (PROBES' values; a
+    protocol-speaking --command is a cycle of unknown phases)."""
+    info = PROBES.get(name, {"primary": "cycle", "phases": []})
+    return new_run(kind="probe", probe_name=name, probe_version="?", config={}, primary=info["primary"],
+                   phases=list(info["phases"]), host=host.describe())  # fmt: skip
+
+
 def run_probe(
     host: Host,
     name: str,
@@ -289,15 +297,7 @@ def run_probe(
     if info is None:
         raise BadInput(f"unknown probe {name!r}; choose from {', '.join(PROBES)}")
     emit = on_event or (lambda kind, data: None)
-    run = new_run(
-        kind="probe",
-        probe_name=name,
-        probe_version="?",
-        config={},
-        primary=info["primary"],
-        phases=list(info["phases"]),
-        host=host.describe(),
-    )
+    run = new_probe_run(name, host)
     run["probe"]["args"] = list(args)
     if env:
         run["env"] = _env_for_record(env)
