@@ -245,7 +245,11 @@ def main(argv: list[str]) -> int:
             + ", ".join(f"{r['metric']} {r['us']} µs" for r in la["footer"]["table"])
             + ".\n"
         )
-    L += ["", "Two GPUs (kimi-k2 at TP=2, communication share, NCCL variants): [gpu_probe_tp2.md](gpu_probe_tp2.md).", ""]
+    L += [
+        "",
+        "Two GPUs (kimi-k2 at TP=2, communication share, NCCL variants): [gpu_probe_tp2.md](gpu_probe_tp2.md).",
+        "",
+    ]
     out = ROOT / "docs" / "bench" / "gpu_probe.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(L), encoding="utf-8")

@@ -150,7 +150,10 @@ def main(argv: list[str]) -> int:
             "NCCL_BUFFSIZE=8388608 NCCL_NTHREADS=512' --probe spec-decode --metric verify --markdown -- --preset",
             "kimi-k2 --tp 2 --layers 2 --cycles 30`. Its report, verbatim (journal: `baselines/h200x2-tp2-bisect.jsonl`):",
             "",
-            *["> " + ln if ln.strip() else ">" for ln in bisect.read_text(encoding="utf-8").strip().splitlines()],
+            *[
+                "> " + ln if ln.strip() else ">"
+                for ln in bisect.read_text(encoding="utf-8").strip().splitlines()
+            ],
             "",
             "The whole bisect took as long as its 15 launches: no launch waited on a teardown.",
             "",

@@ -231,9 +231,10 @@ def _measure(
         def start(stream: pr.LaunchStream, s: Side = s, i: int = i) -> CommandResult:
             return _run_once(req, host, s, argv_for, i, stream)
 
-        launch, stream, why = pr.measure_launch(
-            i, start, req.launch_timeout, lambda la, w=w, pos=pos: _add(w, la, pos)
-        )
+        def keep(la: dict[str, Any], w: RunWriter = w, pos: int = pos) -> None:
+            _add(w, la, pos)
+
+        launch, stream, why = pr.measure_launch(i, start, req.launch_timeout, keep)
         if why is not None and pos == 0 and (stream.error or {}).get("kind") == "usage":
             raise _UsageAbort(why)
         if i == 0 and stream.header is not None:

@@ -56,7 +56,7 @@ def comm_shares(run: dict[str, Any]) -> list[CommShare]:
         for ph, c in ((la.get("footer") or {}).get("comm") or {}).items():
             if isinstance(c, dict) and isinstance(c.get("comm_ms"), (int, float)):
                 per.setdefault(ph, []).append(c)
-    header = next((la["header"] for la in ok if isinstance(la.get("header"), dict)), {})
+    header: dict[str, Any] = next((la["header"] for la in ok if isinstance(la.get("header"), dict)), {})
     table = (header.get("model") or {}).get("collectives") or {}
     out = []
     for ph, cs in per.items():

@@ -36,7 +36,9 @@ class ProbeOutput:
         return self.of("footer")[0]
 
     def measured(self) -> list[dict[str, Any]]:
-        return [c for c in self.of("cycle") if not c.get("warmup") and not c.get("bare") and not c.get("nocomm")]
+        return [
+            c for c in self.of("cycle") if not c.get("warmup") and not c.get("bare") and not c.get("nocomm")
+        ]
 
     def min(self, metric: str) -> float:
         return min(c["t"][metric] for c in self.measured())

@@ -90,7 +90,9 @@ def test_model_table_agrees_with_the_probe_presets():
             assert probe.PRESETS[name][key] == value, (name, key)
 
 
-@pytest.mark.parametrize(("preset", "tokens", "shard"), [("kimi-k2", 4, 8), ("deepseek-v3", 16, 4), ("tiny", 3, 2)])
+@pytest.mark.parametrize(
+    ("preset", "tokens", "shard"), [("kimi-k2", 4, 8), ("deepseek-v3", 16, 4), ("tiny", 3, 2)]
+)
 def test_the_probe_floor_and_explain_read_one_byte_model(preset, tokens, shard):
     # The probe's footer floor (target_bytes) is the sum of the breakdown explain shows, part by part.
     s = preset_shape(preset, shard=shard)

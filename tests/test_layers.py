@@ -37,7 +37,11 @@ def test_only_cli_and_report_know_rich_and_typer():
 
 
 def test_probes_import_nothing_of_regdiag():
-    assert [p.name for p in _files("probes") if any(m == "regdiag" or m.startswith("regdiag.") for m in _imports(p))] == []
+    assert [
+        p.name
+        for p in _files("probes")
+        if any(m == "regdiag" or m.startswith("regdiag.") for m in _imports(p))
+    ] == []
 
 
 @pytest.mark.parametrize("path", [PKG / "records.py", *_files("regdiag", "snapshot")], ids=lambda p: p.name)
