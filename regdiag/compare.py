@@ -283,7 +283,7 @@ def compare_runs(
 
     po, pn = old.get("probe") or {}, new.get("probe") or {}
     co, cn = po.get("config") or {}, pn.get("config") or {}
-    if {po.get("name"), pn.get("name")} == LOG_AND_SERVER:
+    if {str(po.get("name")), str(pn.get("name"))} == LOG_AND_SERVER:
         # A server's log and a live `probe server` run measure one thing (itl in ms): their configs
         # describe different instruments, so only the keys both hold must match (docs/server.md).
         co, cn = ({k: c[k] for k in set(co) & set(cn)} for c in (co, cn))

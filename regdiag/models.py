@@ -62,16 +62,25 @@ def preset_shape(name: str, layers: int | None = None, shard: int = 1) -> Any:
 
 
 def shape_from_dict(d: dict[str, Any], name: str = "") -> Any:
-    """From a probe header's model.shape; fields it lacks come from its preset."""
-    preset = str(d.get("preset") or name)
-    if preset not in PRESETS:
-        names = {f.name for f in fields(Shape)}
-        missing = sorted(names - set(d) - {"shard"})
-        if missing:
-            raise BadInput(f"model shape lacks {', '.join(missing)}")
-        return Shape(**{k: d[k] for k in names if k in d})
-    base = _presets.resolve_shape(preset, None, 1)
-    known = {f.name: type(getattr(base, f.name)) for f in fields(Shape)}
-    given = {k: known[k](v) for k, v in d.items() if k in known and v is not None and not isinstance(v, bool)}
-    given.update({k: v for k, v in d.items() if k in known and isinstance(v, bool)})
-    return replace(base, **given)
+    """From a probe header's model.shape; fields it lacks come from its preset (BadInput for a field of
+    the wrong kind, or a shape of no preset that lacks fields)."""
+    preset = d.get("preset") if isinstance(d.get("preset"), str) else name
+    typical = _presets.resolve_shape("tiny", None, 1)  # the kind of every field
+    kinds = {f.name: type(getattr(typical, f.name)) for f in fields(Shape)}
+    given: dict[str, Any] = {}
+    for k, v in d.items():
+        if k not in kinds or v is None or k == "preset":
+            continue
+        want = kinds[k]
+        ok = isinstance(v, bool) if want is bool else isinstance(v, (int, float)) and not isinstance(v, bool)
+        if want is str:
+            ok = isinstance(v, str)
+        if not ok:
+            raise BadInput(f"the probe header's model shape has an invalid {k}: {v!r}")
+        given[k] = want(v)
+    if preset in PRESETS:
+        return replace(_presets.resolve_shape(preset, None, 1), **given)
+    missing = sorted(set(kinds) - set(given) - {"preset", "shard"})
+    if missing:
+        raise BadInput(f"model shape lacks {', '.join(missing)}")
+    return Shape(preset=preset or "custom", **given)

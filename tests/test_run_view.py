@@ -33,11 +33,13 @@ def test_usable_on_literal_launches(launch, counts):
 
 
 def _mixed_run() -> dict:
-    """5 launches: ok, two interrupted with cycles, error with cycles, ok without cycles."""
+    """5 launches: ok, two interrupted with cycles, error with cycles, interrupted before any cycle (an
+    "ok" launch without cycles is refused when a record is read: records.check_record)."""
     run = simulate_spec_run(3, launches=5)
     la = run["launches"]
     la[1]["status"] = la[2]["status"] = "interrupted"
     la[3]["status"], la[3]["error"] = "error", "rank 1 died"
+    la[4]["status"] = "interrupted"
     la[4]["samples"] = {k: [] for k in la[4]["samples"]}
     return run
 
