@@ -31,7 +31,7 @@ def test_each_example_shape_in_each_place_is_scrubbed(label: str, secret: str, p
     assert REDACTED in out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(label=st.sampled_from(LABELS), place=st.sampled_from(list(PLACES)), data=st.data())
 def test_any_secret_of_a_known_shape_is_scrubbed_anywhere(
     label: str, place: str, data: st.DataObject
@@ -47,7 +47,7 @@ def test_any_secret_of_a_known_shape_is_scrubbed_anywhere(
     assert core(secret) not in json.dumps(redact_tree({"stderr_tail": [text], "n": 3}))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(
     name=st.sampled_from(["HF_TOKEN", "SGLANG_API_KEY", "NCCL_IB_SECRET_KEY", "DB_PASSWORD", "X_AUTH"]),
     value=st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-_/+", min_size=4, max_size=40),

@@ -135,20 +135,20 @@ def test_fixed_nasty_arguments_reach_python_exactly(which: str, request: pytest.
 
 
 @pytest.mark.slow
-@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=500, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(args=ARGV)
 def test_property_arguments_exact_through_bash(bash_host: SSHHost, args: list[str]) -> None:
     _roundtrip_printf(bash_host, args)
 
 
 @pytest.mark.slow
-@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=500, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(args=ARGV)
 def test_property_arguments_exact_through_zsh(zsh_host: SSHHost, args: list[str]) -> None:
     _roundtrip_printf(zsh_host, args)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(args=ARGV)
 def test_property_arguments_exact_into_python_sys_argv(zsh_host: SSHHost, args: list[str]) -> None:
     _roundtrip_python(zsh_host, args)
