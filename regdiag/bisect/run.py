@@ -183,41 +183,44 @@ def run_bisect(
     journal = Journal(
         path, req.inputs(factors, d.same_env, host.name if remote and host else None), req.resume
     )
-    if progress:
-        progress(
-            {
-                "event": "start",
-                "journal": str(path),
-                "factors": [f.label() for f in factors],
-                "resumed": journal.resumed,
-            }
+    try:
+        if progress:
+            progress(
+                {
+                    "event": "start",
+                    "journal": str(path),
+                    "factors": [f.label() for f in factors],
+                    "resumed": journal.resumed,
+                }
+            )
+        lab = Lab(
+            factors,
+            builder,
+            host or LocalHost(req.python),
+            argv_for,
+            journal,
+            req.metric,
+            launch_timeout=req.launch_timeout,
+            progress=progress,
+            fixed_env=d.same_env,
         )
-    lab = Lab(
-        factors,
-        builder,
-        host or LocalHost(req.python),
-        argv_for,
-        journal,
-        req.metric,
-        launch_timeout=req.launch_timeout,
-        progress=progress,
-        fixed_env=d.same_env,
-    )
 
-    if req.seed_endpoints and not journal.resumed:
-        _seed(lab, req.seed_endpoints)
+        if req.seed_endpoints and not journal.resumed:
+            _seed(lab, req.seed_endpoints)
 
-    options = Options(req.launches, req.max_launches, req.margin, req.min_share)
-    outcome = Search(lab, options, lambda f: kind_of(f).values_between(f, where)).run()
-    report = build_report(outcome, lab, req.metric, notes, wall_s=time.monotonic() - t0)
-    report["fixed_env"] = d.same_env
-    for c in report["culprits"]:
-        for f in c["factors"]:
-            KINDS[f["kind"]].annotate(f, where)
-    report["journal"] = str(path)
-    report = redact_tree(report)
-    journal.end(report)
-    return report
+        options = Options(req.launches, req.max_launches, req.margin, req.min_share)
+        outcome = Search(lab, options, lambda f: kind_of(f).values_between(f, where)).run()
+        report = build_report(outcome, lab, req.metric, notes, wall_s=time.monotonic() - t0)
+        report["fixed_env"] = d.same_env
+        for c in report["culprits"]:
+            for f in c["factors"]:
+                KINDS[f["kind"]].annotate(f, where)
+        report["journal"] = str(path)
+        report = redact_tree(report)
+        journal.end(report)
+        return report
+    finally:
+        journal.close()  # a --resume, in this process or another, may open it now
 
 
 def _seed(lab: Lab, seed: dict[str, list[dict[str, Any]]]) -> None:
