@@ -101,6 +101,14 @@ def where_stuck(stack: str, probe_dir: str) -> str:
     return text
 
 
+def _in_collective(stack: str) -> bool:
+    """Whether a faulthandler dump's main thread is inside torch.distributed (a collective, a barrier)."""
+    blocks = [b for b in stack.split("(most recent call first)") if "<module>" in b]
+    main = blocks[0] if blocks else stack
+    frames = [m for m in (_FRAME.match(ln) for ln in main.splitlines()) if m]
+    return bool(frames) and "distributed" in frames[0]["file"]
+
+
 def busy_gpus(world: int) -> str | None:
     """One line naming what holds memory on the GPUs this launch would use, or None (also when NVML
     cannot tell: then the launch runs and the header's clock sampler says why NVML was unavailable)."""
@@ -300,14 +308,24 @@ class Supervisor:
         return 2 if kind == "usage" else 1
 
     def _report_hang(self, rk: _Rank) -> int:
-        silent = time.monotonic() - rk.last_active
         stacks = self._stacks([r for r in self.ranks if r.alive()])
+        rk = self._culprit(rk, stacks)
+        silent = time.monotonic() - rk.last_active
         self._stop_all()
         where = where_stuck(stacks.get(str(rk.index), ""), self.probe_dir)
         msg = (f"rank {rk.index} hung in stage {rk.stage}: no progress for {silent:.0f} s "
                f"(limit {self._hang_limit(rk):g} s, --hang-timeout); stuck in {where}")  # fmt: skip
         emit_error(msg, "hang", rk.index, stage=rk.stage, stacks=stacks)
         return 1
+
+    def _culprit(self, first: _Rank, stacks: dict[str, str]) -> _Rank:
+        """The rank to name: a rank waiting in a collective is usually waiting for the one that hangs,
+        and it may have gone silent a moment before it; so prefer, among the silent ranks, one whose
+        main thread is not inside torch.distributed. Failing that, the one silent longest."""
+        now = time.monotonic()
+        late = [rk for rk in self.ranks if rk.alive() and now - rk.last_active > self._hang_limit(rk) / 2]
+        elsewhere = [rk for rk in late if not _in_collective(stacks.get(str(rk.index), ""))]
+        return min(elsewhere, key=lambda rk: rk.last_active) if elsewhere else first
 
     def _finish_teardown(self) -> int:
         """After the footer: wait for the ranks to leave; force the ones that do not, and say so."""
