@@ -7,9 +7,9 @@
 #
 # Downloads nothing: nccl-tests is built from the source in .nccl-tests/ (NVIDIA/nccl-tests, carried to
 # the GPU host; ignored by git), against the system NCCL's headers, and runs on the NCCL torch loaded
-# (the same library as the probe) when torch ships one, else on the system's. At most 7 files land in
-# $OUT: nccl-tests.txt, coll-default.json, coll-p2p-off.json, coll-model.json, compare-p2p.json,
-# env.txt, log.txt (the build and regdiag's home are removed at the end).
+# (the same library as the probe) when torch ships one, else on the system's. 8 files land in $OUT:
+# nccl-tests.txt, coll-default.json, coll-default-torch.json (--api torch), coll-p2p-off.json,
+# coll-model.json, compare-p2p.json, env.txt, log.txt (the build and regdiag's home are removed at the end).
 set -u
 OUT=${OUT:?set OUT to a directory for the results}
 SRC=${NCCL_TESTS_SRC:-.nccl-tests}
@@ -102,9 +102,12 @@ for variant in default p2p-off; do
   log "$variant: nccl-tests all_reduce_perf, eager and -G 10"
   nt "ar-$variant-eager" "$envv" all_reduce_perf $SWEEP
   nt "ar-$variant-graph" "$envv" all_reduce_perf $SWEEP -G 10
-  log "$variant: regdiag probe collectives (eager and graph per size)"
+  log "$variant: regdiag probe collectives (eager and graph per size; NCCL called directly)"
   left "probe $variant" && rd "$envv" probe collectives $PROBE -o "$OUT/coll-$variant.json"
 done
+# The same sweep through torch.distributed: how much of a small message's time is torch's, not NCCL's.
+log "default: regdiag probe collectives --api torch"
+left "probe default --api torch" && rd "" probe collectives $PROBE --api torch -o "$OUT/coll-default-torch.json"
 
 log "compare default vs NCCL_P2P_DISABLE=1"
 if [ -f "$OUT/coll-default.json" ] && [ -f "$OUT/coll-p2p-off.json" ]; then

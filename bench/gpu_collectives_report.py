@@ -105,12 +105,19 @@ def size_bytes(name: str) -> int:
 
 
 def sweep_table(
-    runs: dict[str, dict[str, Any]], rec: dict[str, Any] | None, variant: str, tally: dict[str, list[bool]]
+    runs: dict[str, dict[str, Any]],
+    rec: dict[str, Any] | None,
+    variant: str,
+    tally: dict[str, list[bool]],
+    torch_rec: dict[str, Any] | None = None,
 ) -> list[str]:
+    """One row per size: nccl-tests and the probe side by side, eager and graph; with `torch_rec` (the
+    same sweep with --api torch) two more columns, the same loops through torch.distributed."""
+    tcols = ("", "") if torch_rec is None else (" torch.distributed (us) |", " torch.distributed (us) |")
     lines = [
-        "| message | nccl-tests (us) | probe eager `ar_` (us) | probe / nccl-tests | nccl-tests -G (us) "
-        "| probe graph `arg_` (us) | probe / nccl-tests -G | nccl-tests busbw (GB/s) |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| message | nccl-tests (us) | probe eager `ar_` (us) | probe / nccl-tests |{tcols[0]} nccl-tests -G (us) "
+        f"| probe graph `arg_` (us) | probe / nccl-tests -G |{tcols[1]} nccl-tests busbw (GB/s) |",
+        "|---|---|---|---|---|---|---|---|" + ("---|---|" if torch_rec is not None else ""),
     ]
     eager, graph = runs.get(f"ar-{variant}-eager", {}), runs.get(f"ar-{variant}-graph", {})
     sizes = sorted(set(eager.get("rows", {})) | set(graph.get("rows", {})))
@@ -126,8 +133,15 @@ def sweep_table(
             if ok is not None:
                 tally.setdefault(f"{variant} {key}", []).append(ok)
         row = eager.get("rows", {}).get(n)
+        te = tg = ""
+        if torch_rec is not None:
+            te, tg = (
+                f" {f(probe_us(torch_rec, metric))} |",
+                f" {f(probe_us(torch_rec, 'arg_' + metric[3:]))} |",
+            )
         lines.append(
-            f"| {size_name(n)} | {f(ne)} | {f(pe)} | {re_} | {f(ng)} | {f(pg)} | {rg} | {f(row[3] if row else None)} |"
+            f"| {size_name(n)} | {f(ne)} | {f(pe)} | {re_} |{te} {f(ng)} | {f(pg)} | {rg} |{tg} "
+            f"{f(row[3] if row else None)} |"
         )
     return lines
 
@@ -196,6 +210,7 @@ def main(argv: list[str]) -> int:
     nt_text = (d / "nccl-tests.txt").read_text(encoding="utf-8") if (d / "nccl-tests.txt").is_file() else ""
     runs = parse_nccl_tests(nt_text)
     recs = {v: load(d / f"coll-{v}.json") for v in ("default", "p2p-off", "model")}
+    torch_rec = load(d / "coll-default-torch.json")
     env = (d / "env.txt").read_text(encoding="utf-8") if (d / "env.txt").is_file() else "(no env.txt)"
     missing = [f"coll-{v}.json" for v, r in recs.items() if r is None]
     missing += [] if runs else ["nccl-tests output (nccl-tests.txt empty: did the build fail? see env.txt)"]
@@ -208,7 +223,9 @@ def main(argv: list[str]) -> int:
         "",
         "Made by `OUT=DIR bash bench/gpu_collectives.sh` then `python bench/gpu_collectives_report.py DIR`.",
         f"Probe: `regdiag probe collectives {PROBE}` (float32, all-reduce in place; eager = the Python loop of",
-        "50 calls between CUDA events, graph = the same 50 captured in one CUDA graph and replayed).",
+        "50 calls between CUDA events, graph = the same 50 captured in one CUDA graph and replayed). The probe",
+        "calls NCCL directly on the current stream (`--api nccl`, the default on CUDA); the torch.distributed",
+        "columns are the same sweep with `--api torch`.",
         f"nccl-tests: `all_reduce_perf {SWEEP}` (in-place column), and the same with `-G 10`; built from",
         "source on the host against the system NCCL headers, run on the NCCL library torch loads.",
         "A ratio is probe / nccl-tests; ✗ marks one outside ±10 %.",
@@ -220,7 +237,11 @@ def main(argv: list[str]) -> int:
     ]
     if missing:
         L += ["**Missing:** " + "; ".join(missing), ""]
-    L += ["## all_reduce, default NCCL", ""] + sweep_table(runs, recs["default"], "default", tally) + [""]
+    L += (
+        ["## all_reduce, default NCCL", ""]
+        + sweep_table(runs, recs["default"], "default", tally, torch_rec)
+        + [""]
+    )
     L += (
         ["## all_reduce, NCCL_P2P_DISABLE=1", ""]
         + sweep_table(runs, recs["p2p-off"], "p2p-off", tally)

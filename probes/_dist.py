@@ -159,12 +159,18 @@ def pick_device(want: str, rank: int, world: int) -> Any:
     return torch.device("cpu")
 
 
-def teardown(world: int, cuda: bool, release: Callable[[], None] | None = None) -> None:
+def teardown(
+    world: int,
+    cuda: bool,
+    release: Callable[[], None] | None = None,
+    close: Callable[[], None] | None = None,
+) -> None:
     """End the rank's distributed state without ever blocking for good.
 
     `release` drops the rank's CUDA graphs (a graph that captured a collective keeps NCCL's
     destroy_process_group() from returning); then the device is synchronized and the group destroyed
-    against a deadline. Past it the rank exits without the destroy: its results are already out."""
+    against a deadline, after `close` (a communicator of the probe's own, e.g. _pynccl's) under the same
+    deadline. Past it the rank exits without the destroy: its results are already out."""
     if release is not None:
         release()
     import gc
@@ -181,6 +187,11 @@ def teardown(world: int, cuda: bool, release: Callable[[], None] | None = None) 
     done = threading.Event()
 
     def destroy() -> None:
+        if close is not None:
+            try:
+                close()
+            except Exception as e:  # the group still goes; the results are already out
+                sys.stderr.write(f"teardown: closing the communicator failed: {e}\n")
         dist.destroy_process_group()
         done.set()
 

@@ -25,6 +25,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -57,6 +58,11 @@ MODES = ("auto", "eager", "graph", "both")
 MODEL_TOKENS = (1, 3, 4, 8)
 MODEL_ELT = 2  # bf16 activations and logits, as the engines send them
 GRAPH_NOTE = "CUDA graphs do not exist on CPU/gloo: eager only"
+APIS = ("auto", "nccl", "torch")
+API_TEXT = {
+    "nccl": "NCCL called directly (ctypes) on the current CUDA stream, as SGLang and vLLM call it in graphs",
+    "torch": "torch.distributed (ProcessGroupNCCL / gloo): its own stream and events per call",
+}
 
 
 def busbw_factor(op: str, world: int) -> float:
@@ -186,6 +192,10 @@ def build_parser() -> ProbeArgParser:
     p.add_argument("--mode", choices=list(MODES), default="auto",
                    help="eager loop, the loop captured in a CUDA graph, or both (default auto: both on "
                         "CUDA, eager on CPU where graphs do not exist)")  # fmt: skip
+    p.add_argument("--api", choices=list(APIS), default="auto",
+                   help="how collectives are called: nccl (NCCL directly on the current CUDA stream, as "
+                        "engines do in graphs), torch (torch.distributed), or auto (default: nccl on CUDA "
+                        "when the library loads, torch on CPU)")  # fmt: skip
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
                    help="default auto: bfloat16 for model: sweeps, float32 otherwise (as nccl-tests)")  # fmt: skip
     p.add_argument(
@@ -219,6 +229,8 @@ def validate(a: Any) -> None:
             raise UsageError("--sizes: no sizes given")
     if a.device == "cpu" and a.mode in ("graph", "both"):
         raise UsageError(f"--mode {a.mode} --device cpu: {GRAPH_NOTE}")
+    if a.device == "cpu" and a.api == "nccl":
+        raise UsageError("--api nccl --device cpu: NCCL needs CUDA; on CPU the collectives go through gloo")
     if a.hang_timeout is not None and a.hang_timeout <= 0:
         raise UsageError("--hang-timeout must be > 0 seconds")
 
@@ -231,99 +243,174 @@ def resolve_modes(mode: str, cuda: bool) -> list[str]:
     return {"auto": ["eager", "graph"], "both": ["eager", "graph"]}.get(mode, [mode])
 
 
-def run_rank(a: Any, _checked: Any = None) -> None:
+@dataclass
+class Setup:
+    """What every rank resolves before measuring: the sweep, its metrics, and how collectives are called."""
+
+    rank: int
+    world: int
+    device: Any
+    cuda: bool
+    modes: list[str]
+    items: list[dict[str, Any]]
+    metrics: dict[str, list[str]]  # per mode, one metric name per item
+    dtype: Any
+    dtype_name: str
+    elt: int
+    api: str  # "nccl": NCCL through ctypes on the current stream; "torch": torch.distributed
+    comm: Any  # the _pynccl.Communicator when api == "nccl"
+    preset: str | None
+
+
+def resolve_api(want: str, cuda: bool) -> tuple[str, Any]:
+    """(api, Library or None). auto: NCCL directly on CUDA when a library loads, else torch.distributed."""
+    if not cuda:
+        if want == "nccl":
+            raise UsageError(
+                "--api nccl needs CUDA and no GPU is in use here; on CPU the collectives go through gloo"
+            )
+        return "torch", None
+    if want == "torch":
+        return "torch", None
+    from _pynccl import Library, NcclUnavailable
+
+    try:
+        return "nccl", Library()
+    except NcclUnavailable:
+        if want == "nccl":
+            raise
+        return "torch", None
+
+
+def setup(a: Any) -> Setup:
     import torch
     import torch.distributed as dist
 
     rank, world = a._rank, a._world
-    progress = Progress()
-    progress("start", force=True)
-    t_rank0 = time.time()
     device = pick_device(a.device, rank, world)
     cuda = device.type == "cuda"
     modes = resolve_modes(a.mode, cuda)
     items = resolve_items(a, world, cuda, modes)
-    backend = "nccl" if cuda else "gloo"
+    api, library = resolve_api(a.api, cuda)
     init_dist(a._port, rank, world, cuda, single=True)
+    comm = None
+    if library is not None:
+        from _pynccl import Communicator
+
+        comm = Communicator(torch, dist, rank, world, device, library)
     preset = model_preset(a.sizes)
     dtype_name = a.dtype if a.dtype != "auto" else ("bfloat16" if preset else "float32")
     dtype = getattr(torch, dtype_name)
-    elt = torch.finfo(dtype).bits // 8
-    metrics = {m: [it["metrics"][m] for it in items] for m in modes}  # per mode, one name per item
-    names = [n for m in modes for n in metrics[m]]
+    metrics = {m: [it["metrics"][m] for it in items] for m in modes}
+    return Setup(rank, world, device, cuda, modes, items, metrics, dtype, dtype_name,
+                 torch.finfo(dtype).bits // 8, api, comm, preset)  # fmt: skip
+
+
+def header(a: Any, s: Setup) -> dict[str, Any]:
+    import torch
+
+    names = [n for m in s.modes for n in s.metrics[m]]
     units: dict[str, str] = {n: "us" for n in names}
     better: dict[str, str] = {n: "lower" for n in names}
     for n in names:
         for kind in ("algbw", "busbw"):
             units[bw_name(kind, n)] = "GB/s"
             better[bw_name(kind, n)] = "higher"
-    if preset:  # the decode message: what every token pays, in the mode the engines run it
-        primary = metrics["graph" if "graph" in modes else "eager"][0]
+    if s.preset:  # the decode message: what every token pays, in the mode the engines run it
+        primary = s.metrics["graph" if "graph" in s.modes else "eager"][0]
     else:
-        primary = metrics[modes[0]][-1]
-    ops = sorted({it["op"] for it in items})
-    cfg = {"tp": world, "sizes": [it["bytes"] for it in items], "sweep": f"model:{preset}" if preset else "bytes",
-           "ops": ops, "modes": modes, "dtype": dtype_name, "iters": a.iters, "warmup": a.warmup, "reps": a.reps,
-           "target_ms": a.target_ms, "device": device.type, "backend": backend,
-           "op": "; ".join(OP_TEXT[o] for o in ops)}  # fmt: skip
+        primary = s.metrics[s.modes[0]][-1]
+    ops = sorted({it["op"] for it in s.items})
+    backend = "nccl" if s.cuda else "gloo"
+    cfg = {"tp": s.world, "sizes": [it["bytes"] for it in s.items],
+           "sweep": f"model:{s.preset}" if s.preset else "bytes", "ops": ops, "modes": s.modes,
+           "dtype": s.dtype_name, "iters": a.iters, "warmup": a.warmup, "reps": a.reps, "target_ms": a.target_ms,
+           "device": s.device.type, "backend": backend, "api": s.api, "op": "; ".join(OP_TEXT[o] for o in ops)}  # fmt: skip
     labels = {f"busbw ({o})": BUSBW_TEXT[o] for o in ops}
     labels["eager"] = "the loop of iters calls between CUDA events: host launch cost included"
     labels["graph"] = (
-        "the same loop captured in one CUDA graph, replayed between CUDA events" if cuda else GRAPH_NOTE
+        "the same loop captured in one CUDA graph, replayed between CUDA events" if s.cuda else GRAPH_NOTE
     )
-    if rank == 0:
-        Emitter().emit({
-            "type": "header", "protocol": PROTOCOL, "probe": NAME, "version": VERSION, "config": cfg,
-            "primary": primary, "phases": [], "units": units, "better": better, "modes": modes,
-            "graph": cuda, "sizes": items,
-            "timer": "cuda-events" if cuda else "perf_counter", "python": sys.version.split()[0],
-            "torch": torch.__version__, "cuda": torch.version.cuda, "nccl": nccl_version() if cuda else None,
-            "device": device_info(device), "world": world, "backend": backend, "env": env_vars(), "launch_index": a.launch_index,
-            "busbw_factor": {o: busbw_factor(o, world) for o in ops}, "labels": labels,
-        })  # fmt: skip
+    labels["api"] = API_TEXT[s.api]
+    nccl = s.comm.nccl.version() if s.comm is not None else (nccl_version() if s.cuda else None)
+    return {
+        "type": "header", "protocol": PROTOCOL, "probe": NAME, "version": VERSION, "config": cfg,
+        "primary": primary, "phases": [], "units": units, "better": better, "modes": s.modes,
+        "graph": s.cuda, "sizes": s.items, "timer": "cuda-events" if s.cuda else "perf_counter",
+        "python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda,
+        "nccl": nccl, "device": device_info(s.device), "world": s.world, "backend": backend, "api": s.api,
+        "env": env_vars(), "launch_index": a.launch_index,
+        "busbw_factor": {o: busbw_factor(o, s.world) for o in ops}, "labels": labels,
+    }  # fmt: skip
 
-    # times[mode] is reps x items, microseconds per operation on this rank
-    times = {m: torch.zeros(a.reps, len(items), dtype=torch.float64) for m in modes}
+
+def run_rank(a: Any, _checked: Any = None) -> None:
+    import torch
+    import torch.distributed as dist
+
+    progress = Progress()
+    progress("start", force=True)
+    t_rank0 = time.time()
+    s = setup(a)
+    if s.rank == 0:
+        Emitter().emit(header(a, s))
+    times, iters_used = measure(a, s, progress)
+    stacked = torch.cat([times[m] for m in s.modes], dim=1).to(s.device)
+    dist.all_reduce(stacked, op=dist.ReduceOp.MAX)  # the slowest rank's time per operation
+    table = stacked.cpu()
+    if s.rank == 0:
+        _emit_results(a, s.items, s.modes, s.metrics, table, iters_used, s.world, t_rank0)
+    progress("teardown", force=True)
+    del stacked, table
+    teardown(s.world, s.cuda, close=s.comm.close if s.comm is not None else None)
+
+
+def measure(a: Any, s: Setup, progress: Progress) -> tuple[dict[str, Any], list[int]]:
+    """times[mode] is reps x items, microseconds per operation on this rank; and the iterations per item."""
+    import torch
+    import torch.distributed as dist
+
+    times = {m: torch.zeros(a.reps, len(s.items), dtype=torch.float64) for m in s.modes}
     iters_used = []
-    steps, done = len(items) * len(modes), 0
-    graphs: list[Any] = []  # at most one alive: the size being measured
-    for j, it in enumerate(items):
-        op, reset = _make_op(torch, dist, it, world, elt, dtype, device)
+    steps, done = len(s.items) * len(s.modes), 0
+    for j, it in enumerate(s.items):
+        op, reset = _make_op(torch, dist, s.comm, it, s.world, s.elt, s.dtype, s.device)
         for _ in range(a.warmup):
             op()
         reset()
-        one = _time_eager(op, 1, cuda)
+        one = _time_eager(op, 1, s.cuda)
         # Every rank must issue the same number of operations: agree on the slowest rank's estimate.
-        t1 = torch.tensor([one], dtype=torch.float64, device=device)
+        t1 = torch.tensor([one], dtype=torch.float64, device=s.device)
         dist.all_reduce(t1, op=dist.ReduceOp.MAX)
         iters = max(1, min(a.iters, math.ceil(a.target_ms * 1e3 / max(float(t1.item()), 1e-3))))
         iters_used.append(iters)
-        if "eager" in modes:
+        if "eager" in s.modes:
             for r in range(a.reps):
                 reset()  # in-place sums grow; start every repetition from the same data
-                times["eager"][r, j] = _time_eager(op, iters, cuda)
+                times["eager"][r, j] = _time_eager(op, iters, s.cuda)
             done += 1
             progress("measure", done, steps, force=True)
-        if "graph" in modes:
+        if "graph" in s.modes:
             progress("capture", done, steps, force=True)
-            graphs.append(_capture(torch, op, iters))
-            graphs[0].replay()  # the first replay uploads the graph: untimed
-            for r in range(a.reps):
-                reset()
-                times["graph"][r, j] = _time_graph(torch, graphs[0], iters)
-            graphs.clear()  # a graph that captured a collective must not outlive its size (teardown)
-            torch.cuda.synchronize()
+            _measure_graph(torch, op, reset, iters, times["graph"], j)
             done += 1
             progress("measure", done, steps, force=True)
         del op, reset
-    stacked = torch.cat([times[m] for m in modes], dim=1).to(device)
-    dist.all_reduce(stacked, op=dist.ReduceOp.MAX)
-    table = stacked.cpu()
-    if rank == 0:
-        _emit_results(a, items, modes, metrics, table, iters_used, world, t_rank0)
-    progress("teardown", force=True)
-    del stacked, table
-    teardown(world, cuda, release=graphs.clear)
+    return times, iters_used
+
+
+def _measure_graph(torch: Any, op: Any, reset: Any, iters: int, out: Any, j: int) -> None:
+    """Capture `iters` calls in one graph and time its replays into out[:, j]. The graph dies here: one
+    that captured a collective must not outlive its size (teardown waits on it)."""
+    graph = _capture(torch, op, iters)
+    try:
+        graph.replay()  # the first replay uploads the graph: untimed
+        for r in range(out.shape[0]):
+            reset()
+            out[r, j] = _time_graph(torch, graph, iters)
+    finally:
+        torch.cuda.synchronize()
+        del graph
 
 
 def _emit_results(
@@ -370,14 +457,18 @@ def _emit_results(
     })  # fmt: skip
 
 
-def _make_op(torch: Any, dist: Any, it: dict[str, Any], world: int, elt: int, dtype: Any, device: Any) -> Any:
+def _make_op(
+    torch: Any, dist: Any, comm: Any, it: dict[str, Any], world: int, elt: int, dtype: Any, device: Any
+) -> Any:
     """(op, reset): one collective of this item on fixed buffers (a graph replays the same addresses),
-    and how to put its input back to the starting values."""
+    and how to put its input back to the starting values. `comm` (a _pynccl.Communicator) calls NCCL
+    on the current stream; without it the call goes through torch.distributed."""
     if it["op"] == "all_reduce":
         buf = torch.ones(max(1, it["bytes"] // elt), dtype=dtype, device=device)
+        reduce = comm.all_reduce if comm is not None else dist.all_reduce
 
         def all_reduce() -> None:
-            dist.all_reduce(buf)
+            reduce(buf)
 
         # Values grow by the world size with every sum: reset before each repetition so they stay
         # finite for iters < 128 / log2(world) (denormals, slow on CPUs, never occur: the data only grows).
@@ -387,6 +478,8 @@ def _make_op(torch: Any, dist: Any, it: dict[str, Any], world: int, elt: int, dt
     out = torch.empty(per_rank * world, dtype=dtype, device=device)
     # all_gather_single is the newer name (torch >= 2.13); the old one warns there.
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    if comm is not None:
+        gather = comm.all_gather
 
     def all_gather() -> None:
         gather(out, inp)

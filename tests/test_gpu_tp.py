@@ -95,6 +95,25 @@ def test_tp2_collectives_finishes(tmp_path, idle_gpus):
     run = json.loads(out.read_text())
     assert all(la["status"] == "ok" for la in run["launches"])
     assert wall < _launch_seconds(run) + 30
+    h = run["launches"][0]["header"]
+    # The default on CUDA calls NCCL itself, on the library torch loaded: the same version torch reports.
+    assert h["api"] == "nccl" and h["nccl"] and h["modes"] == ["eager", "graph"], h
+
+
+def test_tp2_collectives_both_apis_agree_at_large_messages(tmp_path, idle_gpus):
+    """At 64 MiB the call path is noise next to the transfer: NCCL called directly and through
+    torch.distributed must land on the same bus bandwidth (within 10 %), eager and in a graph."""
+    busbw = {}
+    for api in ("nccl", "torch"):
+        out = tmp_path / f"{api}.json"
+        r = run_cli("probe", "collectives", "--tp", "2", "--sizes", "64M", "--api", api, "--launches", "1",
+                    "--no-snapshot", "-o", str(out), timeout=300)  # fmt: skip
+        assert r.returncode == 0, r.stderr[-3000:]
+        la = json.loads(out.read_text())["launches"][0]
+        assert la["header"]["api"] == api
+        busbw[api] = {row["mode"]: row["busbw_GBps"] for row in la["footer"]["table"]}
+    for mode in ("eager", "graph"):
+        assert abs(busbw["nccl"][mode] / busbw["torch"][mode] - 1) < 0.10, busbw
 
 
 def _start(out: Path) -> subprocess.Popen[bytes]:

@@ -53,6 +53,11 @@ def test_summary_has_one_row_per_message_with_latency_and_busbw(cpu_probe):
     assert r["eager_busbw_GBps"] > 0 and "graph_us" not in r
 
 
+def test_cpu_record_says_the_collectives_went_through_torch(cpu_run):
+    h = cpu_run["launches"][0]["header"]
+    assert h["api"] == "torch" and h["config"]["api"] == "torch" and "torch.distributed" in h["labels"]["api"]
+
+
 def test_cpu_record_is_eager_only_and_says_why(cpu_run):
     la = cpu_run["launches"][0]
     h = la["header"]
@@ -196,6 +201,13 @@ def test_model_items_round_the_vocabulary_shard_up_and_merge_duplicates():
             marks=pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU is here"),
         ),
         (["--dtype", "int8"], "--dtype"),
+        (["--api", "nccl", "--device", "cpu"], "NCCL needs CUDA"),
+        pytest.param(
+            ["--api", "nccl"],
+            "--api nccl needs CUDA",  # --device auto, no GPU here
+            marks=pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU is here"),
+        ),
+        (["--api", "mpi"], "--api"),
     ],
 )
 def test_usage_errors_are_one_line_exit_2_and_leave_no_record(tmp_path, args, needle):

@@ -37,6 +37,7 @@ def _probe_parser(name: str) -> argparse.ArgumentParser:
         spec = importlib.util.spec_from_file_location(f"_probe_{name.replace('-', '_')}", path)
         assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # dataclasses look their module up while the class is built
         spec.loader.exec_module(mod)
         return mod.build_parser()
     finally:

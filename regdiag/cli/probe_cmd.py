@@ -48,7 +48,9 @@ Without a GPU the defaults run the tiny preset: regdiag probe spec-decode --tp 2
 COLL_HELP = """All-reduce (or all-gather) latency and bus bandwidth per message size, as nccl-tests.
 
 Per size, the loop of --iters calls timed eager (host launch cost included) and, on CUDA, the same
-loop captured in a CUDA graph (what decode and verify pay). --sizes model:kimi-k2 sweeps the messages
+loop captured in a CUDA graph (what decode and verify pay). On CUDA NCCL is called directly on the current stream, as SGLang and
+vLLM call it inside graphs (--api torch: through torch.distributed, which adds its own stream, events
+and bookkeeping per call). --sizes model:kimi-k2 sweeps the messages
 that preset's forwards send (hidden all-reduce, logits all-gather at 1, 3, 4, 8 tokens).
 busbw = algbw * 2(n-1)/n (all-reduce), (n-1)/n (all-gather). NCCL on GPUs, gloo on CPU (eager only);
 the NCCL_* variables each rank saw are recorded. Each size and mode is one metric of the run record
@@ -79,6 +81,12 @@ class DType(str, Enum):
     auto = "auto"
     bfloat16 = "bfloat16"
     float32 = "float32"
+
+
+class CollApi(str, Enum):
+    auto = "auto"
+    nccl = "nccl"
+    torch = "torch"
 
 
 class CollDType(str, Enum):
@@ -199,6 +207,7 @@ def collectives(
     sizes: str = typer.Option(None, "--sizes", help="MIN:MAX[:FACTOR], a list (1K,64K,1M) or model:PRESET. Default: 1K:256M doubling on GPUs, 1K:16M on CPU."),
     op: CollOp = typer.Option(CollOp.all_reduce, "--op", help="Collective of a numeric sweep (model: sweeps set their own)."),
     mode: CollMode = typer.Option(CollMode.auto, "--mode", help="eager, graph (the loop in a CUDA graph) or both; auto: both on CUDA, eager on CPU."),
+    api: CollApi = typer.Option(CollApi.auto, "--api", help="nccl: NCCL called directly on the current CUDA stream, as engines call it in graphs; torch: torch.distributed (its own stream and events per call); auto: nccl on CUDA when the library loads, torch on CPU."),
     dtype: CollDType = typer.Option(CollDType.auto, "--dtype", help="auto: bfloat16 for model: sweeps, else float32."),
     iters: int = typer.Option(20, "--iters", help="Operations per timed repetition, at most."),
     reps: int = typer.Option(5, "--reps", help="Timed repetitions per size (the 'cycles' of the record)."),
@@ -226,7 +235,7 @@ def collectives(
     ):
         if val < low:
             raise BadInput(f"{name} must be >= {low}")
-    options = {"tp": tp, "sizes": sizes, "op": op.value, "mode": mode.value, "dtype": dtype.value, "iters": iters, "reps": reps, "warmup": warmup, "target_ms": target_ms,
+    options = {"tp": tp, "sizes": sizes, "op": op.value, "mode": mode.value, "api": api.value, "dtype": dtype.value, "iters": iters, "reps": reps, "warmup": warmup, "target_ms": target_ms,
                "device": device.value, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu}  # fmt: skip
     _run("collectives", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config)
 
