@@ -7,9 +7,10 @@
 #
 # Downloads nothing: nccl-tests is built from the source in .nccl-tests/ (NVIDIA/nccl-tests, carried to
 # the GPU host; ignored by git), against the system NCCL's headers, and runs on the NCCL torch loaded
-# (the same library as the probe) when torch ships one, else on the system's. 8 files land in $OUT:
-# nccl-tests.txt, coll-default.json, coll-default-torch.json (--api torch), coll-p2p-off.json,
-# coll-model.json, compare-p2p.json, env.txt, log.txt (the build and regdiag's home are removed at the end).
+# (the same library as the probe) when torch ships one, else on the system's. 9 files land in $OUT:
+# nccl-tests.txt, coll-default.json, coll-default-torch.json (--api torch), coll-nomix.json,
+# coll-p2p-off.json, coll-model.json, compare-p2p.json, env.txt, log.txt (the build and regdiag's home are
+# removed at the end).
 set -u
 OUT=${OUT:?set OUT to a directory for the results}
 SRC=${NCCL_TESTS_SRC:-.nccl-tests}
@@ -96,9 +97,12 @@ MIN=${MIN:-1K} MAX=${MAX:-256M} # the sweep, the same on both sides (smaller one
 SWEEP="-b $MIN -e $MAX -f 2 -g 2 -n 50 -w 5 -c 0"
 PROBE="--tp 2 --sizes $MIN:$MAX --iters 50 --reps 5 --warmup 5 --target-ms 1000 --launches 2 --no-snapshot"
 
-for variant in default p2p-off; do
+# nomix: NCCL_GRAPH_MIXING_SUPPORT=0 on both sides. NCCL's support for graph and non-graph calls in
+# flight together costs every call in a multi-process job microseconds (bench/gpu_graph_gap.sh).
+for variant in default nomix p2p-off; do
   envv=""
   [ $variant = p2p-off ] && envv="NCCL_P2P_DISABLE=1"
+  [ $variant = nomix ] && envv="NCCL_GRAPH_MIXING_SUPPORT=0"
   log "$variant: nccl-tests all_reduce_perf, eager and -G 10"
   nt "ar-$variant-eager" "$envv" all_reduce_perf $SWEEP
   nt "ar-$variant-graph" "$envv" all_reduce_perf $SWEEP -G 10

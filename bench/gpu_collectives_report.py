@@ -201,6 +201,34 @@ def model_table(
     return lines
 
 
+def reading(runs: dict[str, dict[str, Any]], recs: dict[str, dict[str, Any] | None]) -> list[str]:
+    """The page's reading, its figures taken from the tables above (1 KiB and 8 MiB)."""
+
+    def at(variant: str, n: int) -> dict[str, str]:
+        name = "ar_" + size_name(n).replace(" ", "")
+        return {
+            "nt": f(nt_us(runs, f"ar-{variant}-eager", n)),
+            "ntg": f(nt_us(runs, f"ar-{variant}-graph", n)),
+            "pe": f(probe_us(recs.get(variant), name)),
+            "pg": f(probe_us(recs.get(variant), "arg_" + name[3:])),
+        }
+
+    d1, m1, d8 = at("default", 1 << 10), at("nomix", 1 << 10), at("default", 8 << 20)
+    return [
+        "Reading. At 8 MiB and above the probe and nccl-tests agree within a few per cent eager (8 MiB:",
+        f"{d8['pe']} vs {d8['nt']} us). Small messages in a CUDA graph, default NCCL: the probe's {d1['pg']} us",
+        f"against nccl-tests -G {d1['ntg']} us at 1 KiB is not the call path: NCCL called directly and",
+        "through torch.distributed cost the same there (the torch.distributed column). It is NCCL's",
+        "graph-mixing support, which costs a job of one process per GPU (the probe, and every engine) several",
+        "microseconds per collective and nccl-tests' one process driving both GPUs about one: with",
+        f"NCCL_GRAPH_MIXING_SUPPORT=0 on both sides the probe gives {m1['pg']} us against {m1['ntg']} us in a",
+        f"graph and {m1['pe']} against {m1['nt']} us eager. So the default-NCCL figures are what a",
+        "multi-process engine pays per all-reduce inside its decode graph, and nccl-tests -G understates them.",
+        "Eager at small sizes the probe also pays Python's call into NCCL (ctypes, one stream lookup).",
+        "The single-variable runs behind this: bench/gpu_graph_gap.sh, baselines/h200x2-collectives/graph-gap.txt.",
+    ]
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
@@ -209,7 +237,7 @@ def main(argv: list[str]) -> int:
     page = Path(argv[1]) if len(argv) > 1 else ROOT / "docs" / "bench" / "collectives.md"
     nt_text = (d / "nccl-tests.txt").read_text(encoding="utf-8") if (d / "nccl-tests.txt").is_file() else ""
     runs = parse_nccl_tests(nt_text)
-    recs = {v: load(d / f"coll-{v}.json") for v in ("default", "p2p-off", "model")}
+    recs = {v: load(d / f"coll-{v}.json") for v in ("default", "nomix", "p2p-off", "model")}
     torch_rec = load(d / "coll-default-torch.json")
     env = (d / "env.txt").read_text(encoding="utf-8") if (d / "env.txt").is_file() else "(no env.txt)"
     missing = [f"coll-{v}.json" for v, r in recs.items() if r is None]
@@ -243,6 +271,17 @@ def main(argv: list[str]) -> int:
         + [""]
     )
     L += (
+        [
+            "## all_reduce, NCCL_GRAPH_MIXING_SUPPORT=0 (both sides)",
+            "",
+            "NCCL's support for graph and non-graph calls in flight together, off. Safe only where a",
+            "communicator never has a graph launch outstanding while an uncaptured call is issued (NCCL docs).",
+            "",
+        ]
+        + sweep_table(runs, recs["nomix"], "nomix", tally)
+        + [""]
+    )
+    L += (
         ["## all_reduce, NCCL_P2P_DISABLE=1", ""]
         + sweep_table(runs, recs["p2p-off"], "p2p-off", tally)
         + [""]
@@ -272,14 +311,7 @@ def main(argv: list[str]) -> int:
         L.append(f"- {key}: {sum(oks)} of {len(oks)} sizes")
     L += [
         "",
-        "Reading: at 8 MiB and above the probe and nccl-tests agree within a few per cent in both modes. Below",
-        "it, the probe's eager loop pays the host's launch cost (~40 us a call, flat), and even captured in a",
-        "CUDA graph each `torch.distributed.all_reduce` stays several microseconds above nccl-tests -G: what the",
-        "probe times is NCCL as torch's ProcessGroupNCCL issues it (its own stream and the event waits around",
-        "each collective, captured into the graph too), not a bare ncclAllReduce. That is also what the",
-        "spec-decode probe's collectives cost, so its measured communication share carries the same overhead;",
-        "engines that call NCCL directly or use their own small-message all-reduce pay less. Not yet measured:",
-        "the same loop through a bare NCCL call from torch, which would settle how much of the gap is torch's.",
+        *reading(runs, recs),
         "",
         "## Host",
         "",

@@ -465,10 +465,11 @@ def _make_op(
     on the current stream; without it the call goes through torch.distributed."""
     if it["op"] == "all_reduce":
         buf = torch.ones(max(1, it["bytes"] // elt), dtype=dtype, device=device)
-        reduce = comm.all_reduce if comm is not None else dist.all_reduce
+        if comm is not None:
+            return comm.all_reduce_op(buf), lambda: buf.fill_(1.0)
 
         def all_reduce() -> None:
-            reduce(buf)
+            dist.all_reduce(buf)
 
         # Values grow by the world size with every sum: reset before each repetition so they stay
         # finite for iters < 128 / log2(world) (denormals, slow on CPUs, never occur: the data only grows).
@@ -479,7 +480,7 @@ def _make_op(
     # all_gather_single is the newer name (torch >= 2.13); the old one warns there.
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     if comm is not None:
-        gather = comm.all_gather
+        return comm.all_gather_op(out, inp), lambda: None
 
     def all_gather() -> None:
         gather(out, inp)
