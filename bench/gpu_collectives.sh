@@ -95,7 +95,7 @@ rd() {
 
 MIN=${MIN:-1K} MAX=${MAX:-256M} # the sweep, the same on both sides (smaller ones for a dry run on CPU)
 SWEEP="-b $MIN -e $MAX -f 2 -g 2 -n 50 -w 5 -c 0"
-PROBE="--tp 2 --sizes $MIN:$MAX --iters 50 --reps 5 --warmup 5 --target-ms 1000 --launches 2 --no-snapshot"
+PROBE="--tp 2 --sizes $MIN:$MAX --iters 50 --reps 5 --warmup 5 --target-ms 1000 --launches ${LAUNCHES:-4} --no-snapshot"
 
 # nomix: NCCL_GRAPH_MIXING_SUPPORT=0 on both sides. NCCL's support for graph and non-graph calls in
 # flight together costs every call in a multi-process job microseconds (bench/gpu_graph_gap.sh).

@@ -44,7 +44,7 @@ from _protocol import (  # noqa: E402
 )
 
 NAME = "collectives"
-VERSION = "2"
+VERSION = "3"
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 OPS = {"all_reduce": "ar", "all_gather": "ag"}  # metric prefix per op; the graph-mode metric adds "g"
 OP_TEXT = {"all_reduce": "all_reduce(sum), in place", "all_gather": "all_gather_into_tensor"}

@@ -61,7 +61,7 @@ def test_cpu_record_says_the_collectives_went_through_torch(cpu_run):
 def test_cpu_record_is_eager_only_and_says_why(cpu_run):
     la = cpu_run["launches"][0]
     h = la["header"]
-    assert h["version"] == "2" and h["backend"] == "gloo" and h["modes"] == ["eager"] and h["graph"] is False
+    assert h["version"] == "3" and h["backend"] == "gloo" and h["modes"] == ["eager"] and h["graph"] is False
     assert "eager only" in h["labels"]["graph"]
     assert cpu_run["probe"]["config"]["modes"] == ["eager"]
     assert set(la["samples"]) == {"ar_4KiB", "ar_256KiB"}  # no arg_ (graph) metric on CPU
