@@ -312,10 +312,12 @@ def header(a: Any, s: Setup) -> dict[str, Any]:
     names = [n for m in s.modes for n in s.metrics[m]]
     units: dict[str, str] = {n: "us" for n in names}
     better: dict[str, str] = {n: "lower" for n in names}
+    derived: dict[str, str] = {}  # bandwidth -> the time it is computed from: one test, not three
     for n in names:
         for kind in ("algbw", "busbw"):
             units[bw_name(kind, n)] = "GB/s"
             better[bw_name(kind, n)] = "higher"
+            derived[bw_name(kind, n)] = n
     if s.preset:  # the decode message: what every token pays, in the mode the engines run it
         primary = s.metrics["graph" if "graph" in s.modes else "eager"][0]
     else:
@@ -335,7 +337,8 @@ def header(a: Any, s: Setup) -> dict[str, Any]:
     nccl = s.comm.nccl.version() if s.comm is not None else (nccl_version() if s.cuda else None)
     return {
         "type": "header", "protocol": PROTOCOL, "probe": NAME, "version": VERSION, "config": cfg,
-        "primary": primary, "phases": [], "units": units, "better": better, "modes": s.modes,
+        "primary": primary, "phases": [], "units": units, "better": better, "derived": derived,
+        "modes": s.modes,
         "graph": s.cuda, "sizes": s.items, "timer": "cuda-events" if s.cuda else "perf_counter",
         "python": sys.version.split()[0], "torch": torch.__version__, "cuda": torch.version.cuda,
         "nccl": nccl, "device": device_info(s.device), "world": s.world, "backend": backend, "api": s.api,
