@@ -28,7 +28,8 @@ def v1_pair() -> tuple[dict[str, Any], dict[str, Any]]:
     assert good["schema"] == bad["schema"] == "regdiag.snapshot/1"
     for snap, numpy, extra in ((good, "2.3.1", {}), (bad, "2.3.2", {"einops": "0.8.1"})):
         fields = snap["groups"]["packages"]["fields"]
-        listing = {n: f["value"] for n, f in fields.items() if isinstance(f.get("value"), str)}
+        metadata = ("regdiag", "sources", "count", "hash", "nccl", "nccl_libraries")
+        listing = {n: f["value"] for n, f in fields.items() if isinstance(f["value"], str) and n not in metadata}
         listing.update({"numpy": numpy, "six": "1.17.0", "regdiag": "0.1.0", **extra})
         fields["all"] = _ok(dict(sorted(listing.items())))
     pb = bad["groups"]["packages"]["fields"]
