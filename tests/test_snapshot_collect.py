@@ -28,7 +28,7 @@ def _check_fields(record: dict[str, Any]) -> None:
         assert g["status"] in F.STATUSES, gname
         if g["status"] != "ok":
             assert g["note"] and "\n" not in g["note"], gname
-        for fname, f in g["fields"].items():
+        for fname, f in {**g["fields"], **g.get("metadata", {})}.items():
             assert f["status"] in F.STATUSES, (gname, fname)
             assert "value" in f, (gname, fname)
             if f["status"] != "ok":
@@ -48,7 +48,7 @@ def test_collect_here_records_every_group() -> None:
     }
     assert rec["groups"]["engine"]["status"] == "ok"
     installed = {packages.normalize(d.metadata["Name"]): d.version for d in md.distributions()}
-    assert rec["groups"]["packages"]["fields"]["regdiag"]["value"] == installed.get("regdiag")
+    assert packages.metadata_value(rec["groups"]["packages"], "regdiag") == installed.get("regdiag")
 
 
 def test_collector_never_imports_torch_or_the_cli() -> None:
@@ -140,11 +140,11 @@ def test_package_scan_matches_importlib_metadata() -> None:
 
 def test_all_packages_and_hash() -> None:
     g = packages.collect(all_packages=True)
-    allp = g["fields"]["all"]["value"]
+    allp = packages.metadata_value(g, "all")
     assert allp["pytest"] == md.version("pytest")
-    assert g["fields"]["count"]["value"] == len(allp)
-    assert g["fields"]["hash"]["value"] == packages.list_hash(packages.installed())
-    assert "all" not in packages.collect()["fields"]
+    assert packages.metadata_value(g, "count") == len(allp)
+    assert packages.metadata_value(g, "hash") == packages.list_hash(packages.installed())
+    assert "all" not in packages.collect()["metadata"]
 
 
 NCCL_C = r"""

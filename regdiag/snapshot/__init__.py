@@ -1,6 +1,6 @@
 """Record the environment of this host: engine checkout, packages, GPUs, env vars, host.
 
-    collect(repo=None, all_packages=False, timeout_s=10.0, via="local", pid=None) -> regdiag.snapshot/1 record
+    collect(repo=None, all_packages=False, timeout_s=10.0, via="local", pid=None) -> regdiag.snapshot/2 record
 
 With `pid`, the snapshot is of that running process (an engine server): its effective environment,
 command line, loaded libraries, start-up files and children (groups env, process, libraries, startup)
@@ -48,7 +48,8 @@ def collect(
     environ: dict[str, str] | None = None,
     pid: int | None = None,
 ) -> dict[str, Any]:
-    """A regdiag.snapshot/1 record. Never raises for a failing source: see each field's status.
+    """A regdiag.snapshot record (records.SNAPSHOT_SCHEMA). Never raises for a failing source: see
+    each field's status.
 
     gpu_source / git_backend / use_psutil choose the backends (tests and the remote side use them);
     environ replaces os.environ for the env group only.
