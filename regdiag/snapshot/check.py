@@ -285,3 +285,14 @@ def check_snapshot(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 def is_fit(reasons: list[dict[str, Any]]) -> bool:
     return not any(r["severity"] == ERROR for r in reasons)
+
+
+def check_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`snapshot --check`'s answer: per snapshot, {"host", "fit", "reasons"}."""
+    results = []
+    for rec in records:
+        reasons = check_snapshot(rec)
+        results.append(
+            {"host": rec.get("origin", {}).get("host"), "fit": is_fit(reasons), "reasons": reasons}
+        )
+    return results
