@@ -252,3 +252,30 @@ def test_host_fields_are_plausible() -> None:
     assert 0 < v["memory_available_mib"] <= v["memory_total_mib"]
     assert len(v["load_avg"]) == 3
     assert v["python_executable"] == sys.executable
+
+
+def test_collector_table_names_each_group_and_its_failure() -> None:
+    from regdiag.snapshot import _run_collectors, _Taking
+
+    def two(t: Any) -> dict[str, Any]:
+        return {"a": {"status": "ok", "fields": {}}, "b": {"status": "ok", "fields": {"x": F.ok(1)}}}
+
+    def broken(t: Any) -> dict[str, Any]:
+        raise RuntimeError("no such device")
+
+    def stuck(t: Any) -> dict[str, Any]:
+        time.sleep(5)
+        return {}
+
+    taking = _Taking(None, False, 0.1, F.Deadline(0.5), "auto", "auto", True, None, None, None)
+    table = {"two": (two, ("a", "b")), "broken": (broken, ("c", "d")), "stuck": (stuck, ("e",))}
+    out = _run_collectors(taking, table)
+    assert [(g, out[g][0]) for g in "abcde"] == [
+        ("a", "ok"),
+        ("b", "ok"),
+        ("c", "error"),
+        ("d", "error"),
+        ("e", "timeout"),
+    ]
+    assert out["b"][1]["fields"]["x"]["value"] == 1 and out["a"][2] == out["b"][2] is not None
+    assert out["c"][1] == out["d"][1] == "RuntimeError: no such device"
