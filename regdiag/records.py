@@ -143,11 +143,12 @@ def _check_snapshot(record: dict[str, Any], source: str) -> None:
     for name, group in groups.items():
         if not isinstance(group, dict):
             raise RecordError(f"{source}: snapshot group {name!r} is not an object")
-        fields = group.get("fields")
-        if fields is not None and not (
-            isinstance(fields, dict) and all(isinstance(f, dict) for f in fields.values())
-        ):
-            raise RecordError(f"{source}: snapshot group {name!r} has malformed fields")
+        for key in ("fields", "metadata"):  # metadata: the packages group's, since snapshot/2
+            fields = group.get(key)
+            if fields is not None and not (
+                isinstance(fields, dict) and all(isinstance(f, dict) for f in fields.values())
+            ):
+                raise RecordError(f"{source}: snapshot group {name!r} has malformed {key}")
 
 
 def _check_numbers(launch: dict[str, Any], where: str) -> None:

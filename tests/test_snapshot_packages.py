@@ -73,3 +73,14 @@ def test_unreadable_groups_have_no_versions() -> None:
         "groups": {"packages": {"fields": {"torch": error, "triton": {"status": "ok", "value": "3.6.0"}}}}
     }
     assert packages.versions_of(snap) == {"triton": "3.6.0"}
+
+
+def test_malformed_metadata_is_refused_in_one_line(cli, tmp_path) -> None:
+    good, _ = v1_pair()
+    snap = _as_v2(good)
+    snap["groups"]["packages"]["metadata"]["nccl"] = "2.28.9"
+    path = tmp_path / "snap.json"
+    path.write_text(json.dumps(snap))
+    out = cli("snapshot", "--from", str(path))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == f"regdiag: error: {path}: snapshot group 'packages' has malformed metadata"
