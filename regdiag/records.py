@@ -5,6 +5,10 @@ remote host inside the bundle. Records are plain dicts (JSON objects); unknown f
 
 Every schema id regdiag writes is in SCHEMAS below, with its history (docs/records.md):
   regdiag.snapshot/1       2026-11-29  first version
+  regdiag.snapshot/2       2026-11-30  the packages group keeps package versions in "fields" and the
+                                       rest (regdiag's own version, sources, count, hash, nccl,
+                                       nccl_libraries, all) in "metadata"; /1 is read as it was
+                                       (regdiag.snapshot.packages.split)
   regdiag.run/1            2026-11-29  first version
   regdiag.journal/1        2026-11-29  first version (the first line of a bisect journal)
   regdiag.bisect-report/1  2026-11-29  first version (bisect --json)
@@ -33,7 +37,7 @@ COMPARISON = "comparison"
 EXPLANATION = "explanation"
 
 # The one table of schema ids: kind -> the major version this regdiag writes and reads.
-SCHEMAS: dict[str, int] = {SNAPSHOT: 1, RUN: 1, JOURNAL: 1, BISECT_REPORT: 1, COMPARISON: 1, EXPLANATION: 1}
+SCHEMAS: dict[str, int] = {SNAPSHOT: 2, RUN: 1, JOURNAL: 1, BISECT_REPORT: 1, COMPARISON: 1, EXPLANATION: 1}
 # The kinds stored as record files (load_record); the others are a journal's head line or command output.
 RECORD_KINDS = (SNAPSHOT, RUN)
 
@@ -139,11 +143,12 @@ def _check_snapshot(record: dict[str, Any], source: str) -> None:
     for name, group in groups.items():
         if not isinstance(group, dict):
             raise RecordError(f"{source}: snapshot group {name!r} is not an object")
-        fields = group.get("fields")
-        if fields is not None and not (
-            isinstance(fields, dict) and all(isinstance(f, dict) for f in fields.values())
-        ):
-            raise RecordError(f"{source}: snapshot group {name!r} has malformed fields")
+        for key in ("fields", "metadata"):  # metadata: the packages group's, since snapshot/2
+            fields = group.get(key)
+            if fields is not None and not (
+                isinstance(fields, dict) and all(isinstance(f, dict) for f in fields.values())
+            ):
+                raise RecordError(f"{source}: snapshot group {name!r} has malformed {key}")
 
 
 def _check_numbers(launch: dict[str, Any], where: str) -> None:

@@ -63,7 +63,7 @@ def test_fast_snapshot_path_prints_the_same_record_as_the_full_cli(tmp_path: Pat
     assert fast.returncode == 0 and full.returncode == 0, (fast.stderr, full.stderr)
     a, b = json.loads(fast.stdout), json.loads(full.stdout)
     assert json.loads((tmp_path / "a.json").read_text()) == a
-    assert a["schema"] == b["schema"] == "regdiag.snapshot/1"
+    assert a["schema"] == b["schema"] == "regdiag.snapshot/2"
     assert a["groups"].keys() == b["groups"].keys()
     for g in a["groups"]:
         assert a["groups"][g].get("fields", {}).keys() == b["groups"][g].get("fields", {}).keys(), g

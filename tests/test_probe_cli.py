@@ -44,7 +44,7 @@ def test_tp2_run_is_recorded_in_the_documented_format(stored):
         if snap is None:  # a failing snapshot is recorded as a warning, never fatal
             assert any(key.split("_")[1] in w for w in run.get("warnings", []))
         else:
-            assert snap["schema"] == "regdiag.snapshot/1"
+            assert snap["schema"] == "regdiag.snapshot/2"
     assert [la["index"] for la in run["launches"]] == [0, 1]
     for la in run["launches"]:
         assert la["status"] == "ok" and la["error"] is None and la["returncode"] == 0

@@ -31,7 +31,7 @@ CASES: dict[str, tuple[bytes | None, str]] = {
     ),
     "empty": (b"", "file is empty"),
     "blank": (b"  \n\n", "file is empty"),
-    "future": (json.dumps({"schema": "regdiag.snapshot/2", "groups": {}}).encode(), "upgrade regdiag"),
+    "future": (json.dumps({"schema": "regdiag.snapshot/99", "groups": {}}).encode(), "upgrade regdiag"),
     "wrong-kind": (json.dumps({"schema": "regdiag.journal/1"}).encode(), "journal"),
     "other-tool": (json.dumps({"name": "left-pad", "version": "1.3.0"}).encode(), 'no "schema" field'),
     "array": (b"[1, 2, 3]", "top level is list"),
@@ -121,4 +121,4 @@ def test_cli_output_file_is_a_valid_record(cli, tmp_path: Path) -> None:
     out = cli("snapshot", "--json", "-o", str(out_path))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == load_record(out_path, expect="snapshot")
-    assert re.fullmatch(r"regdiag\.snapshot/1", json.loads(out.stdout)["schema"])
+    assert re.fullmatch(r"regdiag\.snapshot/2", json.loads(out.stdout)["schema"])

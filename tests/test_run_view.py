@@ -79,7 +79,7 @@ def test_value_of_reads_only_fields_that_were_read():
 
 def test_every_schema_id_comes_from_the_one_table():
     assert {k: schema_id(k) for k in SCHEMAS} == {
-        "snapshot": "regdiag.snapshot/1",
+        "snapshot": "regdiag.snapshot/2",
         "run": "regdiag.run/1",
         "journal": "regdiag.journal/1",
         "bisect-report": "regdiag.bisect-report/1",

@@ -326,7 +326,7 @@ def test_launch_cmd_on_a_host_over_ssh(cli, sshd: Sshd) -> None:  # noqa: F811
     assert la["status"] == "ok" and la["server_process"]["stopped_by"] == "SIGTERM"
     assert run["host"]["via"] == "ssh"
     # The snapshot of the server's host, taken over the same connection.
-    assert run["snapshot_before"]["schema"] == "regdiag.snapshot/1"
+    assert run["snapshot_before"]["schema"] == "regdiag.snapshot/2"
     assert run["snapshot_after"]["origin"]["via"] == "ssh"
     assert not _pid_alive(la["server_process"]["pid"])
 

@@ -193,3 +193,38 @@ def test_what_looks_wrong_is_highlighted(h200: dict[str, Any]) -> None:
     assert "\x1b[1;31m" in power  # bold red: makes the machine unfit
     assert "\x1b[33m" in persistence  # yellow: a warning
     assert "\x1b[1;31m" not in pstate and "\x1b[33m" not in pstate
+
+
+def test_every_gpu_reason_at_once_in_a_fixed_order(h200: dict[str, Any]) -> None:
+    worst = {
+        "utilization_gpu_pct": 97,
+        "compute_processes": 1,
+        "clock_event_reasons": ["sw_power_cap", "sync_boost", "0x400"],
+        "clock_sm_mhz": 1200,
+        "power_limit_w": 500.0,
+        "pcie_width": 8,
+        "pcie_gen": 3,
+        "persistence_mode": False,
+        "clock_sm_app_mhz": 1500,
+        "temperature_c": 86,
+        "mig_mode": "enabled",
+    }
+    idle_but_held = h200_gpu_fields(1, memory_used_mib=40000, pcie_gen=1)
+    reasons = check_snapshot(with_gpu(h200, h200_gpu_fields(0, **worst), idle_but_held))
+    gpu = [(r["severity"][0], r["field"]) for r in reasons if r["group"] == "gpu"]
+    assert gpu == [
+        ("e", "gpu0.utilization_gpu_pct"),
+        ("e", "gpu0.clock_event_reasons"),
+        ("e", "gpu0.clock_sm_mhz"),
+        ("e", "gpu0.power_limit_w"),
+        ("e", "gpu0.pcie_width"),
+        ("e", "gpu0.pcie_gen"),
+        ("w", "gpu0.clock_event_reasons"),
+        ("w", "gpu0.persistence_mode"),
+        ("w", "gpu0.clock_sm_app_mhz"),
+        ("w", "gpu0.temperature_c"),
+        ("w", "gpu0.mig_mode"),
+        ("w", "gpu1.memory_used_mib"),
+    ]
+    assert reasons[0]["message"] == "GPU 0 is busy (utilization 97 %, 1 compute process)"
+    assert "sync boost (clocks tied to other GPUs), 0x400" in reasons[6]["message"]

@@ -28,7 +28,7 @@ def _check_fields(record: dict[str, Any]) -> None:
         assert g["status"] in F.STATUSES, gname
         if g["status"] != "ok":
             assert g["note"] and "\n" not in g["note"], gname
-        for fname, f in g["fields"].items():
+        for fname, f in {**g["fields"], **g.get("metadata", {})}.items():
             assert f["status"] in F.STATUSES, (gname, fname)
             assert "value" in f, (gname, fname)
             if f["status"] != "ok":
@@ -48,7 +48,7 @@ def test_collect_here_records_every_group() -> None:
     }
     assert rec["groups"]["engine"]["status"] == "ok"
     installed = {packages.normalize(d.metadata["Name"]): d.version for d in md.distributions()}
-    assert rec["groups"]["packages"]["fields"]["regdiag"]["value"] == installed.get("regdiag")
+    assert packages.metadata_value(rec["groups"]["packages"], "regdiag") == installed.get("regdiag")
 
 
 def test_collector_never_imports_torch_or_the_cli() -> None:
@@ -140,11 +140,11 @@ def test_package_scan_matches_importlib_metadata() -> None:
 
 def test_all_packages_and_hash() -> None:
     g = packages.collect(all_packages=True)
-    allp = g["fields"]["all"]["value"]
+    allp = packages.metadata_value(g, "all")
     assert allp["pytest"] == md.version("pytest")
-    assert g["fields"]["count"]["value"] == len(allp)
-    assert g["fields"]["hash"]["value"] == packages.list_hash(packages.installed())
-    assert "all" not in packages.collect()["fields"]
+    assert packages.metadata_value(g, "count") == len(allp)
+    assert packages.metadata_value(g, "hash") == packages.list_hash(packages.installed())
+    assert "all" not in packages.collect()["metadata"]
 
 
 NCCL_C = r"""
@@ -252,3 +252,30 @@ def test_host_fields_are_plausible() -> None:
     assert 0 < v["memory_available_mib"] <= v["memory_total_mib"]
     assert len(v["load_avg"]) == 3
     assert v["python_executable"] == sys.executable
+
+
+def test_collector_table_names_each_group_and_its_failure() -> None:
+    from regdiag.snapshot import _run_collectors, _Taking
+
+    def two(t: Any) -> dict[str, Any]:
+        return {"a": {"status": "ok", "fields": {}}, "b": {"status": "ok", "fields": {"x": F.ok(1)}}}
+
+    def broken(t: Any) -> dict[str, Any]:
+        raise RuntimeError("no such device")
+
+    def stuck(t: Any) -> dict[str, Any]:
+        time.sleep(5)
+        return {}
+
+    taking = _Taking(None, False, 0.1, F.Deadline(0.5), "auto", "auto", True, None, None, None)
+    table = {"two": (two, ("a", "b")), "broken": (broken, ("c", "d")), "stuck": (stuck, ("e",))}
+    out = _run_collectors(taking, table)
+    assert [(g, out[g][0]) for g in "abcde"] == [
+        ("a", "ok"),
+        ("b", "ok"),
+        ("c", "error"),
+        ("d", "error"),
+        ("e", "timeout"),
+    ]
+    assert out["b"][1]["fields"]["x"]["value"] == 1 and out["a"][2] == out["b"][2] is not None
+    assert out["c"][1] == out["d"][1] == "RuntimeError: no such device"

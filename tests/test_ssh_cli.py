@@ -116,7 +116,7 @@ def test_snapshot_over_ssh_end_to_end(cli, sshd: Sshd, tmp_path: Path) -> None: 
     )
     assert r.returncode == 0, r.stderr
     rec = json.loads(r.stdout)
-    assert rec["schema"] == "regdiag.snapshot/1"
+    assert rec["schema"] == "regdiag.snapshot/2"
     assert rec["origin"]["via"] == "ssh"
     assert rec["origin"]["python"] == sys.executable
     assert rec["origin"]["target"] == f"127.0.0.1:{sshd.port}"

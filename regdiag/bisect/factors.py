@@ -24,6 +24,7 @@ from typing import Any
 from regdiag.errors import BadInput
 from regdiag.records import RUN, SNAPSHOT, RecordError, load_record, parse_schema
 from regdiag.snapshot.fields import field_value
+from regdiag.snapshot.packages import SELF, versions_of
 
 # Names of the built-in kinds (regdiag.bisect.kinds has them all, in the order factors are tried in).
 PACKAGE = "package"
@@ -33,8 +34,6 @@ COMMIT = "commit"
 REDACTED = "<redacted>"
 _PKG_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Fields of the snapshot's packages group that are not package versions.
-_NOT_PACKAGES = frozenset({"sources", "count", "hash", "nccl", "nccl_libraries", "all", "regdiag"})
 
 
 def normalize(name: str) -> str:
@@ -153,18 +152,7 @@ def _put(d: dict[str, str | None], key: str, value: str | None, what: str, tok: 
 def spec_from_snapshot(snap: dict[str, Any], source: str) -> Spec:
     groups = snap.get("groups") or {}
     spec = Spec(source=source)
-    pk = groups.get("packages") or {}
-    everything = field_value(pk, "all")
-    if isinstance(everything, dict):
-        for name, version in everything.items():
-            if normalize(name) not in _NOT_PACKAGES:
-                spec.packages[normalize(name)] = str(version) if version is not None else None
-    for name, f in (pk.get("fields") or {}).items():
-        if name in _NOT_PACKAGES or not isinstance(f, dict) or f.get("status") != "ok":
-            continue
-        v = f.get("value")
-        if v is None or isinstance(v, str):
-            spec.packages.setdefault(normalize(name), v)
+    spec.packages.update(versions_of(snap))
     envg = groups.get("env") or {}
     skip = set(envg.get("not_bisected") or [])  # SHLVL, PATH, HOME, ...: neither varied nor fixed
     for name, f in (envg.get("fields") or {}).items():
@@ -238,8 +226,6 @@ def diff(good: Spec, bad: Spec) -> Diff:
         if g == bad.env[name] and g != REDACTED and name not in good.redacted:
             same_env[name] = g
     same_packages = {
-        n: v
-        for n, v in good.packages.items()
-        if v is not None and bad.packages.get(n) == v and n != "regdiag"
+        n: v for n, v in good.packages.items() if v is not None and bad.packages.get(n) == v and n != SELF
     }
     return Diff(factors, notes, same_env, same_packages)

@@ -112,140 +112,152 @@ def _snapshot_in(record: dict[str, Any], source: str) -> dict[str, Any]:
         raise BadInput(f"{source}: {e}") from None
 
 
+def _records(
+    from_file: Path | None,
+    hosts: list[str] | None,
+    repo: str | None,
+    all_packages: bool,
+    timeout: float,
+    python: str | None,
+    ssh_config: Path | None,
+    pid: int | None,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The snapshots to show: the stored one (--from), or those taken now; and one line per failed host."""
+    if from_file is not None:
+        if hosts or python or repo:
+            raise BadInput("--from reads a stored snapshot; it takes no --host, --python or --repo")
+        return [_snapshot_in(_load(from_file), str(from_file))], []
+    from regdiag.cli.common import err_console
+
+    # A local snapshot takes ~0.2 s; remote ones take seconds: show progress on a terminal only.
+    spinner = (
+        err_console.status(f"taking snapshot{'s' if hosts and len(hosts) > 1 else ''}…")
+        if err_console.is_terminal
+        else contextlib.nullcontext()
+    )
+    with spinner:
+        return _take(hosts, repo, all_packages, timeout, python, ssh_config, pid)
+
+
+def _save(output: Path, records: list[dict[str, Any]]) -> None:
+    from regdiag.records import save_record
+
+    for rec in records:
+        path = _output_path(output, rec, len(records) > 1)
+        try:
+            save_record(path, rec)
+        except OSError as e:
+            raise BadInput(f"-o {path}: cannot write ({e.strerror or e})") from None
+
+
+def snapshot(
+    repo: Path | None = typer.Option(
+        None,
+        "--repo",
+        help="Engine git checkout to record. Default: the source tree of an editable sglang or vllm "
+        "install, else the current directory when it is a git repository.",
+        callback=input_dir,
+    ),
+    all_packages: bool = typer.Option(
+        False,
+        "--all-packages",
+        help="Record every installed distribution, not only the key ones (default: off).",
+    ),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="Exit 1 and list the reasons when the machine is not fit for benchmarking; exit 0 when it is.",
+    ),
+    from_file: Path | None = typer.Option(
+        None,
+        "--from",
+        help="Show (or --check) a stored snapshot or run record instead of taking a new snapshot.",
+        dir_okay=True,
+    ),
+    timeout: float = typer.Option(
+        10.0,
+        "--timeout",
+        min=0.5,
+        help="Seconds before a slow source is recorded as timed out (default 10).",
+    ),
+    pid: int | None = typer.Option(
+        None,
+        "--pid",
+        min=1,
+        help="Snapshot this running process (an engine server: its environment, start-up files, "
+        "command line, loaded libraries, children) instead of this shell. Local only (default: off).",
+    ),
+    json_out: bool = JsonOpt,
+    fmt: str = format_opt("snapshot"),
+    output: Path | None = OutputOpt,
+    host: list[str] | None = HostOpt,
+    python: str | None = PythonOpt,
+    ssh_config: Path | None = SshConfigOpt,
+) -> None:
+    if pid is not None and (from_file is not None or len(host or []) > 1):
+        raise BadInput("--pid names a process of one machine: it takes one --host at most, and no --from")
+    chosen = pick_format("check" if check else "snapshot", fmt, json_out)  # before minutes of work
+    # With --host, --repo names a directory on that host: it is checked there, not here.
+    repo_s = str(repo) if (repo is not None and host) else _validate_repo(repo)
+    records, host_errors = _records(from_file, host, repo_s, all_packages, timeout, python, ssh_config, pid)
+    if output is not None and from_file is None:
+        _save(output, records)
+    unfit = False
+    if check:
+        from regdiag.snapshot.check import check_records
+
+        results = check_records(records)
+        unfit = not all(r["fit"] for r in results)
+        show("check", chosen, results)
+    else:
+        show("snapshot", chosen, records)
+    from regdiag.cli.common import err_console
+
+    if output is not None and from_file is None and chosen != "json":
+        err_console.print(
+            f"wrote {output}" if len(records) == 1 else f"wrote {len(records)} snapshots next to {output}"
+        )
+    for line in host_errors:
+        err_console.print(f"regdiag: error: {line}", markup=False)
+    if host_errors:
+        raise typer.Exit(EXIT_HOST)
+    if unfit:
+        raise typer.Exit(EXIT_REGRESSED)
+
+
+def diff(
+    old: Path = typer.Argument(
+        ..., help="Snapshot or run record (a run stands for its snapshot_before).", dir_okay=True
+    ),
+    new: Path = typer.Argument(..., help="Snapshot or run record to compare against OLD.", dir_okay=True),
+    all_fields: bool = typer.Option(
+        False,
+        "--all",
+        help="Also show momentary readings (current clocks, power draw, load) (default: off).",
+    ),
+    exit_code: bool = typer.Option(
+        False,
+        "--exit-code",
+        help="Exit 1 when there are differences, like git diff --exit-code (default: exit 0).",
+    ),
+    json_out: bool = JsonOpt,
+    fmt: str = format_opt("diff"),
+) -> None:
+    """Differences between two snapshots, grouped, most likely culprits of a slowdown first.
+
+    Order: engine commit; sgl-kernel / flashinfer / torch / NCCL / GPU driver versions; NCCL_* variables; other variables; GPU clocks, power limit, PCIe link; other packages; host.
+    """
+    from regdiag.snapshot.diff import diff_snapshots
+
+    chosen = pick_format("diff", fmt, json_out)
+    a = _snapshot_in(_load(old), str(old))
+    b = _snapshot_in(_load(new), str(new))
+    items = diff_snapshots(a, b, include_volatile=all_fields)
+    show("diff", chosen, items, (str(old), str(new)))
+    if exit_code and items:
+        raise typer.Exit(EXIT_REGRESSED)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("snapshot", help=SNAPSHOT_HELP)
-    def snapshot(
-        repo: Path | None = typer.Option(
-            None,
-            "--repo",
-            help="Engine git checkout to record. Default: the source tree of an editable sglang or vllm "
-            "install, else the current directory when it is a git repository.",
-            callback=input_dir,
-        ),
-        all_packages: bool = typer.Option(
-            False,
-            "--all-packages",
-            help="Record every installed distribution, not only the key ones (default: off).",
-        ),
-        check: bool = typer.Option(
-            False,
-            "--check",
-            help="Exit 1 and list the reasons when the machine is not fit for benchmarking; exit 0 when it is.",
-        ),
-        from_file: Path | None = typer.Option(
-            None,
-            "--from",
-            help="Show (or --check) a stored snapshot or run record instead of taking a new snapshot.",
-            dir_okay=True,
-        ),
-        timeout: float = typer.Option(
-            10.0,
-            "--timeout",
-            min=0.5,
-            help="Seconds before a slow source is recorded as timed out (default 10).",
-        ),
-        pid: int | None = typer.Option(
-            None,
-            "--pid",
-            min=1,
-            help="Snapshot this running process (an engine server: its environment, start-up files, "
-            "command line, loaded libraries, children) instead of this shell. Local only (default: off).",
-        ),
-        json_out: bool = JsonOpt,
-        fmt: str = format_opt("snapshot"),
-        output: Path | None = OutputOpt,
-        host: list[str] | None = HostOpt,
-        python: str | None = PythonOpt,
-        ssh_config: Path | None = SshConfigOpt,
-    ) -> None:
-        if pid is not None and (from_file is not None or len(host or []) > 1):
-            raise BadInput("--pid names a process of one machine: it takes one --host at most, and no --from")
-        chosen = pick_format("check" if check else "snapshot", fmt, json_out)  # before minutes of work
-        # With --host, --repo names a directory on that host: it is checked there, not here.
-        repo_s = str(repo) if (repo is not None and host) else _validate_repo(repo)
-        if from_file is not None:
-            if host or python or repo_s:
-                raise BadInput("--from reads a stored snapshot; it takes no --host, --python or --repo")
-            records = [_snapshot_in(_load(from_file), str(from_file))]
-            host_errors: list[str] = []
-        else:
-            from regdiag.cli.common import err_console
-
-            # A local snapshot takes ~0.2 s; remote ones take seconds: show progress on a terminal only.
-            spinner = (
-                err_console.status(f"taking snapshot{'s' if host and len(host) > 1 else ''}…")
-                if err_console.is_terminal
-                else contextlib.nullcontext()
-            )
-            with spinner:
-                records, host_errors = _take(host, repo_s, all_packages, timeout, python, ssh_config, pid)
-        if output is not None and from_file is None:
-            from regdiag.records import save_record
-
-            for rec in records:
-                path = _output_path(output, rec, len(records) > 1)
-                try:
-                    save_record(path, rec)
-                except OSError as e:
-                    raise BadInput(f"-o {path}: cannot write ({e.strerror or e})") from None
-        unfit = False
-        if check:
-            from regdiag.snapshot.check import check_snapshot, is_fit
-
-            results = []
-            for rec in records:
-                reasons = check_snapshot(rec)
-                results.append(
-                    {"host": rec.get("origin", {}).get("host"), "fit": is_fit(reasons), "reasons": reasons}
-                )
-            unfit = not all(r["fit"] for r in results)
-            show("check", chosen, results)
-        else:
-            show("snapshot", chosen, records)
-        if output is not None and from_file is None and chosen != "json":
-            from regdiag.cli.common import err_console
-
-            err_console.print(
-                f"wrote {output}" if len(records) == 1 else f"wrote {len(records)} snapshots next to {output}"
-            )
-        if host_errors:
-            from regdiag.cli.common import err_console
-
-            for line in host_errors:
-                err_console.print(f"regdiag: error: {line}", markup=False)
-            raise typer.Exit(EXIT_HOST)
-        if unfit:
-            raise typer.Exit(EXIT_REGRESSED)
-
-    @app.command("diff")
-    def diff(
-        old: Path = typer.Argument(
-            ..., help="Snapshot or run record (a run stands for its snapshot_before).", dir_okay=True
-        ),
-        new: Path = typer.Argument(..., help="Snapshot or run record to compare against OLD.", dir_okay=True),
-        all_fields: bool = typer.Option(
-            False,
-            "--all",
-            help="Also show momentary readings (current clocks, power draw, load) (default: off).",
-        ),
-        exit_code: bool = typer.Option(
-            False,
-            "--exit-code",
-            help="Exit 1 when there are differences, like git diff --exit-code (default: exit 0).",
-        ),
-        json_out: bool = JsonOpt,
-        fmt: str = format_opt("diff"),
-    ) -> None:
-        """Differences between two snapshots, grouped, most likely culprits of a slowdown first.
-
-        Order: engine commit; sgl-kernel / flashinfer / torch / NCCL / GPU driver versions; NCCL_* variables; other variables; GPU clocks, power limit, PCIe link; other packages; host.
-        """
-        from regdiag.snapshot.diff import diff_snapshots
-
-        chosen = pick_format("diff", fmt, json_out)
-        a = _snapshot_in(_load(old), str(old))
-        b = _snapshot_in(_load(new), str(new))
-        items = diff_snapshots(a, b, include_volatile=all_fields)
-        show("diff", chosen, items, (str(old), str(new)))
-        if exit_code and items:
-            raise typer.Exit(EXIT_REGRESSED)
+    app.command("snapshot", help=SNAPSHOT_HELP)(snapshot)
+    app.command("diff")(diff)

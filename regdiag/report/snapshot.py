@@ -134,17 +134,19 @@ def _render_engine(console: Console, g: dict[str, Any], marks: dict[tuple[str, s
 
 
 def _render_packages(console: Console, g: dict[str, Any]) -> None:
-    if not _group_header(console, "packages", g, f"{_fv(g, 'count')} installed ({_fv(g, 'hash')})"):
-        return
-    from regdiag.snapshot.packages import KEY_PACKAGES
+    from regdiag.snapshot.packages import KEY_PACKAGES, SELF, metadata_value, split
 
+    versions, metadata = split(g)
+    count, digest = metadata_value(g, "count"), metadata_value(g, "hash")
+    if not _group_header(console, "packages", g, f"{count} installed ({digest})"):
+        return
     t = Table(show_header=False, box=None, padding=(0, 1, 0, 2))
     t.add_column(style="cyan", no_wrap=True)
     t.add_column(overflow="fold")
     missing = []
-    sources = _fv(g, "sources") or {}
-    for name in KEY_PACKAGES:
-        v = _fv(g, name)
+    sources = metadata_value(g, "sources") or {}
+    shown = [(name, _fv({"fields": versions}, name)) for name in KEY_PACKAGES]
+    for name, v in [*shown, (SELF, metadata_value(g, SELF))]:
         if v is None:
             missing.append(name)
             continue
@@ -153,7 +155,7 @@ def _render_packages(console: Console, g: dict[str, Any]) -> None:
             " (editable)" if src.get("editable") else f" ({src['commit'][:10]})" if src.get("commit") else ""
         )
         t.add_row(name, v + note)
-    nccl = g.get("fields", {}).get("nccl", {})
+    nccl = metadata.get("nccl") or {}
     if nccl.get("status") == F.OK:
         val = nccl["value"]
         t.add_row("nccl", f"{val['version']}  from {val['source']}: {val['path']}")

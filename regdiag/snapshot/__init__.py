@@ -1,6 +1,6 @@
 """Record the environment of this host: engine checkout, packages, GPUs, env vars, host.
 
-    collect(repo=None, all_packages=False, timeout_s=10.0, via="local", pid=None) -> regdiag.snapshot/1 record
+    collect(repo=None, all_packages=False, timeout_s=10.0, via="local", pid=None) -> regdiag.snapshot/2 record
 
 With `pid`, the snapshot is of that running process (an engine server): its effective environment,
 command line, loaded libraries, start-up files and children (groups env, process, libraries, startup)
@@ -17,7 +17,10 @@ from __future__ import annotations
 import datetime as _dt
 import socket
 import sys
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from regdiag.records import SNAPSHOT_SCHEMA
@@ -36,6 +39,144 @@ def _version() -> str:
     return __version__
 
 
+@dataclass
+class _Taking:
+    """One snapshot being taken: its options, its deadline, and what its collectors share."""
+
+    repo: str | None
+    all_packages: bool
+    call_timeout: float  # for a collector's own sub-calls: room to report before the deadline
+    deadline: F.Deadline
+    gpu_source: str
+    git_backend: str
+    use_psutil: bool
+    environ: dict[str, str] | None
+    proc: Any  # regdiag.snapshot.process.Process, or None for this interpreter
+    hasher: Any
+    # The package list is needed by two groups (engine: which checkout; packages): read once, in the
+    # packages thread; the engine thread waits for it only when no --repo was given.
+    dists: dict[str, Any] = field(default_factory=dict)
+    dists_ready: threading.Event = field(default_factory=threading.Event)
+
+
+def _gpu(t: _Taking) -> dict[str, Any]:
+    from regdiag.snapshot import gpu
+
+    return gpu.collect(timeout_s=t.call_timeout, source=t.gpu_source)
+
+
+def _engine(t: _Taking) -> dict[str, Any]:
+    from regdiag.snapshot import engine
+
+    dists = None
+    if not t.repo:
+        t.dists_ready.wait(t.deadline.left())
+        dists = t.dists.get("d")
+    return engine.collect(repo=t.repo, dists=dists, timeout_s=t.call_timeout, backend=t.git_backend)
+
+
+def _packages(t: _Taking) -> dict[str, Any]:
+    from regdiag.snapshot import packages
+
+    note = None
+    try:
+        path = None
+        if t.proc is not None:
+            try:  # the process's own interpreter decides which packages it imports
+                path = t.proc.search_path()
+            except (RuntimeError, ValueError, KeyError) as e:
+                note = f"packages of the snapshot's interpreter, not of pid {t.proc.pid}: {e}"
+        t.dists["d"] = packages.installed(path)
+    finally:
+        t.dists_ready.set()
+    group = packages.collect(all_packages=t.all_packages, timeout_s=t.call_timeout, dists=t.dists["d"])
+    if note:
+        group["note"] = F.one_line(note)
+    return group
+
+
+def _env(t: _Taking) -> dict[str, Any]:
+    from regdiag.snapshot import startup
+
+    startup_group, env_group = startup.collect(t.hasher, t.proc, t.environ)
+    return {"env": env_group, "startup": startup_group}
+
+
+def _host(t: _Taking) -> dict[str, Any]:
+    from regdiag.snapshot import host
+
+    return host.collect(use_psutil=t.use_psutil)
+
+
+def _process(t: _Taking) -> dict[str, Any]:
+    from regdiag.snapshot import process
+
+    def hide(name: str, value: str) -> str:
+        return t.hasher.value(name, value)[0]
+
+    return process.collect_process(t.proc, hide, t.hasher.key)
+
+
+def _libraries(t: _Taking) -> dict[str, Any]:
+    from regdiag.snapshot import process
+
+    return process.collect_libraries(t.proc, timeout_s=t.call_timeout)
+
+
+Collector = Callable[[_Taking], dict[str, Any]]
+# Each collector runs in its own thread (in this order: the slow ones first) and makes the groups named
+# with it; one that makes several returns {group: group}. The effective environment depends on the
+# start-up files, so one collector makes both.
+COLLECTORS: dict[str, tuple[Collector, tuple[str, ...]]] = {
+    "gpu": (_gpu, ("gpu",)),
+    "engine": (_engine, ("engine",)),
+    "packages": (_packages, ("packages",)),
+    "env": (_env, ("env", "startup")),
+    "host": (_host, ("host",)),
+}
+# Added for a snapshot of a running process (--pid).
+PROCESS_COLLECTORS: dict[str, tuple[Collector, tuple[str, ...]]] = {
+    "process": (_process, ("process",)),
+    "libraries": (_libraries, ("libraries",)),
+}
+
+
+def _run_collectors(
+    taking: _Taking, collectors: dict[str, tuple[Collector, tuple[str, ...]]]
+) -> dict[str, tuple[str, Any, float | None]]:
+    """Group name -> (status, the group or why it failed, seconds its collector took)."""
+    took: dict[str, float] = {}
+
+    def timed(name: str, fn: Collector) -> Callable[[], Any]:
+        def run() -> Any:
+            t = time.monotonic()
+            try:
+                return fn(taking)
+            finally:
+                took[name] = round(time.monotonic() - t, 3)
+
+        return run
+
+    jobs = {name: timed(name, fn) for name, (fn, _) in collectors.items()}
+    results = F.run_threads(jobs, taking.deadline)
+    out: dict[str, tuple[str, Any, float | None]] = {}
+    for name, (_, groups) in collectors.items():
+        status, value = results[name]
+        for group in groups:
+            one = value[group] if status == F.OK and len(groups) > 1 else value
+            out[group] = (status, one, took.get(name))
+    return out
+
+
+def _group(name: str, status: str, value: Any, took: float | None, timeout_s: float) -> dict[str, Any]:
+    if status == F.OK:
+        value["duration_s"] = took
+        return value
+    if status == F.TIMEOUT:
+        return F.failed_group(F.TIMEOUT, f"{name} did not answer within {timeout_s:g} s")
+    return F.failed_group(F.ERROR, f"{name} collector failed: {value}")
+
+
 def collect(
     repo: str | None = None,
     all_packages: bool = False,
@@ -48,7 +189,8 @@ def collect(
     environ: dict[str, str] | None = None,
     pid: int | None = None,
 ) -> dict[str, Any]:
-    """A regdiag.snapshot/1 record. Never raises for a failing source: see each field's status.
+    """A regdiag.snapshot record (records.SNAPSHOT_SCHEMA). Never raises for a failing source: see
+    each field's status.
 
     gpu_source / git_backend / use_psutil choose the backends (tests and the remote side use them);
     environ replaces os.environ for the env group only.
@@ -60,97 +202,29 @@ def collect(
         proc = Process.open(pid)
     t0 = time.monotonic()
     created = _dt.datetime.now(_dt.timezone.utc).isoformat()
-    deadline = F.Deadline(timeout_s)
-    # Sub-call timeouts leave room for the group to report before the snapshot's own deadline.
-    call_timeout = max(timeout_s * 0.8, 0.1)
+    # Imported here, before the threads start, rather than by each thread as it first runs.
+    from regdiag.snapshot import engine, env, gpu, host, packages, startup  # noqa: F401
 
-    from regdiag.snapshot import engine, env, gpu, host, packages, startup
-
-    hasher = env.Hasher()
-
-    # The package list is needed by two groups (engine: which checkout; packages): read it once, in
-    # the packages thread, and let the engine thread wait for it only when no --repo was given.
-    dists_box: dict[str, Any] = {}
-    import threading
-
-    dists_ready = threading.Event()
-
-    def run_packages() -> dict[str, Any]:
-        note = None
-        try:
-            path = None
-            if proc is not None:
-                try:  # the process's own interpreter decides which packages it imports
-                    path = proc.search_path()
-                except (RuntimeError, ValueError, KeyError) as e:
-                    note = f"packages of the snapshot's interpreter, not of pid {proc.pid}: {e}"
-            dists_box["d"] = packages.installed(path)
-        finally:
-            dists_ready.set()
-        group = packages.collect(all_packages=all_packages, timeout_s=call_timeout, dists=dists_box["d"])
-        if note:
-            group["note"] = F.one_line(note)
-        return group
-
-    def run_env() -> dict[str, Any]:
-        startup_group, env_group = startup.collect(hasher, proc, environ)
-        return {"env": env_group, "startup": startup_group}
-
-    def run_engine() -> dict[str, Any]:
-        dists = None
-        if not repo:
-            dists_ready.wait(deadline.left())
-            dists = dists_box.get("d")
-        return engine.collect(repo=repo, dists=dists, timeout_s=call_timeout, backend=git_backend)
-
-    jobs = {
-        "gpu": lambda: gpu.collect(timeout_s=call_timeout, source=gpu_source),
-        "engine": run_engine,
-        "packages": run_packages,
-        "env": run_env,
-        "host": lambda: host.collect(use_psutil=use_psutil),
-    }
-    names = list(GROUPS)
+    taking = _Taking(
+        repo=repo,
+        all_packages=all_packages,
+        call_timeout=max(timeout_s * 0.8, 0.1),
+        deadline=F.Deadline(timeout_s),
+        gpu_source=gpu_source,
+        git_backend=git_backend,
+        use_psutil=use_psutil,
+        environ=environ,
+        proc=proc,
+        hasher=env.Hasher(),
+    )
+    collectors = dict(COLLECTORS)
     if proc is not None:
-        from regdiag.snapshot import process
+        from regdiag.snapshot import process  # noqa: F401
 
-        key = hasher.key
-
-        def hide(name: str, value: str) -> str:
-            return hasher.value(name, value)[0]
-
-        jobs["process"] = lambda: process.collect_process(proc, hide, key)
-        jobs["libraries"] = lambda: process.collect_libraries(proc, timeout_s=call_timeout)
-        names += list(PROCESS_GROUPS)
-    took: dict[str, float] = {}
-
-    def timed(name: str, fn: Any) -> Any:
-        def run() -> Any:
-            t = time.monotonic()
-            try:
-                return fn()
-            finally:
-                took[name] = round(time.monotonic() - t, 3)
-
-        return run
-
-    results = F.run_threads({k: timed(k, fn) for k, fn in jobs.items()}, deadline)
-    # One job makes two groups: the effective environment depends on the start-up files.
-    env_status, env_value = results.pop("env")
-    for name in ("env", "startup"):
-        results[name] = (env_status, env_value[name] if env_status == F.OK else env_value)
-        if env_status == F.OK and "env" in took:
-            took[name] = took["env"]
-    groups: dict[str, Any] = {}
-    for name in names:
-        status, value = results[name]
-        if status == F.OK:
-            groups[name] = value
-            value["duration_s"] = took.get(name)
-        elif status == F.TIMEOUT:
-            groups[name] = F.failed_group(F.TIMEOUT, f"{name} did not answer within {timeout_s:g} s")
-        else:
-            groups[name] = F.failed_group(F.ERROR, f"{name} collector failed: {value}")
+        collectors.update(PROCESS_COLLECTORS)
+    results = _run_collectors(taking, collectors)
+    names = list(GROUPS) if proc is None else [*GROUPS, *PROCESS_GROUPS]
+    groups = {name: _group(name, *results[name], timeout_s) for name in names}
     origin: dict[str, Any] = {"host": socket.gethostname(), "python": sys.executable, "via": via}
     if proc is not None:
         origin["pid"] = proc.pid

@@ -13,6 +13,8 @@ reasoning behind each are in docs/snapshot.md.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from regdiag.probe_modules import load as load_probe_module
@@ -67,160 +69,139 @@ def gpu_indices(gpu_group: dict[str, Any]) -> list[int]:
     return sorted(found)
 
 
-def _check_gpu(g: dict[str, Any]) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class _Gpu:
+    """One GPU of a snapshot's gpu group: its fields by short name, and whether it is doing work."""
+
+    index: int
+    group: dict[str, Any]
+
+    def v(self, name: str) -> Any:
+        return _value(self.group, self.field(name))
+
+    def field(self, name: str) -> str:
+        return f"gpu{self.index}.{name}"
+
+    @property
+    def busy(self) -> bool:
+        util = self.v("utilization_gpu_pct")
+        return (util is not None and util > BUSY_UTIL_PCT) or bool(self.v("compute_processes"))
+
+
+Reasons = list[dict[str, Any]]
+
+
+def _load(g: _Gpu) -> Reasons:
+    """Someone else's work on the GPU: a busy GPU is unfit; memory held on an idle one is a warning."""
+    i, util, procs = g.index, g.v("utilization_gpu_pct"), g.v("compute_processes")
+    if g.busy:
+        what = []
+        if util is not None:
+            what.append(f"utilization {util} %")
+        listed = g.v("processes")
+        if listed:  # who: pid, command and memory, as the probes' busy-GPU refusal says it
+            what.append(describe_processes(listed))
+        elif procs:
+            what.append(f"{procs} compute process{'es' if procs != 1 else ''}")
+        why = f"GPU {i} is busy ({', '.join(what)})"
+        fix = "stop the other work on this GPU (nvidia-smi shows it)"
+        return [_reason(ERROR, "gpu", g.field("utilization_gpu_pct"), why, fix)]
+    used, total = g.v("memory_used_mib"), g.v("memory_total_mib")
+    if used is not None and total and used > GPU_MEM_FRACTION * total:
+        why = f"GPU {i} has {used} MiB of {total} MiB in use while idle: a process holds memory"
+        return [_reason(WARNING, "gpu", g.field("memory_used_mib"), why)]
+    return []
+
+
+def _clocks(g: _Gpu) -> Reasons:
+    """Clocks held down by distress (clock-event reasons, a busy SM clock far below max) or changed by
+    a configuration reason."""
+    i, out = g.index, []
+    reasons = g.v("clock_event_reasons") or []
+    throttles = [r for r in reasons if r in THROTTLE_REASONS]
+    if throttles:
+        why = f"GPU {i} clocks are held down: {', '.join(THROTTLE_REASONS[r] for r in throttles)}"
+        fix = "check cooling, power delivery and the power limit (nvidia-smi -q -d PERFORMANCE)"
+        out.append(_reason(ERROR, "gpu", g.field("clock_event_reasons"), why, fix))
+    notes = [r for r in reasons if r in NOTE_REASONS or r.startswith("0x")]
+    if notes:
+        why = f"GPU {i} clock event: {', '.join(NOTE_REASONS.get(r, r) for r in notes)}"
+        out.append(_reason(WARNING, "gpu", g.field("clock_event_reasons"), why))
+    sm, sm_max = g.v("clock_sm_mhz"), g.v("clock_sm_max_mhz")
+    if g.busy and sm and sm_max and sm < CLOCK_FRACTION * sm_max:
+        why = f"GPU {i} SM clock {sm} MHz is {100 * sm / sm_max:.0f} % of its max {sm_max} MHz while busy"
+        out.append(_reason(ERROR, "gpu", g.field("clock_sm_mhz"), why))
+    return out
+
+
+def _settings(g: _Gpu) -> Reasons:
+    """What someone set with nvidia-smi and nvidia-smi resets: power limit, persistence, application clocks."""
+    i, out = g.index, []
+    limit, default = g.v("power_limit_w"), g.v("power_default_limit_w")
+    if limit is not None and default and limit < default - 0.5:
+        why = f"GPU {i} power limit {limit:g} W is below its default {default:g} W"
+        out.append(_reason(ERROR, "gpu", g.field("power_limit_w"), why, f"nvidia-smi -i {i} -pl {default:g}"))
+    if g.v("persistence_mode") is False:
+        why = f"GPU {i} persistence mode is off: each new process pays driver initialization"
+        out.append(_reason(WARNING, "gpu", g.field("persistence_mode"), why, f"nvidia-smi -i {i} -pm 1"))
+    app, app_default = g.v("clock_sm_app_mhz"), g.v("clock_sm_default_app_mhz")
+    if app and app_default and app < app_default:
+        why = f"GPU {i} application SM clock {app} MHz is set below its default {app_default} MHz"
+        out.append(_reason(WARNING, "gpu", g.field("clock_sm_app_mhz"), why, f"nvidia-smi -i {i} -rac"))
+    return out
+
+
+def _pcie(g: _Gpu) -> Reasons:
+    """A PCIe link narrower than the card's, or (while busy) slower: host transfers and launches pay."""
+    i, out = g.index, []
+    width, width_max = g.v("pcie_width"), g.v("pcie_width_max")
+    if width and width_max and width < width_max:
+        why = f"GPU {i} PCIe link runs x{width}, below its x{width_max}"
+        out.append(
+            _reason(ERROR, "gpu", g.field("pcie_width"), why, "reseat the card or check the slot / riser")
+        )
+    gen, gen_max = g.v("pcie_gen"), g.v("pcie_gen_max")
+    # An idle GPU drops its link generation to save power; only a busy one below max is degraded.
+    if g.busy and gen and gen_max and gen < gen_max:
+        why = f"GPU {i} PCIe link runs gen{gen} while busy, below its gen{gen_max}"
+        out.append(_reason(ERROR, "gpu", g.field("pcie_gen"), why))
+    return out
+
+
+def _temperature(g: _Gpu) -> Reasons:
+    temp, slow = g.v("temperature_c"), g.v("temperature_slowdown_c")
+    if temp is not None and slow and temp >= slow - TEMP_MARGIN_C:
+        why = f"GPU {g.index} is at {temp} C, within {TEMP_MARGIN_C} C of its slowdown temperature {slow} C"
+        return [_reason(WARNING, "gpu", g.field("temperature_c"), why)]
+    return []
+
+
+def _partition(g: _Gpu) -> Reasons:
+    if g.v("mig_mode") == "enabled":
+        why = f"GPU {g.index} is in MIG mode: a benchmark gets a slice"
+        return [_reason(WARNING, "gpu", g.field("mig_mode"), why)]
+    return []
+
+
+# One check per concern, in the order their reasons are listed (errors first, then this order).
+GPU_CHECKS: tuple[Callable[[_Gpu], Reasons], ...] = (
+    _load,
+    _clocks,
+    _settings,
+    _pcie,
+    _temperature,
+    _partition,
+)
+
+
+def _check_gpu(g: dict[str, Any]) -> Reasons:
     status = g.get("status")
     if status == F.UNSUPPORTED:
-        return [
-            _reason(
-                WARNING,
-                "gpu",
-                "",
-                f"no NVIDIA GPU visible ({g.get('note', 'unsupported')}): GPU checks skipped",
-            )
-        ]
+        why = f"no NVIDIA GPU visible ({g.get('note', 'unsupported')}): GPU checks skipped"
+        return [_reason(WARNING, "gpu", "", why)]
     if status != F.OK:
         return [_reason(ERROR, "gpu", "", f"GPU state could not be read ({status}: {g.get('note', '')})")]
-    out: list[dict[str, Any]] = []
-    for i in gpu_indices(g):
-
-        def v(name: str, i: int = i) -> Any:
-            return _value(g, f"gpu{i}.{name}")
-
-        def fld(name: str, i: int = i) -> str:
-            return f"gpu{i}.{name}"
-
-        util = v("utilization_gpu_pct")
-        procs = v("compute_processes")
-        busy = (util is not None and util > BUSY_UTIL_PCT) or bool(procs)
-        if busy:
-            what = []
-            if util is not None:
-                what.append(f"utilization {util} %")
-            listed = v("processes")
-            if listed:  # who: pid, command and memory, as the probes' busy-GPU refusal says it
-                what.append(describe_processes(listed))
-            elif procs:
-                what.append(f"{procs} compute process{'es' if procs != 1 else ''}")
-            out.append(
-                _reason(
-                    ERROR,
-                    "gpu",
-                    fld("utilization_gpu_pct"),
-                    f"GPU {i} is busy ({', '.join(what)})",
-                    "stop the other work on this GPU (nvidia-smi shows it)",
-                )
-            )
-        used, total = v("memory_used_mib"), v("memory_total_mib")
-        if not busy and used is not None and total and used > GPU_MEM_FRACTION * total:
-            out.append(
-                _reason(
-                    WARNING,
-                    "gpu",
-                    fld("memory_used_mib"),
-                    f"GPU {i} has {used} MiB of {total} MiB in use while idle: a process holds memory",
-                )
-            )
-        reasons = v("clock_event_reasons") or []
-        throttles = [r for r in reasons if r in THROTTLE_REASONS]
-        if throttles:
-            out.append(
-                _reason(
-                    ERROR,
-                    "gpu",
-                    fld("clock_event_reasons"),
-                    f"GPU {i} clocks are held down: {', '.join(THROTTLE_REASONS[r] for r in throttles)}",
-                    "check cooling, power delivery and the power limit (nvidia-smi -q -d PERFORMANCE)",
-                )
-            )
-        notes = [r for r in reasons if r in NOTE_REASONS or r.startswith("0x")]
-        if notes:
-            out.append(
-                _reason(
-                    WARNING,
-                    "gpu",
-                    fld("clock_event_reasons"),
-                    f"GPU {i} clock event: {', '.join(NOTE_REASONS.get(r, r) for r in notes)}",
-                )
-            )
-        sm, sm_max = v("clock_sm_mhz"), v("clock_sm_max_mhz")
-        if busy and sm and sm_max and sm < CLOCK_FRACTION * sm_max:
-            out.append(
-                _reason(
-                    ERROR,
-                    "gpu",
-                    fld("clock_sm_mhz"),
-                    f"GPU {i} SM clock {sm} MHz is {100 * sm / sm_max:.0f} % of its max {sm_max} MHz while busy",
-                )
-            )
-        limit, default = v("power_limit_w"), v("power_default_limit_w")
-        if limit is not None and default and limit < default - 0.5:
-            out.append(
-                _reason(
-                    ERROR,
-                    "gpu",
-                    fld("power_limit_w"),
-                    f"GPU {i} power limit {limit:g} W is below its default {default:g} W",
-                    f"nvidia-smi -i {i} -pl {default:g}",
-                )
-            )
-        width, width_max = v("pcie_width"), v("pcie_width_max")
-        if width and width_max and width < width_max:
-            out.append(
-                _reason(
-                    ERROR,
-                    "gpu",
-                    fld("pcie_width"),
-                    f"GPU {i} PCIe link runs x{width}, below its x{width_max}",
-                    "reseat the card or check the slot / riser",
-                )
-            )
-        gen, gen_max = v("pcie_gen"), v("pcie_gen_max")
-        # An idle GPU drops its link generation to save power; only a busy one below max is degraded.
-        if busy and gen and gen_max and gen < gen_max:
-            out.append(
-                _reason(
-                    ERROR,
-                    "gpu",
-                    fld("pcie_gen"),
-                    f"GPU {i} PCIe link runs gen{gen} while busy, below its gen{gen_max}",
-                )
-            )
-        if v("persistence_mode") is False:
-            out.append(
-                _reason(
-                    WARNING,
-                    "gpu",
-                    fld("persistence_mode"),
-                    f"GPU {i} persistence mode is off: each new process pays driver initialization",
-                    f"nvidia-smi -i {i} -pm 1",
-                )
-            )
-        app, app_default = v("clock_sm_app_mhz"), v("clock_sm_default_app_mhz")
-        if app and app_default and app < app_default:
-            out.append(
-                _reason(
-                    WARNING,
-                    "gpu",
-                    fld("clock_sm_app_mhz"),
-                    f"GPU {i} application SM clock {app} MHz is set below its default {app_default} MHz",
-                    f"nvidia-smi -i {i} -rac",
-                )
-            )
-        temp, slow = v("temperature_c"), v("temperature_slowdown_c")
-        if temp is not None and slow and temp >= slow - TEMP_MARGIN_C:
-            out.append(
-                _reason(
-                    WARNING,
-                    "gpu",
-                    fld("temperature_c"),
-                    f"GPU {i} is at {temp} C, within {TEMP_MARGIN_C} C of its slowdown temperature {slow} C",
-                )
-            )
-        if v("mig_mode") == "enabled":
-            out.append(
-                _reason(WARNING, "gpu", fld("mig_mode"), f"GPU {i} is in MIG mode: a benchmark gets a slice")
-            )
-    return out
+    return [r for i in gpu_indices(g) for check in GPU_CHECKS for r in check(_Gpu(i, g))]
 
 
 def _check_host(h: dict[str, Any]) -> list[dict[str, Any]]:
@@ -304,3 +285,14 @@ def check_snapshot(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 def is_fit(reasons: list[dict[str, Any]]) -> bool:
     return not any(r["severity"] == ERROR for r in reasons)
+
+
+def check_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`snapshot --check`'s answer: per snapshot, {"host", "fit", "reasons"}."""
+    results = []
+    for rec in records:
+        reasons = check_snapshot(rec)
+        results.append(
+            {"host": rec.get("origin", {}).get("host"), "fit": is_fit(reasons), "reasons": reasons}
+        )
+    return results

@@ -29,6 +29,7 @@ from regdiag.snapshot import fields as F
 from regdiag.snapshot.env import family
 from regdiag.snapshot.keyedhash import is_hashed
 from regdiag.snapshot.libs import ROLE_ORDER
+from regdiag.snapshot.packages import split as split_packages
 
 ABSENT = "<absent>"
 HASHED = "<hashed>"
@@ -152,6 +153,9 @@ def _flat(snapshot: dict[str, Any]) -> dict[tuple[str, str], Any]:
         if not isinstance(group, dict):
             continue
         fields = group.get("fields") or {}
+        if gname == "packages":  # versions and metadata alike, under the names /1 gave them
+            versions, metadata = split_packages(group)
+            fields = {**versions, **metadata}
         if not fields and group.get("status") not in (None, F.OK):
             out[(gname, "*")] = f"<{group.get('status')}>"
             continue

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from regdiag.snapshot import fields as F
@@ -80,49 +81,52 @@ def _hash_state(diff: bytes, untracked: list[str]) -> str:
     return "sha256:" + h.hexdigest()[:16]
 
 
-def _fields(
-    top: str,
-    commit: F.Field,
-    date: F.Field,
-    subject: F.Field,
-    branch: F.Field,
-    status: F.Field,
-    describe: F.Field,
-    diff: F.Field,
-    remote: F.Field,
-) -> dict[str, Any]:
-    fields: dict[str, F.Field] = {
-        "path": F.ok(top),
-        "commit": commit,
-        "commit_date": date,
-        "subject": subject,
-    }
-    fields["branch"] = branch
-    if branch["status"] == F.OK:
-        fields["detached"] = F.ok(branch["value"] is None)
-    else:
-        fields["detached"] = branch
-    if status["status"] == F.OK:
-        changed, untracked = status["value"]
-        fields["dirty"] = F.ok(bool(changed or untracked))
-        fields["changed_files"] = F.ok(len(changed) + len(untracked))
-        if diff["status"] == F.OK:
-            fields["diff_hash"] = F.ok(
-                _hash_state(diff["value"], untracked) if (changed or untracked) else None
-            )
+@dataclass
+class _Checkout:
+    """What a git backend read of one checkout, field by field (a failed read is that field's status)."""
+
+    path: str
+    commit: F.Field
+    date: F.Field
+    subject: F.Field
+    branch: F.Field  # ok: the branch name, None when HEAD is detached
+    status: F.Field  # ok: (changed files, untracked files)
+    describe: F.Field
+    diff: F.Field  # ok: the bytes of `git diff HEAD --binary`
+    remote: F.Field
+
+    def group(self) -> dict[str, Any]:
+        """The engine group."""
+        commit, branch, status, diff = self.commit, self.branch, self.status, self.diff
+        fields: dict[str, F.Field] = {
+            "path": F.ok(self.path),
+            "commit": commit,
+            "commit_date": self.date,
+            "subject": self.subject,
+        }
+        fields["branch"] = branch
+        fields["detached"] = F.ok(branch["value"] is None) if branch["status"] == F.OK else branch
+        if status["status"] == F.OK:
+            changed, untracked = status["value"]
+            fields["dirty"] = F.ok(bool(changed or untracked))
+            fields["changed_files"] = F.ok(len(changed) + len(untracked))
+            if diff["status"] == F.OK:
+                fields["diff_hash"] = F.ok(
+                    _hash_state(diff["value"], untracked) if (changed or untracked) else None
+                )
+            else:
+                fields["diff_hash"] = diff
         else:
-            fields["diff_hash"] = diff
-    else:
-        fields["dirty"] = fields["changed_files"] = fields["diff_hash"] = status
-    # Without a commit there is nothing to describe: that is the repository's state, not a failure.
-    fields["describe"] = describe if commit["status"] != F.UNSUPPORTED else commit
-    fields["remote"] = remote
-    # Branch and tag names are free text people type; a token pasted into one must not reach the record.
-    for name in ("subject", "branch", "describe", "remote"):
-        f = fields[name]
-        if f["status"] == F.OK and isinstance(f["value"], str):
-            fields[name] = {**f, "value": scrub_text(f["value"])}
-    return F.group(fields)
+            fields["dirty"] = fields["changed_files"] = fields["diff_hash"] = status
+        # Without a commit there is nothing to describe: that is the repository's state, not a failure.
+        fields["describe"] = self.describe if commit["status"] != F.UNSUPPORTED else commit
+        fields["remote"] = self.remote
+        # Branch and tag names are free text people type; a token pasted into one must not reach the record.
+        for name in ("subject", "branch", "describe", "remote"):
+            f = fields[name]
+            if f["status"] == F.OK and isinstance(f["value"], str):
+                fields[name] = {**f, "value": scrub_text(f["value"])}
+        return F.group(fields)
 
 
 def _parse_porcelain(out: str) -> tuple[list[str], list[str]]:
@@ -205,7 +209,7 @@ def _collect_cli(path: str, timeout_s: float) -> dict[str, Any]:
     if commit["status"] != F.OK and diff["status"] != F.OK:
         diff = F.ok(b"")  # no commits: the "diff" is the untracked file list alone
     remote = _cli_field(res["remote"], lambda r: scrub_text(r.stdout.strip()) or None, ok_codes=(0, 1))
-    return _fields(top, commit, cdate, subj, branch, status, describe, diff, remote)
+    return _Checkout(top, commit, cdate, subj, branch, status, describe, diff, remote).group()
 
 
 # ---- GitPython ---------------------------------------------------------------------------------
@@ -221,60 +225,52 @@ def _collect_gitpython(path: str, timeout_s: float) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001
         return F.failed_group(F.ERROR, F.describe_exc(e))
     try:
-        top = str(repo.working_tree_dir or path)
-        g = repo.git
-        for k, v in GIT_ENV.items():
-            g.update_environment(**{k: v})
-        kw = {"kill_after_timeout": timeout_s}
-
-        def head() -> tuple[str, str, str]:
-            c = repo.head.commit
-            return (
-                c.hexsha,
-                c.committed_datetime.isoformat(),
-                scrub_text(c.summary if isinstance(c.summary, str) else ""),
-            )
-
-        h = F.guard(head)
-        if h["status"] == F.OK:
-            commit, cdate, subj = F.ok(h["value"][0]), F.ok(h["value"][1]), F.ok(h["value"][2])
-        else:
-            if "does not exist" in (h.get("error") or "") or "ref HEAD" in (h.get("error") or ""):
-                h = F.unsupported("the repository has no commits yet")
-            commit = cdate = subj = h
-        branch = F.guard(lambda: None if repo.head.is_detached else repo.active_branch.name)
-
-        def status() -> tuple[list[str], list[str]]:
-            return _parse_porcelain(
-                g.status(
-                    "--porcelain=v1", "-z", "--untracked-files=normal", strip_newline_in_stdout=False, **kw
-                )
-            )
-
-        st = F.guard(status)
-        describe = F.guard(lambda: g.describe("--tags", "--always", "--dirty", **kw))
-        if commit["status"] == F.OK:
-            diff = F.guard(
-                lambda: g.diff(
-                    "HEAD",
-                    "--binary",
-                    "--no-ext-diff",
-                    "--no-textconv",
-                    stdout_as_string=False,
-                    strip_newline_in_stdout=False,
-                    **kw,
-                )
-            )
-        else:
-            diff = F.ok(b"")
-
-        def remote() -> str | None:
-            try:
-                return scrub_text(repo.remotes["origin"].url)
-            except (IndexError, KeyError, AttributeError):
-                return None
-
-        rem = F.guard(remote)
-        return _fields(top, commit, cdate, subj, branch, st, describe, diff, rem)
+        return _gitpython_checkout(repo, path, timeout_s).group()
     finally:
         repo.close()
+
+
+def _gitpython_head(repo: Any) -> tuple[F.Field, F.Field, F.Field]:
+    """(commit, commit date, subject) of HEAD; a repository without commits has none of them."""
+
+    def head() -> tuple[str, str, str]:
+        c = repo.head.commit
+        return (
+            c.hexsha,
+            c.committed_datetime.isoformat(),
+            scrub_text(c.summary if isinstance(c.summary, str) else ""),
+        )
+
+    h = F.guard(head)
+    if h["status"] == F.OK:
+        return F.ok(h["value"][0]), F.ok(h["value"][1]), F.ok(h["value"][2])
+    if "does not exist" in (h.get("error") or "") or "ref HEAD" in (h.get("error") or ""):
+        h = F.unsupported("the repository has no commits yet")
+    return h, h, h
+
+
+def _gitpython_checkout(repo: Any, path: str, timeout_s: float) -> _Checkout:
+    top = str(repo.working_tree_dir or path)
+    g = repo.git
+    for k, v in GIT_ENV.items():
+        g.update_environment(**{k: v})
+    kw = {"kill_after_timeout": timeout_s}
+    commit, cdate, subj = _gitpython_head(repo)
+    branch = F.guard(lambda: None if repo.head.is_detached else repo.active_branch.name)
+    porcelain = ("--porcelain=v1", "-z", "--untracked-files=normal")
+    st = F.guard(lambda: _parse_porcelain(g.status(*porcelain, strip_newline_in_stdout=False, **kw)))
+    describe = F.guard(lambda: g.describe("--tags", "--always", "--dirty", **kw))
+    diff = F.ok(b"")  # no commits: the "diff" is the untracked file list alone
+    if commit["status"] == F.OK:
+        diff_args = ("HEAD", "--binary", "--no-ext-diff", "--no-textconv")
+        diff = F.guard(
+            lambda: g.diff(*diff_args, stdout_as_string=False, strip_newline_in_stdout=False, **kw)
+        )
+    return _Checkout(top, commit, cdate, subj, branch, st, describe, diff, F.guard(lambda: _origin_url(repo)))
+
+
+def _origin_url(repo: Any) -> str | None:
+    try:
+        return scrub_text(repo.remotes["origin"].url)
+    except (IndexError, KeyError, AttributeError):
+        return None

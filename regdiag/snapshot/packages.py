@@ -42,8 +42,12 @@ KEY_PACKAGES = (
     "nvidia-cudnn-cu13",
     "nvidia-nvshmem-cu12",
     "nvidia-nvshmem-cu13",
-    "regdiag",
 )
+# regdiag's own version is recorded with the metadata: the tool is not part of the environment under test.
+SELF = "regdiag"
+# What the group says of the installed set rather than of one package's version, in record order: the
+# group's "metadata" mapping (regdiag.snapshot/2); "all" (--all-packages) is every distribution's version.
+METADATA = (SELF, "sources", "count", "hash", "nccl", "nccl_libraries", "all")
 
 
 def normalize(name: str) -> str:
@@ -181,23 +185,70 @@ def editable_path(d: Dist) -> str | None:
 def collect(
     all_packages: bool = False, timeout_s: float = 5.0, dists: dict[str, Dist] | None = None
 ) -> dict[str, Any]:
+    """The packages group: key package versions in `fields`, everything else in `metadata`."""
     dists = installed() if dists is None else dists
-    fields: dict[str, F.Field] = {}
+    versions: dict[str, F.Field] = {}
     for name in KEY_PACKAGES:
         d = dists.get(name)
-        fields[name] = F.ok(d.version if d else None)
+        versions[name] = F.ok(d.version if d else None)
+    mine = dists.get(SELF)
+    meta: dict[str, F.Field] = {SELF: F.ok(mine.version if mine else None)}
     sources = {}
-    for name in KEY_PACKAGES:
+    for name in (*KEY_PACKAGES, SELF):
         d = dists.get(name)
         if d is not None:
             src = source_of(d)
             if src:
                 sources[name] = src
-    fields["sources"] = F.ok(sources)
-    fields["count"] = F.ok(len(dists))
-    fields["hash"] = F.ok(list_hash(dists))
+    meta["sources"] = F.ok(sources)
+    meta["count"] = F.ok(len(dists))
+    meta["hash"] = F.ok(list_hash(dists))
     libs = nccl.find_libraries(dists)
-    fields["nccl"], fields["nccl_libraries"] = nccl.versions(libs, timeout_s=timeout_s)
+    meta["nccl"], meta["nccl_libraries"] = nccl.versions(libs, timeout_s=timeout_s)
     if all_packages:
-        fields["all"] = F.ok({k: dists[k].version for k in sorted(dists)})
-    return F.group(fields, status=F.OK)
+        meta["all"] = F.ok({k: dists[k].version for k in sorted(dists)})
+    group = F.group(versions, status=F.OK)
+    group["metadata"] = meta
+    return group
+
+
+# ---------------------------------------------------------------------------------- reading a record
+# regdiag.snapshot/1 kept the metadata among the versions in `fields`; these readers take either layout
+# (a group with a "metadata" mapping is /2), so every consumer reads packages through them.
+
+
+def split(group: Any) -> tuple[dict[str, F.Field], dict[str, F.Field]]:
+    """(versions, metadata) of a packages group: name -> field, each in record order."""
+    fields = group.get("fields") if isinstance(group, dict) else None
+    fields = fields if isinstance(fields, dict) else {}
+    meta = group.get("metadata") if isinstance(group, dict) else None
+    if isinstance(meta, dict):
+        return dict(fields), dict(meta)
+    versions = {n: f for n, f in fields.items() if n not in METADATA}
+    return versions, {n: f for n, f in fields.items() if n in METADATA}
+
+
+def metadata_value(group: Any, name: str) -> Any:
+    """The value of one metadata field (count, hash, nccl, ...) when it was read, else None."""
+    return F.field_value({"fields": split(group)[1]}, name)
+
+
+def versions_of(snapshot: Any) -> dict[str, str | None]:
+    """Package name -> version (None: not installed) of a snapshot: every distribution when the full
+    listing was recorded, and the key packages always; regdiag itself is left out."""
+    groups = snapshot.get("groups") if isinstance(snapshot, dict) else None
+    group = groups.get("packages") if isinstance(groups, dict) else None
+    versions, _ = split(group)
+    out: dict[str, str | None] = {}
+    everything = metadata_value(group, "all")
+    if isinstance(everything, dict):
+        for name, version in everything.items():
+            if normalize(name) != SELF:
+                out[normalize(name)] = str(version) if version is not None else None
+    for name, f in versions.items():
+        if not isinstance(f, dict) or f.get("status") != F.OK:
+            continue
+        v = f.get("value")
+        if v is None or isinstance(v, str):
+            out.setdefault(normalize(name), v)
+    return out

@@ -310,6 +310,85 @@ def _self_initial_env() -> dict[str, str]:
     return env
 
 
+@dataclass
+class _Subject:
+    """The interpreter a snapshot looks at: this one, or a running process's."""
+
+    interpreter: dict[str, Any]  # the startup group's `interpreter` field
+    files: list[StartupFile]
+    initial: dict[str, str]  # the environment before its start-up files ran
+    current: dict[str, str] | None  # this interpreter's environment now; None for another process
+    home: str | None
+    root: str = ""  # another process's view of the filesystem (/proc/PID/root)
+
+
+def _this_interpreter(environ: dict[str, str] | None) -> _Subject:
+    import site
+    import sys
+
+    from regdiag.snapshot import fields as F
+
+    no_site = bool(sys.flags.no_site)
+    user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    site_dirs = [] if no_site else site.getsitepackages()
+    loaded = {m: getattr(sys.modules.get(m), "__file__", None) for m in ("sitecustomize", "usercustomize")}
+    files = find(sys.path, site_dirs, user_site, no_site=no_site, loaded=loaded)
+    interpreter = F.ok({"executable": sys.executable, "no_site": no_site, "user_site": user_site})
+    current = dict(os.environ) if environ is None else dict(environ)
+    initial = _self_initial_env() if environ is None else current
+    return _Subject(interpreter, files, initial, current, current.get("HOME"))
+
+
+def _process_interpreter(proc: Any) -> _Subject:
+    from regdiag.snapshot import fields as F
+
+    files: list[StartupFile] = []
+    try:
+        info = proc.interpreter()
+        files = find(info["path"], info["site"], info["user_site"], no_site=info["no_site"], root=proc.root)
+        interpreter = F.ok(
+            {"executable": proc.exe, "no_site": info["no_site"], "user_site": info["user_site"]}
+        )
+    except (RuntimeError, ValueError, KeyError) as e:
+        interpreter = F.unsupported(str(e))
+    return _Subject(interpreter, files, proc.environ, None, proc.environ.get("HOME"), proc.root)
+
+
+def _startup_fields(subject: _Subject, confs: list[dict[str, Any]], hide: Any) -> dict[str, Any]:
+    """The startup group's fields: the interpreter, the files it runs at start-up, NCCL's config files."""
+    from regdiag.snapshot import fields as F
+
+    fields: dict[str, Any] = {"interpreter": subject.interpreter}
+    by_kind: dict[str, Any] = {"sitecustomize": None, "usercustomize": None}
+    pth: dict[str, Any] = {}
+    for sf in subject.files:
+        if sf.kind == "pth":
+            pth[os.path.basename(sf.path)] = sf.to_value(hide)
+        else:
+            by_kind[sf.kind] = sf.to_value(hide)
+    if subject.interpreter["status"] == F.OK:
+        fields["sitecustomize"] = F.ok(by_kind["sitecustomize"])
+        fields["usercustomize"] = F.ok(by_kind["usercustomize"])
+        fields["pth"] = F.ok(pth)
+    fields["nccl_conf"] = F.ok(
+        [{**c, "settings": {k: hide(k, v) for k, v in c["settings"].items()}} for c in confs]
+    )
+    return fields
+
+
+def _environment(subject: _Subject, confs: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, str]]:
+    """(the effective environment, {name: the file that set it})."""
+    if subject.current is None:
+        return effective_env(subject.initial, subject.files, confs)
+    # This process: its start-up files already ran; NCCL reads its config files only for what is unset.
+    env, sources = dict(subject.current), attribute(subject.initial, subject.current, subject.files)
+    for conf in confs:
+        for k, v in conf["settings"].items():
+            if k not in env:
+                env[k], sources[k] = v, conf["path"]
+    return env, sources
+
+
 def collect(
     hasher: Any, proc: Any = None, environ: dict[str, str] | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -319,69 +398,17 @@ def collect(
     files already ran) plus NCCL config values not set otherwise; for another process, its initial
     environment changed as its start-up files and NCCL's config files would change it.
     """
-    import sys
-
     from regdiag.snapshot import env as env_mod
     from regdiag.snapshot import fields as F
 
     def hide(name: str, value: str) -> str:
         return hasher.value(name, value)[0]
 
-    fields: dict[str, Any] = {}
-    files: list[StartupFile] = []
-    root = ""
-    if proc is None:
-        import site
-
-        no_site = bool(sys.flags.no_site)
-        user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
-        site_dirs = [] if no_site else site.getsitepackages()
-        loaded = {
-            m: getattr(sys.modules.get(m), "__file__", None) for m in ("sitecustomize", "usercustomize")
-        }
-        files = find(sys.path, site_dirs, user_site, no_site=no_site, loaded=loaded)
-        fields["interpreter"] = F.ok(
-            {"executable": sys.executable, "no_site": no_site, "user_site": user_site}
-        )
-        current = dict(os.environ) if environ is None else dict(environ)
-        initial = _self_initial_env() if environ is None else current
-        home = current.get("HOME")
-    else:
-        root = proc.root
-        initial = proc.environ
-        home = initial.get("HOME")
-        try:
-            info = proc.interpreter()
-            files = find(info["path"], info["site"], info["user_site"], no_site=info["no_site"], root=root)
-            fields["interpreter"] = F.ok(
-                {"executable": proc.exe, "no_site": info["no_site"], "user_site": info["user_site"]}
-            )
-        except (RuntimeError, ValueError, KeyError) as e:
-            fields["interpreter"] = F.unsupported(str(e))
-    confs = nccl_files(initial if proc is not None else current, home, root)
-    by_kind: dict[str, Any] = {"sitecustomize": None, "usercustomize": None}
-    pth: dict[str, Any] = {}
-    for sf in files:
-        if sf.kind == "pth":
-            pth[os.path.basename(sf.path)] = sf.to_value(hide)
-        else:
-            by_kind[sf.kind] = sf.to_value(hide)
-    if "interpreter" in fields and fields["interpreter"]["status"] == F.OK:
-        fields["sitecustomize"] = F.ok(by_kind["sitecustomize"])
-        fields["usercustomize"] = F.ok(by_kind["usercustomize"])
-        fields["pth"] = F.ok(pth)
-    fields["nccl_conf"] = F.ok(
-        [{**c, "settings": {k: hide(k, v) for k, v in c["settings"].items()}} for c in confs]
-    )
-    if proc is None:
-        env, sources = dict(current), attribute(initial, current, files)
-        for conf in confs:
-            for k, v in conf["settings"].items():
-                if k not in env:
-                    env[k], sources[k] = v, conf["path"]
-    else:
-        env, sources = effective_env(initial, files, confs)
-    startup_group = F.group(fields, status=F.OK)
+    subject = _this_interpreter(environ) if proc is None else _process_interpreter(proc)
+    seen = subject.initial if subject.current is None else subject.current
+    confs = nccl_files(seen, subject.home, subject.root)
+    startup_group = F.group(_startup_fields(subject, confs, hide), status=F.OK)
+    env, sources = _environment(subject, confs)
     env_group = env_mod.collect(env, sources=sources, hasher=hasher)
     if proc is not None:
         env_group["pid"] = proc.pid
