@@ -21,9 +21,11 @@ import _presets  # noqa: E402
 import collectives  # noqa: E402
 
 QUICK = ["--iters", "3", "--reps", "3", "--warmup", "1", "--no-snapshot"]
-# gloo on a shared 2-core VM: the sd of log launch medians reached 0.7 (3 launches, measured here), so a
-# verdict needs a change far outside it; the direction, not the size of the change, is under test.
-FAR = 50.0
+# gloo on a shared 2-core VM: the sd of log launch medians reached 0.7 (3 launches, measured here), and
+# beside the full suite on the same two cores more: there a 50x change came out INCONCLUSIVE once, which
+# is the honest answer for 3 vs 3 launches that noisy (Holm over the secondaries). The direction, not
+# the size of the change, is under test, so the change is made far outside any noise seen here.
+FAR = 1000.0
 
 
 @pytest.fixture(scope="module")

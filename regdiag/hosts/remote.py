@@ -124,7 +124,7 @@ def collect_snapshot(
     timeout_s: float = SNAPSHOT_TIMEOUT_S,
     pid: int | None = None,
 ) -> dict[str, Any]:
-    """A regdiag.snapshot/1 record of `host` (its interpreter is host.python; `repo` is a path there;
+    """A regdiag.snapshot/2 record of `host` (its interpreter is host.python; `repo` is a path there;
     `pid` a running engine's process there).
 
     `timeout_s` is the collector's own deadline (a slow source is recorded as timed out); the remote
