@@ -164,3 +164,27 @@ def test_engine_summary_is_the_median_of_launch_medians() -> None:
     s = engine_summary(run, ["draft", "verify"])
     assert s["launches"] == 2 and s["cycle_ms_median"] == 13.0 and s["draft_ms_median"] == 1.0
     assert s["verify_ms_median"] is None and s["accept_len_mean"] == 2.5 and s["overhead_pct"] is None
+
+
+def test_ingest_logs_one_launch_per_file_and_the_cycle_phase_when_sglang_gave_accept_len(
+    tmp_path: Path,
+) -> None:
+    from regdiag.server.ingest import ingest_logs, ingest_summary
+
+    dot, comma = str(DATA / "sglang_decode_dot.log"), str(DATA / "sglang_decode_comma.log")
+    run = ingest_logs([dot, comma], idle_gap_s=5.0, rank=None)
+    assert [la["index"] for la in run["launches"]] == [0, 1] and run["phases"] == ["itl", "cycle"]
+    assert run["probe"]["config"] == {"idle_gap_s": 5.0, "rank": None} and run["status"] == "complete"
+    summary = ingest_summary(run, "/r.json")
+    assert [la["file"] for la in summary["launches"]] == [dot, comma] and summary["path"] == "/r.json"
+
+    vllm = ingest_logs([str(DATA / "vllm_v1.log")], idle_gap_s=5.0, rank=None)
+    assert vllm["phases"] == ["itl"]  # vLLM's accept length is per interval of counts, not per decode line
+    with pytest.raises(BadInput, match="cannot read"):
+        ingest_logs([str(tmp_path / "gone.log")], idle_gap_s=5.0, rank=None)
+    empty = tmp_path / "empty.log"
+    empty.write_text("nothing here\n")
+    with pytest.raises(
+        BadInput, match=r"empty.log: no SGLang 'Decode batch' or vLLM metrics lines among 1 lines"
+    ):
+        ingest_logs([dot, str(empty)], idle_gap_s=5.0, rank=None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +21,7 @@ from regdiag.cli.common import (
     probe_group,
     show,
 )
-from regdiag.errors import BadInput, ProbeError
+from regdiag.errors import ProbeError
 from regdiag.records import save_record
 from regdiag.report.server import fmt
 from regdiag.runs import RunWriter, runs_dir
@@ -282,57 +281,14 @@ def ingest_log(
     output: Path | None = OutputOpt,
     json_out: bool = JsonOpt,
 ) -> None:
-    from regdiag.server.logparse import parse_file
-    from regdiag.server.record import log_launch, log_run
+    from regdiag.server.ingest import ingest_logs, ingest_summary
 
-    # The config holds how the log was read, not which file: two logs of one setup compare as they are.
-    run = log_run({"idle_gap_s": idle_gap, "rank": rank})
-    run["provenance"] = {"files": [os.path.abspath(f) for f in files]}
-    launches = []
-    for i, f in enumerate(files):
-        try:
-            parse = parse_file(str(f), idle_gap_s=idle_gap, rank=rank)
-        except OSError as e:
-            raise BadInput(f"{f}: cannot read ({e.strerror})") from None
-        if not parse.intervals:
-            raise BadInput(
-                f"{f}: no SGLang 'Decode batch' or vLLM metrics lines among {parse.lines} lines"
-                + (f" ({parse.malformed} malformed)" if parse.malformed else "")
-            )
-        launches.append(log_launch(parse, str(f), i))
-    by_engine: dict[str, list[str]] = {}
-    for la in launches:
-        by_engine.setdefault(str(la["header"]["engine"]), []).append(str(la["header"]["file"]))
-    if len(by_engine) > 1:
-        # Launches of one run are repeats of one measurement; two engines are two runs to compare.
-        parts = "; ".join(f"{eng}: {', '.join(fs)}" for eng, fs in sorted(by_engine.items()))
-        raise BadInput(f"the logs come from different engines ({parts}): ingest each into its own run")
-    if any("cycle" in la["samples"] for la in launches):
-        run["phases"] = ["itl", "cycle"]
-    run["launches"] = launches
-    run["status"] = "complete" if all(la["status"] == "ok" for la in launches) else "partial"
+    run = ingest_logs([str(f) for f in files], idle_gap_s=idle_gap, rank=rank)
     path = runs_dir() / f"{run['id']}.json"
     save_record(path, run)
     if output is not None:
         save_record(output, run)
-    result = {
-        "id": run["id"],
-        "path": str(path),
-        "status": run["status"],
-        "launches": [
-            {
-                "file": la["header"]["file"],
-                "status": la["status"],
-                "error": la["error"],
-                "scalars": la["scalars"],
-                "counts": la["footer"],
-                "engine": la["header"]["engine"],
-                "formats": la["header"]["formats"],
-            }
-            for la in launches
-        ],
-    }
-    show("ingest", "json" if json_out else "terminal", result)
+    show("ingest", "json" if json_out else "terminal", ingest_summary(run, str(path)))
 
 
 def register(app: typer.Typer) -> None:
