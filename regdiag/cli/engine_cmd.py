@@ -6,7 +6,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -21,10 +21,13 @@ from regdiag.cli.common import (
     print_json,
     probe_group,
 )
-from regdiag.cli.server_cmd import _snapshot  # one way to snapshot a launch host
+from regdiag.cli.server_cmd import snapshots_around  # one way to snapshot a launch host
 from regdiag.errors import BadInput, ProbeError
 from regdiag.records import save_record
-from regdiag.runs import RunWriter, new_run
+from regdiag.runs import RunWriter
+
+if TYPE_CHECKING:
+    from regdiag.engine.plan import EngineRequest
 
 ENGINE_HELP = (
     "Time the phases (draft / verify / extend) inside your own engine, unchanged: --launch-cmd starts it "
@@ -109,124 +112,96 @@ def probe_engine(
         "cycles, a footer; an error line on failure), for `regdiag bisect --command`. Needs -L 1.",
     ),
 ) -> None:
-    from regdiag.engine.precheck import check as check_targets
-    from regdiag.engine.presets import resolve
-    from regdiag.engine.run import EngineProbe, protocol_lines, run_engine
-    from regdiag.hosts.resolve import open_host
-    from regdiag.server.client import APIS, Endpoint, EndpointError
-    from regdiag.server.launch import LaunchError, split_launch_cmd
-    from regdiag.server.load import BUILTIN_PROMPTS, LoadSpec
-    from regdiag.server.record import redact_argv
-
     launches = launches_opt if launches_opt is not None else (1 if protocol else 3)
     if protocol and launches != 1:
         raise BadInput("--protocol prints one launch: give -L 1 (bisect makes the launches)")
-    quiet = json_out or protocol
+    from regdiag.engine.plan import EngineRequest
+
+    request = EngineRequest(
+        launch_cmd=launch_cmd,
+        preset=preset,
+        phase=tuple(phase),
+        sync=sync,
+        cycle=cycle,
+        accept=accept,
+        url=url,
+        api=api,
+        requests=requests,
+        max_tokens=max_tokens,
+        launches=launches,
+        warmup=warmup,
+        block=block,
+        timeout=timeout,
+        check=check,
+    )
     try:
-        targets = resolve(preset, phase, sync, cycle, accept)
-        try:
-            argv, env = split_launch_cmd(launch_cmd)
-        except LaunchError as e:
-            raise BadInput(str(e)) from None
-        ep = None
-        if url is not None:
-            if api not in APIS:
-                raise BadInput(f"--api {api!r}: choose one of {', '.join(APIS)}")
-            try:
-                ep = Endpoint(url, api=api)
-            except EndpointError as e:
-                raise BadInput(str(e)) from None
-        target = open_host(host, python, ssh_config)
-        try:
-            checked = check_targets(target, targets.all(), argv, env) if check else []
-            config = {
-                "preset": preset,
-                **targets.config(),
-                "warmup": warmup,
-                "block": block,
-                "load": ep is not None,
-                "requests": requests if ep else None,
-                "max_tokens": max_tokens if ep else None,
-            }
-            phases = [p for p, _ in targets.phases]
-            run = new_run(
-                kind="engine",
-                probe_name="engine",
-                probe_version="1",
-                config=config,
-                primary="cycle",
-                phases=phases,
-                host=target.describe(),
-                units={k: "ms" for k in ["cycle", *phases]},
-            )
-            run["engine"] = {
-                "url": ep.display if ep else None,
-                "launch_cmd": redact_argv([*(f"{k}={v}" for k, v in env.items()), *argv]),
-                "targets_checked": checked,
-            }
-            probe = EngineProbe(
-                host=target,
-                argv=argv,
-                env=env,
-                targets=targets,
-                launches=launches,
-                warmup=warmup,
-                block=block,
-                ep=ep,
-                timeout_s=timeout,
-                prompts=list(BUILTIN_PROMPTS),
-                load=LoadSpec(requests=requests, max_tokens=max_tokens, stream=False) if ep else None,
-            )
-            with RunWriter(None, run) as writer:
-                if snapshot:
-                    _snapshot(writer, "snapshot_before", target)
-                if not quiet:
-                    err_console.print(
-                        f"regdiag: timing {', '.join(phases)} in the engine; record {writer.path}",
-                        soft_wrap=True,
-                    )
-
-                def on_event(kind: str, data: dict[str, Any]) -> None:
-                    if kind == "launch_end" and not quiet:
-                        err_console.print(_launch_line(data["record"], launches), soft_wrap=True)
-
-                try:
-                    run_engine(probe, writer, on_event)
-                except (BadInput, ProbeError) as e:
-                    raise type(e)(f"{e}; record: {writer.path}") from None
-                finally:
-                    if snapshot:
-                        _snapshot(writer, "snapshot_after", target)
-        finally:
-            target.close()
+        path, run, phases = _measure(request, host, python, ssh_config, snapshot, quiet=json_out or protocol)
         if output is not None:
-            save_record(output, writer.run)
-        ok = [la for la in writer.run["launches"] if la.get("status") == "ok"]
-        summary: dict[str, Any] = {"path": str(writer.path), "launches": len(ok)}
-        for k in ["cycle", *phases]:
-            meds = [statistics.median(la["samples"][k]) for la in ok if la["samples"].get(k)]
-            summary[f"{k}_ms_median"] = round(statistics.median(meds), 4) if meds else None
-        for k in ("accept_len_mean", "overhead_pct", "phase_sum_gap_pct_median"):
-            vals = [la["scalars"][k] for la in ok if la["scalars"].get(k) is not None]
-            summary[k] = round(statistics.median(vals), 4) if vals else None
-        if protocol:
-            for line in protocol_lines(writer.run):
-                print_json_line(line)
-        elif json_out:
-            print_json(summary)
-        else:
-            console.print(
-                "median of launch medians: "
-                + ", ".join(f"{k} {summary[f'{k}_ms_median']} ms" for k in ["cycle", *phases])
-                + f"; accept len {summary['accept_len_mean']}; hook overhead {summary['overhead_pct']} %",
-                soft_wrap=True,
-            )
-            console.print(f"record: {writer.path}", soft_wrap=True)
+            save_record(output, run)
+        _render(run, path, phases, protocol=protocol, json_out=json_out)
     except (BadInput, ProbeError) as e:
         if protocol:
             kind = "usage" if isinstance(e, BadInput) else "error"
             print_json_line({"type": "error", "kind": kind, "message": str(e)})
         raise
+
+
+def _measure(
+    request: EngineRequest,
+    host: str | None,
+    python: str | None,
+    ssh_config: Path | None,
+    snapshot: bool,
+    *,
+    quiet: bool,
+) -> tuple[Path, dict[str, Any], list[str]]:
+    """Plan, open the host, run the launches into a record; (record path, run, phases)."""
+    from regdiag.engine.plan import plan_engine
+    from regdiag.engine.run import run_engine
+    from regdiag.hosts.resolve import open_host
+
+    plan = plan_engine(request)
+    target = open_host(host, python, ssh_config)
+    try:
+        run = plan.run_record(target)
+        with RunWriter(None, run) as writer, snapshots_around(writer, target, snapshot):
+            if not quiet:
+                err_console.print(
+                    f"regdiag: timing {', '.join(plan.phases)} in the engine; record {writer.path}",
+                    soft_wrap=True,
+                )
+
+            def on_event(kind: str, data: dict[str, Any]) -> None:
+                if kind == "launch_end" and not quiet:
+                    err_console.print(_launch_line(data["record"], request.launches), soft_wrap=True)
+
+            try:
+                run_engine(plan.probe(target), writer, on_event)
+            except (BadInput, ProbeError) as e:
+                raise type(e)(f"{e}; record: {writer.path}") from None
+    finally:
+        target.close()
+    return writer.path, writer.run, plan.phases
+
+
+def _render(run: dict[str, Any], path: Path, phases: list[str], *, protocol: bool, json_out: bool) -> None:
+    from regdiag.engine.plan import run_summary
+    from regdiag.engine.run import protocol_lines
+
+    summary: dict[str, Any] = {"path": str(path), **run_summary(run, phases)}
+    if protocol:
+        for line in protocol_lines(run):
+            print_json_line(line)
+    elif json_out:
+        print_json(summary)
+    else:
+        console.print(
+            "median of launch medians: "
+            + ", ".join(f"{k} {summary[f'{k}_ms_median']} ms" for k in ["cycle", *phases])
+            + f"; accept len {summary['accept_len_mean']}; hook overhead {summary['overhead_pct']} %",
+            soft_wrap=True,
+        )
+        console.print(f"record: {path}", soft_wrap=True)
 
 
 def print_json_line(obj: dict[str, Any]) -> None:

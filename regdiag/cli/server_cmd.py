@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import ipaddress
-import os
-import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from regdiag.cli.common import (
     probe_group,
     show,
 )
-from regdiag.errors import BadInput, ProbeError
+from regdiag.errors import ProbeError
 from regdiag.records import save_record
 from regdiag.report.server import fmt
 from regdiag.runs import RunWriter, runs_dir
@@ -51,18 +50,6 @@ The first interval after idle is flagged warm-up and dropped. The record's prima
 """
 
 
-def _is_local_url(url: str) -> bool:
-    from urllib.parse import urlsplit
-
-    host = urlsplit(url if "://" in url else f"http://{url}").hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def _launch_line(la: dict[str, Any], total: int) -> str:
     sc = la.get("scalars", {})
     status = la.get("status")
@@ -84,27 +71,6 @@ def _launch_line(la: dict[str, Any], total: int) -> str:
     if la.get("error"):
         line += f"\n    [red]{la['error']}[/]"
     return line
-
-
-def _summary(run: dict[str, Any]) -> dict[str, Any]:
-    ok = [la for la in run["launches"] if la.get("status") == "ok"]
-
-    def med(key: str) -> float | None:
-        xs = [la["scalars"][key] for la in ok if key in la.get("scalars", {})]
-        return statistics.median(xs) if xs else None
-
-    return {
-        "id": run["id"],
-        "status": run["status"],
-        "launches": len(run["launches"]),
-        "ok_launches": len(ok),
-        "primary": run["primary"],
-        "itl_ms_median": med("itl_ms_median"),
-        "tok_s_per_request": med("tok_s_per_request"),
-        "ttft_ms_median": med("ttft_ms_median"),
-        "tok_s": med("tok_s"),
-        "accept_len_mean": med("accept_len_mean"),
-    }
 
 
 def _progress_sink(total_launches: int, requests: int):  # type: ignore[no-untyped-def]
@@ -222,118 +188,60 @@ def probe_server(
     output: Path | None = OutputOpt,
     json_out: bool = JsonOpt,
 ) -> None:
-    from regdiag.server.client import APIS, Endpoint, EndpointError
-    from regdiag.server.launch import LaunchError, split_launch_cmd
-    from regdiag.server.load import BUILTIN_PROMPTS, LoadSpec, load_prompts
-    from regdiag.server.measure import MeasureError, ServerProbe, run_probe
-    from regdiag.server.record import redact_argv, server_run
+    from regdiag.hosts.resolve import open_host
+    from regdiag.server.measure import MeasureError, run_probe
+    from regdiag.server.plan import ServerRequest, failed_launches, plan_probe, run_summary
 
-    if api not in APIS:
-        raise BadInput(f"--api {api!r}: choose one of {', '.join(APIS)}")
-    api_key = None
-    if api_key_env:
-        api_key = os.environ.get(api_key_env)
-        if not api_key:
-            raise BadInput(f"--api-key-env {api_key_env}: that variable is not set")
-    try:
-        ep = Endpoint(
-            url,
+    plan = plan_probe(
+        ServerRequest(
+            url=url,
             api=api,
             model=model,
+            launches=launches,
+            requests=requests,
+            concurrency=concurrency,
+            max_tokens=max_tokens,
+            prompts=None if prompts is None else str(prompts),
+            warmup=warmup,
+            stream=stream,
+            ignore_eos=ignore_eos,
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
-            api_key=api_key,
+            api_key_env=api_key_env,
+            launch_cmd=launch_cmd,
+            startup_timeout=startup_timeout,
+            stop_grace=stop_grace,
+            host=host,
         )
-    except EndpointError as e:
-        raise BadInput(str(e)) from None
-    if prompts is not None:
-        try:
-            prompt_list = load_prompts(str(prompts))
-        except (OSError, ValueError, UnicodeDecodeError) as e:
-            raise BadInput(str(e)) from None
-        prompts_desc = str(prompts)
-    else:
-        prompt_list, prompts_desc = list(BUILTIN_PROMPTS), "built-in"
-    argv = env = None
-    if launch_cmd is not None:
-        try:
-            argv, env = split_launch_cmd(launch_cmd)
-        except LaunchError as e:
-            raise BadInput(str(e)) from None
-    elif host:
-        raise BadInput("--host is where --launch-cmd starts the server; without --launch-cmd give only --url")
-
-    from regdiag.hosts.resolve import open_host
-
-    target = open_host(host, python, ssh_config) if (launch_cmd is not None or host) else None
-    load = LoadSpec(
-        requests=requests,
-        concurrency=concurrency,
-        max_tokens=max_tokens,
-        stream=stream,
-        ignore_eos=ignore_eos,
     )
-    config = {
-        "url": ep.display,
-        "api": api,
-        "model": model,
-        "launches": launches,
-        "requests": requests,
-        "concurrency": concurrency,
-        "max_tokens": max_tokens,
-        "stream": stream,
-        "ignore_eos": ignore_eos,
-        "warmup": warmup,
-        "temperature": 0.0,
-        "prompts": prompts_desc,
-        "prompt_count": len(prompt_list),
-        "launch_cmd": redact_argv([*(f"{k}={v}" for k, v in (env or {}).items()), *argv]) if argv else None,
-    }
-    where = {"name": ep.host, "url": ep.display, "via": target.via if target else "http"}
-    run = server_run(config, host=where, stream=stream)
-    probe = ServerProbe(
-        ep=ep,
-        load=load,
-        prompts=prompt_list,
-        launches=launches,
-        warmup=warmup,
-        launch_argv=argv,
-        launch_env=env or {},
-        host=target,
-        startup_timeout_s=startup_timeout,
-        stop_grace_s=stop_grace,
-    )
-    snap_host = target if target is not None else (None if not _is_local_url(url) else "local")
+    target = open_host(host, python, ssh_config) if plan.needs_host else None
+    run = plan.run_record(target)
     try:
-        with RunWriter(None, run) as writer:
-            if snapshot and snap_host is not None:
-                _snapshot(writer, "snapshot_before", target)
+        with (
+            RunWriter(None, run) as writer,
+            snapshots_around(writer, target, snapshot and plan.can_snapshot(target)),
+        ):
             if not json_out:
                 err_console.print(
-                    f"regdiag: measuring {ep.display} ({api}); record {writer.path}", soft_wrap=True
+                    f"regdiag: measuring {plan.ep.display} ({api}); record {writer.path}", soft_wrap=True
                 )
             on_event, progress = _progress_sink(launches, requests)
             try:
                 with progress:
-                    run_probe(probe, writer, on_event)
+                    run_probe(plan.probe(target), writer, on_event)
             except MeasureError as e:
                 raise ProbeError(f"{e}; record: {writer.path}") from None
-            finally:
-                if snapshot and snap_host is not None:
-                    _snapshot(writer, "snapshot_after", target)
     finally:
         if target is not None:
             target.close()
     if output is not None:
         save_record(output, writer.run)
-    summary = _summary(writer.run)
+    summary = run_summary(writer.run)
     summary["path"] = str(writer.path)
     show("server", "json" if json_out else "terminal", summary)
-    bad = [la for la in writer.run["launches"] if la.get("status") != "ok"]
-    if bad:
-        raise ProbeError(
-            f"{len(bad)} of {len(writer.run['launches'])} launches failed; first: {bad[0].get('error')}; record: {writer.path}"
-        )
+    failed = failed_launches(writer.run)
+    if failed:
+        raise ProbeError(f"{failed}; record: {writer.path}")
 
 
 def _snapshot(writer: RunWriter, key: str, target: Any) -> None:
@@ -345,6 +253,19 @@ def _snapshot(writer: RunWriter, key: str, target: Any) -> None:
         writer.set(key, collect_snapshot(target if target is not None else LocalHost()))
     except HostError as e:
         err_console.print(f"regdiag: warning: no {key.replace('_', ' ')}: {e}")
+
+
+@contextmanager
+def snapshots_around(writer: RunWriter, target: Any, enabled: bool) -> Iterator[None]:
+    """The host's snapshot before the launches and after them, also when they fail (a missing snapshot
+    is a warning, never a failure); `target` None is this machine."""
+    if enabled:
+        _snapshot(writer, "snapshot_before", target)
+    try:
+        yield
+    finally:
+        if enabled:
+            _snapshot(writer, "snapshot_after", target)
 
 
 def ingest_log(
@@ -360,57 +281,14 @@ def ingest_log(
     output: Path | None = OutputOpt,
     json_out: bool = JsonOpt,
 ) -> None:
-    from regdiag.server.logparse import parse_file
-    from regdiag.server.record import log_launch, log_run
+    from regdiag.server.ingest import ingest_logs, ingest_summary
 
-    # The config holds how the log was read, not which file: two logs of one setup compare as they are.
-    run = log_run({"idle_gap_s": idle_gap, "rank": rank})
-    run["provenance"] = {"files": [os.path.abspath(f) for f in files]}
-    launches = []
-    for i, f in enumerate(files):
-        try:
-            parse = parse_file(str(f), idle_gap_s=idle_gap, rank=rank)
-        except OSError as e:
-            raise BadInput(f"{f}: cannot read ({e.strerror})") from None
-        if not parse.intervals:
-            raise BadInput(
-                f"{f}: no SGLang 'Decode batch' or vLLM metrics lines among {parse.lines} lines"
-                + (f" ({parse.malformed} malformed)" if parse.malformed else "")
-            )
-        launches.append(log_launch(parse, str(f), i))
-    by_engine: dict[str, list[str]] = {}
-    for la in launches:
-        by_engine.setdefault(str(la["header"]["engine"]), []).append(str(la["header"]["file"]))
-    if len(by_engine) > 1:
-        # Launches of one run are repeats of one measurement; two engines are two runs to compare.
-        parts = "; ".join(f"{eng}: {', '.join(fs)}" for eng, fs in sorted(by_engine.items()))
-        raise BadInput(f"the logs come from different engines ({parts}): ingest each into its own run")
-    if any("cycle" in la["samples"] for la in launches):
-        run["phases"] = ["itl", "cycle"]
-    run["launches"] = launches
-    run["status"] = "complete" if all(la["status"] == "ok" for la in launches) else "partial"
+    run = ingest_logs([str(f) for f in files], idle_gap_s=idle_gap, rank=rank)
     path = runs_dir() / f"{run['id']}.json"
     save_record(path, run)
     if output is not None:
         save_record(output, run)
-    result = {
-        "id": run["id"],
-        "path": str(path),
-        "status": run["status"],
-        "launches": [
-            {
-                "file": la["header"]["file"],
-                "status": la["status"],
-                "error": la["error"],
-                "scalars": la["scalars"],
-                "counts": la["footer"],
-                "engine": la["header"]["engine"],
-                "formats": la["header"]["formats"],
-            }
-            for la in launches
-        ],
-    }
-    show("ingest", "json" if json_out else "terminal", result)
+    show("ingest", "json" if json_out else "terminal", ingest_summary(run, str(path)))
 
 
 def register(app: typer.Typer) -> None:

@@ -26,6 +26,7 @@ from regdiag.runs import RunWriter, now_iso
 from regdiag.server.client import Endpoint
 from regdiag.server.launch import LaunchError, ServerProcess
 from regdiag.server.load import LoadSpec, run_load
+from regdiag.server.record import new_launch
 
 from .presets import Targets
 
@@ -194,68 +195,72 @@ def _fill(
     return usage, errors, patched
 
 
+def _drive(probe: EngineProbe, server: ServerProcess, launch: dict[str, Any]) -> str | None:
+    """Start the engine, then send the requests (--url) or wait for the command to end; the failure, if any."""
+    server.start()
+    if probe.ep is None:
+        if not server.wait_exit(probe.timeout_s):
+            return f"the engine command did not finish within {probe.timeout_s:g} s (stopped it)"
+        if server.returncode not in (0, None):
+            return server.exit_note("with an error")
+        return None
+    server.wait_healthy(probe.ep, probe.timeout_s)
+    assert probe.load is not None
+    results, wall = run_load(probe.ep, probe.prompts, probe.load)
+    ok = [r for r in results if r.ok]
+    launch["load"] = {
+        "requests": len(results),
+        "ok": len(ok),
+        "wall_s": round(wall, 3),
+        "output_tokens": sum(r.output_tokens or 0 for r in ok),
+    }
+    if not ok:
+        return f"every request failed: {results[0].error if results else 'none sent'}"
+    return None
+
+
+def _measure_launch(probe: EngineProbe, writer: RunWriter, launch: dict[str, Any]) -> str | None:
+    """One engine start under the hook, into `launch`; the failure, if any. Raises BadInput when the
+    hook refused its configuration (a usage error: no further launch can do better)."""
+    t0 = time.monotonic()
+    with probe.host.tempdir() as tmp:
+        hook, cfg, out = _prepare(probe.host, tmp, probe)
+        argv = [probe.host.python, "-c", EXEC_WITH_HOOK, hook, cfg, *probe.argv]
+        server = ServerProcess(probe.host, argv, probe.env, grace_s=probe.stop_grace_s)
+        failure: str | None = None
+        try:
+            failure = _drive(probe, server, launch)
+        except LaunchError as e:
+            failure = str(e)
+        finally:
+            # Also on Ctrl-C / SIGTERM: stop the engine, keep every cycle it wrote.
+            launch["server_process"] = server.stop()
+            streams = read_streams(probe.host, out)
+            usage, errors, patched = _fill(launch, streams)
+            launch["duration_s"] = round(time.monotonic() - t0, 3)
+            writer.flush()
+    if usage:
+        launch["status"], launch["error"] = "error", str(usage[0].get("message"))
+        writer.flush()
+        raise BadInput(launch["error"])
+    if failure is None and errors:
+        failure = f"the engine hook: {errors[0].get('message')}"
+    if failure is None and not launch["samples"]:
+        missing = [t for _, t in probe.targets.all() if t not in patched]
+        failure = (
+            "the engine ran but no cycle was timed; targets never patched (module never imported "
+            f"by any process of the engine): {', '.join(missing) or 'none'}"
+        )
+    return failure
+
+
 def run_engine(probe: EngineProbe, writer: RunWriter, on_event: Event | None = None) -> None:
     emit = on_event or (lambda kind, data: None)
     for li in range(probe.launches):
-        launch: dict[str, Any] = {
-            "index": len(writer.run["launches"]),
-            "status": "interrupted",
-            "error": None,
-            "started": now_iso(),
-            "samples": {},
-            "values": {},
-            "scalars": {},
-            "clocks": [],
-            "warmup_dropped": 0,
-        }
+        launch = new_launch(len(writer.run["launches"]), now_iso())
         writer.add_launch(launch)
         emit("launch_start", {"launch": li, "of": probe.launches})
-        t0 = time.monotonic()
-        with probe.host.tempdir() as tmp:
-            hook, cfg, out = _prepare(probe.host, tmp, probe)
-            argv = [probe.host.python, "-c", EXEC_WITH_HOOK, hook, cfg, *probe.argv]
-            server = ServerProcess(probe.host, argv, probe.env, grace_s=probe.stop_grace_s)
-            failure: str | None = None
-            try:
-                server.start()
-                if probe.ep is not None:
-                    server.wait_healthy(probe.ep, probe.timeout_s)
-                    assert probe.load is not None
-                    results, wall = run_load(probe.ep, probe.prompts, probe.load)
-                    ok = [r for r in results if r.ok]
-                    launch["load"] = {
-                        "requests": len(results),
-                        "ok": len(ok),
-                        "wall_s": round(wall, 3),
-                        "output_tokens": sum(r.output_tokens or 0 for r in ok),
-                    }
-                    if not ok:
-                        failure = f"every request failed: {results[0].error if results else 'none sent'}"
-                elif not server.wait_exit(probe.timeout_s):
-                    failure = f"the engine command did not finish within {probe.timeout_s:g} s (stopped it)"
-                elif server.returncode not in (0, None):
-                    failure = server.exit_note("with an error")
-            except LaunchError as e:
-                failure = str(e)
-            finally:
-                # Also on Ctrl-C / SIGTERM: stop the engine, keep every cycle it wrote.
-                launch["server_process"] = server.stop()
-                streams = read_streams(probe.host, out)
-                usage, errors, patched = _fill(launch, streams)
-                launch["duration_s"] = round(time.monotonic() - t0, 3)
-                writer.flush()
-        if usage:
-            launch["status"], launch["error"] = "error", str(usage[0].get("message"))
-            writer.flush()
-            raise BadInput(launch["error"])
-        if failure is None and errors:
-            failure = f"the engine hook: {errors[0].get('message')}"
-        if failure is None and not launch["samples"]:
-            missing = [t for _, t in probe.targets.all() if t not in patched]
-            failure = (
-                "the engine ran but no cycle was timed; targets never patched (module never imported "
-                f"by any process of the engine): {', '.join(missing) or 'none'}"
-            )
+        failure = _measure_launch(probe, writer, launch)
         launch["status"], launch["error"] = ("ok", None) if failure is None else ("error", failure)
         writer.flush()
         emit("launch_end", {"launch": li, "record": launch})

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,155 +179,198 @@ class _Idle:
         return warm
 
 
+@dataclass
+class _Reader:
+    """What parsing one log shares across its lines: the result so far, the idle state per rank, the
+    rank filter and the last V0 totals (V0 prints counts since start: an interval is a difference)."""
+
+    res: LogParse
+    idle: _Idle
+    want_rank: str | None
+    v0_prev: dict[str, int] | None = None
+
+    def skip(self) -> None:
+        self.res.skipped += 1
+
+    def malformed(self, n: int) -> None:
+        self.res.malformed += 1
+        self.res.malformed_lines.append(n)
+
+
+def _rank_ids(label: str) -> dict[str, int]:
+    """tp_rank / dp_rank of an SGLang rank label such as "DP1 TP1"."""
+    ids: dict[str, int] = {}
+    for key, prefix in (("tp_rank", "TP"), ("dp_rank", "DP")):
+        m = re.search(prefix + r"(\d+)", label)
+        if m:
+            ids[key] = int(m.group(1))
+    return ids
+
+
+def _sglang_decode_interval(
+    rd: _Reader, line: str, n: int, label: str, pm: re.Match[str] | None, rest: str
+) -> dict[str, Any] | None:
+    fields = _sglang_decode(rest)
+    if fields is None:
+        rd.malformed(n)
+        return None
+    head = line[line.find("Decode batch") :].split(" #", 1)[0].rstrip()
+    rd.res.formats.add("sglang-decode-dot" if head.endswith(".") else "sglang-decode-comma")
+    rd.res.ranks.add(label)
+    iv: dict[str, Any] = {
+        "source": "sglang-decode",
+        "line": n,
+        "rank": label,
+        "time": pm["ts"] if pm else None,
+        **fields,
+        **_rank_ids(label),
+    }
+    iv["warmup"] = rd.idle.flag(label, _sgl_time(pm["ts"]) if pm else None)
+    if fields["running_req"] == 0 or fields["gen_tok_s"] <= 0:
+        rd.idle.mark_idle(label)
+    return iv
+
+
+def _sglang_line(rd: _Reader, line: str, n: int) -> dict[str, Any] | None:
+    """An SGLang "Decode batch" line (an interval) or "Prefill batch" line (a batch may start from idle)."""
+    cut = line.find("Decode batch") if "Decode batch" in line else line.find("Prefill batch")
+    pm = _SGL_PREFIX.search(line[:cut])
+    label = " ".join(pm["ranks"].split()) if pm else ""
+    if rd.want_rank is not None and label != rd.want_rank:
+        rd.skip()
+        return None
+    dm = _SGL_DECODE.search(line)
+    if dm:
+        return _sglang_decode_interval(rd, line, n, label, pm, dm["rest"])
+    pf = _SGL_PREFILL.search(line)
+    if pf:
+        rd.res.prefill_lines += 1
+        rd.res.formats.add("sglang-prefill")
+        if int(pf["running"]) == 0:
+            rd.idle.mark_idle(label)
+    elif re.search(r"Decode batch(?: \[\d+\])?[.,]", line):
+        rd.malformed(n)
+    else:
+        rd.skip()
+    return None
+
+
+def _vllm_throughput(rd: _Reader, line: str, n: int) -> dict[str, Any] | None:
+    """vLLM's "Avg generation throughput" line; one with nothing running marks the engine idle."""
+    m = _VLLM_THROUGHPUT.search(line)
+    if not m:
+        rd.malformed(n)
+        return None
+    label = f"engine{int(m['engine'])}" if m["engine"] else "engine0"
+    gen, running = float(m["gen"]), int(m["running"])
+    rd.res.formats.add("vllm-throughput")
+    rd.res.ranks.add(label)
+    if running == 0 or gen <= 0:
+        rd.idle.mark_idle(label)
+        rd.skip()  # an idle interval says nothing about speed
+        return None
+    return {
+        "source": "vllm-throughput",
+        "line": n,
+        "rank": label,
+        "gen_tok_s": gen,
+        "running_req": running,
+        "prompt_tok_s": float(m["prompt"]),
+        # vLLM prints every 10 s (its default interval) while busy: only a longer gap is idle.
+        "warmup": rd.idle.flag(label, _vllm_time(line), extra_gap_s=VLLM_LOG_INTERVAL_S),
+    }
+
+
+def _vllm_spec(rd: _Reader, line: str, n: int) -> dict[str, Any] | None:
+    """vLLM's "SpecDecoding metrics" line: counts of one interval."""
+    body = line[line.find(_SPEC_HEAD) :]
+    acc, dra = _SPEC_ACCEPTED.search(body), _SPEC_DRAFTED.search(body)
+    if not acc or not dra:
+        rd.malformed(n)
+        return None
+    mean, rate, pos = _SPEC_MEAN.search(body), _SPEC_RATE.search(body), _SPEC_POS.search(body)
+    iv: dict[str, Any] = {
+        "source": "vllm-spec",
+        "line": n,
+        "rank": "",
+        "accepted": int(acc.group(1)),
+        "drafted": int(dra.group(1)),
+    }
+    if mean and _num(mean.group(1)) is not None:
+        iv["accept_len"] = _num(mean.group(1))
+    if iv["drafted"] > 0:
+        iv["accept_rate"] = iv["accepted"] / iv["drafted"]
+    elif rate and _num(rate.group(1)) is not None:
+        iv["accept_rate"] = (_num(rate.group(1)) or 0.0) / 100.0
+    if pos:
+        iv["per_position"] = [_num(x) for x in pos.group(1).split(",")]
+    # The drafts count is not printed. Every draft proposes k tokens and the per-position list
+    # has k entries, so drafts = drafted / k; else the rounded mean length gives it back.
+    if pos and iv["drafted"]:
+        iv["drafts"] = iv["drafted"] / len(iv["per_position"])
+    elif iv.get("accept_len") and iv["accept_len"] > 1.0:
+        iv["drafts"] = iv["accepted"] / (iv["accept_len"] - 1.0)
+    iv["warmup"] = False  # counts of tokens, not rates over wall time
+    rd.res.formats.add("vllm-specdecoding")
+    return iv
+
+
+def _vllm_v0(rd: _Reader, line: str, n: int) -> dict[str, Any] | None:
+    """The V0 engine's "Speculative metrics" line: totals since start, so an interval is a difference."""
+    body = line[line.find(_V0_HEAD) :]
+    got = {k: rx.search(body) for k, rx in _V0_FIELDS.items()}
+    if not all(got.values()):
+        rd.malformed(n)
+        return None
+    cur = {k: int(m.group(1)) for k, m in got.items() if m}
+    rd.res.formats.add("vllm-speculative-v0")
+    prev, rd.v0_prev = rd.v0_prev, cur
+    if prev is None or cur["draft"] < prev["draft"]:  # the first line, or the engine restarted
+        rd.skip()
+        return None
+    d_draft, d_acc, d_emit = (cur[k] - prev[k] for k in ("draft", "accepted", "emitted"))
+    if d_draft <= 0 or cur["k"] <= 0:
+        rd.skip()
+        return None
+    steps = d_draft / cur["k"]
+    return {
+        "source": "vllm-spec",
+        "line": n,
+        "rank": "",
+        "accepted": d_acc,
+        "drafted": d_draft,
+        "accept_len": d_emit / steps,
+        "drafts": steps,
+        "accept_rate": d_acc / d_draft,
+        "warmup": False,
+    }
+
+
+# One parser per family of log lines, tried in this order: the first whose marks are in a line reads it.
+_FAMILIES: tuple[tuple[tuple[str, ...], Callable[[_Reader, str, int], dict[str, Any] | None]], ...] = (
+    (("Decode batch", "Prefill batch"), _sglang_line),
+    (("Avg generation throughput:",), _vllm_throughput),
+    ((_SPEC_HEAD,), _vllm_spec),
+    ((_V0_HEAD,), _vllm_v0),
+)
+
+
 def parse_lines(
     lines: Iterable[str], *, idle_gap_s: float = DEFAULT_IDLE_GAP_S, rank: str | None = None
 ) -> LogParse:
     """Parse log lines. `rank` keeps only SGLang lines of that rank label ("TP0", "DP1 TP1")."""
-    res = LogParse()
-    idle = _Idle(idle_gap_s)
-    v0_prev: dict[str, int] | None = None
-    want_rank = " ".join(rank.split()) if rank else None
+    rd = _Reader(LogParse(), _Idle(idle_gap_s), " ".join(rank.split()) if rank else None)
     for n, raw in enumerate(lines, start=1):
-        res.lines += 1
+        rd.res.lines += 1
         line = raw.rstrip("\r\n")
-        iv: dict[str, Any] | None = None
-        if "Decode batch" in line or "Prefill batch" in line:
-            cut = line.find("Decode batch") if "Decode batch" in line else line.find("Prefill batch")
-            pm = _SGL_PREFIX.search(line[:cut])
-            label = " ".join(pm["ranks"].split()) if pm else ""
-            t = _sgl_time(pm["ts"]) if pm else None
-            if want_rank is not None and label != want_rank:
-                res.skipped += 1
-                continue
-            dm = _SGL_DECODE.search(line)
-            if dm:
-                fields = _sglang_decode(dm["rest"])
-                if fields is None:
-                    res.malformed += 1
-                    res.malformed_lines.append(n)
-                    continue
-                fmt = (
-                    "sglang-decode-dot"
-                    if line[line.find("Decode batch") :].split(" #", 1)[0].rstrip().endswith(".")
-                    else "sglang-decode-comma"
-                )
-                res.formats.add(fmt)
-                res.ranks.add(label)
-                iv = {
-                    "source": "sglang-decode",
-                    "line": n,
-                    "rank": label,
-                    "time": pm["ts"] if pm else None,
-                    **fields,
-                }
-                tp = re.search(r"TP(\d+)", label)
-                if tp:
-                    iv["tp_rank"] = int(tp.group(1))
-                dp = re.search(r"DP(\d+)", label)
-                if dp:
-                    iv["dp_rank"] = int(dp.group(1))
-                iv["warmup"] = idle.flag(label, t)
-                if fields["running_req"] == 0 or fields["gen_tok_s"] <= 0:
-                    idle.mark_idle(label)
-            else:
-                pf = _SGL_PREFILL.search(line)
-                if pf and "Prefill batch" in line:
-                    res.prefill_lines += 1
-                    res.formats.add("sglang-prefill")
-                    if int(pf["running"]) == 0:
-                        idle.mark_idle(label)
-                    continue
-                if re.search(r"Decode batch(?: \[\d+\])?[.,]", line):
-                    res.malformed += 1
-                    res.malformed_lines.append(n)
-                else:
-                    res.skipped += 1
-                continue
-        elif "Avg generation throughput:" in line:
-            m = _VLLM_THROUGHPUT.search(line)
-            if not m:
-                res.malformed += 1
-                res.malformed_lines.append(n)
-                continue
-            label = f"engine{int(m['engine'])}" if m["engine"] else "engine0"
-            gen, running = float(m["gen"]), int(m["running"])
-            t = _vllm_time(line)
-            res.formats.add("vllm-throughput")
-            res.ranks.add(label)
-            if running == 0 or gen <= 0:
-                idle.mark_idle(label)
-                res.skipped += 1  # an idle interval says nothing about speed
-                continue
-            iv = {
-                "source": "vllm-throughput",
-                "line": n,
-                "rank": label,
-                "gen_tok_s": gen,
-                "running_req": running,
-            }
-            iv["prompt_tok_s"] = float(m["prompt"])
-            # vLLM prints every 10 s (its default interval) while busy: only a longer gap is idle.
-            iv["warmup"] = idle.flag(label, t, extra_gap_s=VLLM_LOG_INTERVAL_S)
-        elif _SPEC_HEAD in line:
-            body = line[line.find(_SPEC_HEAD) :]
-            acc, dra = _SPEC_ACCEPTED.search(body), _SPEC_DRAFTED.search(body)
-            mean, rate, pos = _SPEC_MEAN.search(body), _SPEC_RATE.search(body), _SPEC_POS.search(body)
-            if not acc or not dra:
-                res.malformed += 1
-                res.malformed_lines.append(n)
-                continue
-            iv = {
-                "source": "vllm-spec",
-                "line": n,
-                "rank": "",
-                "accepted": int(acc.group(1)),
-                "drafted": int(dra.group(1)),
-            }
-            if mean and _num(mean.group(1)) is not None:
-                iv["accept_len"] = _num(mean.group(1))
-            if iv["drafted"] > 0:
-                iv["accept_rate"] = iv["accepted"] / iv["drafted"]
-            elif rate and _num(rate.group(1)) is not None:
-                iv["accept_rate"] = (_num(rate.group(1)) or 0.0) / 100.0
-            if pos:
-                iv["per_position"] = [_num(x) for x in pos.group(1).split(",")]
-            # The drafts count is not printed. Every draft proposes k tokens and the per-position list
-            # has k entries, so drafts = drafted / k; else the rounded mean length gives it back.
-            if pos and iv["drafted"]:
-                iv["drafts"] = iv["drafted"] / len(iv["per_position"])
-            elif iv.get("accept_len") and iv["accept_len"] > 1.0:
-                iv["drafts"] = iv["accepted"] / (iv["accept_len"] - 1.0)
-            iv["warmup"] = False  # counts of tokens, not rates over wall time
-            res.formats.add("vllm-specdecoding")
-        elif _V0_HEAD in line:
-            body = line[line.find(_V0_HEAD) :]
-            got = {k: rx.search(body) for k, rx in _V0_FIELDS.items()}
-            if not all(got.values()):
-                res.malformed += 1
-                res.malformed_lines.append(n)
-                continue
-            cur = {k: int(m.group(1)) for k, m in got.items() if m}
-            res.formats.add("vllm-speculative-v0")
-            prev, v0_prev = v0_prev, cur
-            # V0 prints totals since start: an interval is the difference of two lines.
-            if prev is None or cur["draft"] < prev["draft"]:
-                res.skipped += 1
-                continue
-            d_draft, d_acc, d_emit = (cur[k] - prev[k] for k in ("draft", "accepted", "emitted"))
-            if d_draft <= 0 or cur["k"] <= 0:
-                res.skipped += 1
-                continue
-            steps = d_draft / cur["k"]
-            iv = {"source": "vllm-spec", "line": n, "rank": "", "accepted": d_acc, "drafted": d_draft}
-            iv["accept_len"] = d_emit / steps
-            iv["drafts"] = steps
-            iv["accept_rate"] = d_acc / d_draft
-            iv["warmup"] = False
-        else:
-            res.skipped += 1
+        parser = next((f for marks, f in _FAMILIES if any(m in line for m in marks)), None)
+        if parser is None:
+            rd.skip()
             continue
-        res.intervals.append(iv)
-    return res
+        iv = parser(rd, line, n)
+        if iv is not None:
+            rd.res.intervals.append(iv)
+    return rd.res
 
 
 def parse_file(path: str, **kw: Any) -> LogParse:

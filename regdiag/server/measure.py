@@ -23,7 +23,13 @@ from regdiag.server.client import API_SGLANG, Endpoint, RequestFailed, RequestRe
 from regdiag.server.launch import LaunchError, ServerProcess
 from regdiag.server.load import LoadSpec, run_load
 from regdiag.server.logparse import parse_lines
-from regdiag.server.record import failure_summary, fill_launch, redact_tree
+from regdiag.server.record import (
+    failure_summary,
+    fill_launch,
+    new_launch,
+    redact_tree,
+    server_launch_header,
+)
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -134,18 +140,7 @@ def run_probe(probe: ServerProbe, writer: RunWriter, on_event: Event | None = No
     """All launches, into `writer`. Raises MeasureError when going on makes no sense."""
     emit = on_event or (lambda kind, data: None)
     for li in range(probe.launches):
-        launch: dict[str, Any] = {
-            "index": len(writer.run["launches"]),
-            "status": "interrupted",
-            "error": None,
-            "started": now_iso(),
-            "header": {"url": probe.ep.display, "api": probe.ep.api, "model": probe.ep.model},
-            "warmup_dropped": 0,
-            "samples": {},
-            "values": {},
-            "scalars": {},
-            "clocks": [],
-        }
+        launch = new_launch(len(writer.run["launches"]), now_iso(), server_launch_header(probe.ep))
         writer.add_launch(launch)
         t_launch = time.monotonic()
         emit("launch_start", {"launch": li, "of": probe.launches})
@@ -182,6 +177,68 @@ def run_probe(probe: ServerProbe, writer: RunWriter, on_event: Event | None = No
             raise MeasureError(f"launch {li}: {fatal}")
 
 
+def _learn_server(
+    probe: ServerProbe, writer: RunWriter, launch: dict[str, Any], li: int, server: ServerProcess | None
+) -> str | None:
+    """The server's model, version and information into the launch header (and the run's, once); a
+    message when the run cannot go on."""
+    ep = probe.ep
+    if server is None and li > 0:  # the same server as the first launch
+        launch["header"]["engine_version"] = writer.run["launches"][0]["header"].get("engine_version")
+        return None
+    info = server_info(ep)
+    if ep.model is None and ep.api != API_SGLANG:
+        ep.model = resolve_model(ep, info)
+        if ep.model is None:
+            launch["status"] = "error"
+            launch["error"] = "the server lists no model at /v1/models; give --model"
+            return launch["error"]
+        launch["header"]["model"] = ep.model
+    launch["header"]["engine_version"] = engine_version(info)
+    if server is not None:  # each start may differ (arguments, version); one server: once per run
+        launch["header"]["server"] = info
+    if "server_info" not in writer.run:
+        writer.run["server_info"] = info
+    return None
+
+
+def _warm_up(
+    probe: ServerProbe, launch: dict[str, Any], server: ServerProcess | None
+) -> tuple[list[RequestResult], str | None]:
+    """Send the warm-up requests (timed, dropped). When one fails the launch ends in error; the message
+    returned says the run should stop too (none of them succeeded)."""
+    if not probe.warmup:
+        return [], None
+    warm_spec = LoadSpec(
+        requests=probe.warmup,
+        concurrency=1,
+        max_tokens=probe.load.max_tokens,
+        stream=probe.load.stream,
+        ignore_eos=probe.load.ignore_eos,
+    )
+    warm_results, _ = run_load(probe.ep, probe.prompts, warm_spec)
+    launch["warmup_dropped"] = len(warm_results)
+    bad = [r for r in warm_results if not r.ok]
+    if not bad:
+        return warm_results, None
+    launch["status"] = "error"
+    launch["error"] = f"warm-up request failed: {bad[0].error}"
+    if server is not None and server.wait_exit(2.0):
+        launch["error"] = f"{server.exit_note('during the warm-up')}; {launch['error']}"
+    return warm_results, None if any(r.ok for r in warm_results) else launch["error"]
+
+
+def _end_status(launch: dict[str, Any], results: list[RequestResult], server: ServerProcess | None) -> None:
+    failed = failure_summary(results)
+    if not failed:
+        launch["status"] = "ok"
+        return
+    launch["status"], launch["error"] = "error", failed
+    # A dead server fails requests before its exit is seen: give the exit a moment to arrive.
+    if server is not None and server.wait_exit(2.0):
+        launch["error"] = f"{server.exit_note('during the launch')}; {failed}"
+
+
 def _one_launch(
     probe: ServerProbe,
     writer: RunWriter,
@@ -192,41 +249,14 @@ def _one_launch(
 ) -> str | None:
     """Measure one launch into `launch`; return a message when the run should stop."""
     ep = probe.ep
-    if server is not None or li == 0:
-        info = server_info(ep)
-        if ep.model is None and ep.api != API_SGLANG:
-            ep.model = resolve_model(ep, info)
-            if ep.model is None:
-                launch["status"] = "error"
-                launch["error"] = "the server lists no model at /v1/models; give --model"
-                return launch["error"]
-            launch["header"]["model"] = ep.model
-        launch["header"]["engine_version"] = engine_version(info)
-        if server is not None:  # each start may differ (arguments, version); one server: once per run
-            launch["header"]["server"] = info
-        if "server_info" not in writer.run:
-            writer.run["server_info"] = info
-    else:  # the same server as the first launch
-        launch["header"]["engine_version"] = writer.run["launches"][0]["header"].get("engine_version")
+    fatal = _learn_server(probe, writer, launch, li, server)
+    if fatal is not None:
+        return fatal
     before = scrape(ep)
-    warm_results: list[RequestResult] = []
+    warm_results, fatal = _warm_up(probe, launch, server)
+    if not all(r.ok for r in warm_results):
+        return fatal
     if probe.warmup:
-        warm_spec = LoadSpec(
-            requests=probe.warmup,
-            concurrency=1,
-            max_tokens=probe.load.max_tokens,
-            stream=probe.load.stream,
-            ignore_eos=probe.load.ignore_eos,
-        )
-        warm_results, _ = run_load(ep, probe.prompts, warm_spec)
-        launch["warmup_dropped"] = len(warm_results)
-        bad = [r for r in warm_results if not r.ok]
-        if bad:
-            launch["status"] = "error"
-            launch["error"] = f"warm-up request failed: {bad[0].error}"
-            if server is not None and server.wait_exit(2.0):
-                launch["error"] = f"{server.exit_note('during the warm-up')}; {launch['error']}"
-            return launch["error"] if not any(r.ok for r in warm_results) else None
         before = scrape(ep) or before  # count only the measured requests
     flusher = _Flusher(writer, launch, len(warm_results))
     done = [0]
@@ -243,17 +273,9 @@ def _one_launch(
         fill_launch(launch, flusher.results, wall_s=None, warmup=len(warm_results))
         launch["status"] = "interrupted"
         raise
-    after = scrape(ep)
-    spec = metrics.spec_delta(before, after)
+    spec = metrics.spec_delta(before, scrape(ep))
     fill_launch(launch, results, wall_s=wall, warmup=len(warm_results), spec=spec or None)
-    failed = failure_summary(results)
-    if failed:
-        launch["status"], launch["error"] = "error", failed
-        # A dead server fails requests before its exit is seen: give the exit a moment to arrive.
-        if server is not None and server.wait_exit(2.0):
-            launch["error"] = f"{server.exit_note('during the launch')}; {failed}"
-    else:
-        launch["status"] = "ok"
+    _end_status(launch, results, server)
     if not any(r.ok for r in results):
         return launch["error"]
     return None

@@ -1,0 +1,138 @@
+"""`probe engine` as asked (a request) and as it will run (a plan): targets resolved, the launch command
+split, the endpoint checked, then the run record and the EngineProbe. No typer here: the CLI fills an
+EngineRequest from its options; bad input raises BadInput (exit 2), one line.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from regdiag.errors import BadInput
+from regdiag.hosts.base import Host
+from regdiag.runs import new_run
+from regdiag.server.client import APIS, Endpoint, EndpointError
+from regdiag.server.launch import LaunchError, split_launch_cmd
+from regdiag.server.load import BUILTIN_PROMPTS, LoadSpec
+from regdiag.server.record import redact_argv
+
+from .precheck import check as check_targets
+from .presets import Targets, resolve
+from .run import EngineProbe
+
+ENGINE_PROBE_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """The options of `probe engine`, as given (their defaults are declared once, by the CLI)."""
+
+    launch_cmd: str
+    preset: str | None
+    phase: tuple[str, ...]
+    sync: str | None
+    cycle: str | None
+    accept: str | None
+    url: str | None
+    api: str
+    requests: int
+    max_tokens: int
+    launches: int
+    warmup: int
+    block: int
+    timeout: float
+    check: bool
+
+
+@dataclass
+class EnginePlan:
+    request: EngineRequest
+    targets: Targets
+    argv: list[str]
+    env: dict[str, str]
+    ep: Endpoint | None  # None: the command runs to its end, no requests
+
+    @property
+    def phases(self) -> list[str]:
+        return [p for p, _ in self.targets.phases]
+
+    def config(self) -> dict[str, Any]:
+        r = self.request
+        return {
+            "preset": r.preset,
+            **self.targets.config(),
+            "warmup": r.warmup,
+            "block": r.block,
+            "load": self.ep is not None,
+            "requests": r.requests if self.ep else None,
+            "max_tokens": r.max_tokens if self.ep else None,
+        }
+
+    def run_record(self, target: Host) -> dict[str, Any]:
+        """The engine run's record, after checking every target in the installed engine's source
+        (--check; BadInput names the first that does not exist)."""
+        checked = check_targets(target, self.targets.all(), self.argv, self.env) if self.request.check else []
+        run = new_run(
+            kind="engine",
+            probe_name="engine",
+            probe_version=ENGINE_PROBE_VERSION,
+            config=self.config(),
+            primary="cycle",
+            phases=self.phases,
+            host=target.describe(),
+            units={k: "ms" for k in ["cycle", *self.phases]},
+        )
+        run["engine"] = {
+            "url": self.ep.display if self.ep else None,
+            "launch_cmd": redact_argv([*(f"{k}={v}" for k, v in self.env.items()), *self.argv]),
+            "targets_checked": checked,
+        }
+        return run
+
+    def probe(self, target: Host) -> EngineProbe:
+        r = self.request
+        return EngineProbe(
+            host=target,
+            argv=self.argv,
+            env=self.env,
+            targets=self.targets,
+            launches=r.launches,
+            warmup=r.warmup,
+            block=r.block,
+            ep=self.ep,
+            timeout_s=r.timeout,
+            prompts=list(BUILTIN_PROMPTS),
+            load=LoadSpec(requests=r.requests, max_tokens=r.max_tokens, stream=False) if self.ep else None,
+        )
+
+
+def plan_engine(r: EngineRequest) -> EnginePlan:
+    """Check the request, in the order the options are read; BadInput names the first bad one."""
+    targets = resolve(r.preset, list(r.phase), r.sync, r.cycle, r.accept)
+    try:
+        argv, env = split_launch_cmd(r.launch_cmd)
+    except LaunchError as e:
+        raise BadInput(str(e)) from None
+    ep = None
+    if r.url is not None:
+        if r.api not in APIS:
+            raise BadInput(f"--api {r.api!r}: choose one of {', '.join(APIS)}")
+        try:
+            ep = Endpoint(r.url, api=r.api)
+        except EndpointError as e:
+            raise BadInput(str(e)) from None
+    return EnginePlan(r, targets, argv, env, ep)
+
+
+def run_summary(run: dict[str, Any], phases: list[str]) -> dict[str, Any]:
+    """Medians over the ok launches of each launch's median per phase, and of its key scalars."""
+    ok = [la for la in run["launches"] if la.get("status") == "ok"]
+    summary: dict[str, Any] = {"launches": len(ok)}
+    for k in ["cycle", *phases]:
+        meds = [statistics.median(la["samples"][k]) for la in ok if la["samples"].get(k)]
+        summary[f"{k}_ms_median"] = round(statistics.median(meds), 4) if meds else None
+    for k in ("accept_len_mean", "overhead_pct", "phase_sum_gap_pct_median"):
+        vals = [la["scalars"][k] for la in ok if la["scalars"].get(k) is not None]
+        summary[k] = round(statistics.median(vals), 4) if vals else None
+    return summary
