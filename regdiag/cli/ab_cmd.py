@@ -84,13 +84,11 @@ def ab(
     json_out: bool = JsonOpt,
 ) -> None:
     from regdiag.ab import AbRequest
+    from regdiag.cli.bisect_cmd import build_fields, probe_args
     from regdiag.cli.compare_cmd import _margin
 
-    extra = list(ctx.args)
-    if extra and not probe:
-        raise BadInput(f"unexpected arguments {' '.join(extra)!r} (probe options after -- need --probe)")
-    if installer not in ("auto", "uv", "pip"):
-        raise BadInput(f"--installer {installer}: use auto, uv or pip")
+    extra = probe_args(ctx, probe)
+    build = build_fields(repo, setup, find_links, index_url, python, installer)
     host = host or []
     if len(host) > 1:
         raise BadInput("an A/B run uses one --host")
@@ -102,12 +100,7 @@ def ab(
         command=command,
         probe_args=extra,
         launches=launches,
-        repo=str(repo) if repo else None,
-        setup=setup,
-        find_links=str(find_links) if find_links else None,
-        index_url=index_url,
-        python=python,
-        installer=installer,
+        **build,
         launch_timeout=launch_timeout,
         output=str(output) if output else None,
         snapshot=not no_snapshot,
