@@ -134,8 +134,7 @@ class Plan:
     fixed_env: dict[str, str | None]  # env vars both sides set alike: set so in every launch
     same_packages: dict[str, str]  # packages at one version on both sides
     notes: list[str]
-    repo: str | None
-    where: Where
+    where: Where  # the checkout, the package index and the interpreter the bisect builds from
 
 
 def make_plan(req: Request, host: Host | None = None) -> Plan:
@@ -158,7 +157,7 @@ def make_plan(req: Request, host: Host | None = None) -> Plan:
     factors = [
         g for name, kind in KINDS.items() for g in kind.check([f for f in d.factors if f.kind == name], where)
     ]
-    return Plan(factors, d.same_env, d.same_packages, list(d.notes), repo, where)
+    return Plan(factors, d.same_env, d.same_packages, list(d.notes), where)
 
 
 def version_notes(same: dict[str, str], base: dict[str, str], remote: bool) -> list[str]:
@@ -184,7 +183,7 @@ def run_bisect(
     remote = is_remote(host)
     plan = make_plan(req, host)
     argv_for = argv_builder(req, host)
-    builder = builder_for(req, plan.repo, host if remote else None)
+    builder = builder_for(req, plan.where.repo, host if remote else None)
     path = Path(req.journal) if req.journal else default_path()
     notes = list(plan.notes)
     if plan.same_packages:
