@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +27,9 @@ from typing import Any
 
 from regdiag import probe_runner as pr
 from regdiag.bisect import ranges
-from regdiag.bisect.envs import Builder, BuildFailed, Built
+from regdiag.bisect.envs import BuildFailed, Built
 from regdiag.bisect.factors import COMMIT, ENV, PACKAGE, Spec, diff, load_side
+from regdiag.bisect.lab import EnvBuilder, builder_for
 from regdiag.bisect.measure import wrap_env
 from regdiag.bisect.run import Request as BisectRequest
 from regdiag.bisect.run import argv_builder
@@ -138,44 +138,9 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
     argv_for = argv_builder(
         BisectRequest(good=req.a, bad=req.b, command=req.command, probe=req.probe, probe_args=req.probe_args)
     )
-    builder = Builder(
-        base_python=req.python or sys.executable,
-        repo=repo,
-        setup=req.setup,
-        find_links=req.find_links,
-        index_url=req.index_url,
-        installer=req.installer,
-    )
-    for s in (a, b):
-        if host.via == "local":
-            emit({"event": "build", "side": s.label})
-            try:
-                s.built = builder.build(s.packages, s.commit)
-            except BuildFailed as e:
-                raise BadInput(f"side {s.label}: cannot build its environment: {e}") from None
-
-    pair_id = secrets.token_hex(6)
-    name = req.probe or "command"
-    writers: dict[str, RunWriter] = {}
-    for s in (a, b):
-        run = pr.new_probe_run(name, host)
-        run["probe"]["args"] = list(req.probe_args)
-        if req.command:
-            run["probe"]["command"] = scrub_text(req.command)
-        run["design"] = {
-            "kind": "interleaved",
-            "order": "ABBA",
-            "pair_id": pair_id,
-            "side": s.label,
-            "spec": _spec_for_record(s.spec),
-            "launches_per_side": req.launches,
-        }
-        run["env"] = pr._env_for_record({k: v for k, v in s.env.items() if v is not None})
-        path = f"{req.output}-{s.label.lower()}.json" if req.output else None
-        writers[s.label] = RunWriter(path, run)
-    for s, other in ((a, b), (b, a)):
-        writers[s.label].run["design"]["other"] = str(writers[other.label].path)
-        writers[s.label].flush()
+    if host.via == "local":
+        _build((a, b), builder_for(req, repo), emit)
+    writers = _writers(req, host, (a, b))
     emit({"event": "start", "paths": {k: str(w.path) for k, w in writers.items()}})
     try:
         _measure(req, host, {"A": a, "B": b}, writers, argv_for, emit)
@@ -195,6 +160,45 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
     for w in writers.values():
         w.finish()
     return AbResult({k: w.path for k, w in writers.items()}, {k: w.run for k, w in writers.items()})
+
+
+def _build(sides: tuple[Side, Side], builder: EnvBuilder, emit: Progress) -> None:
+    """Each side's environment on this machine; one that cannot be built is bad input (exit 2)."""
+    for s in sides:
+        emit({"event": "build", "side": s.label})
+        try:
+            s.built = builder.build(s.packages, s.commit)
+        except BuildFailed as e:
+            raise BadInput(f"side {s.label}: cannot build its environment: {e}") from None
+
+
+def _writers(req: AbRequest, host: Host, sides: tuple[Side, Side]) -> dict[str, RunWriter]:
+    """One run record per side, written at once: its design names the pair, the side and the other
+    side's record, so either half leads to the whole A/B run."""
+    pair_id = secrets.token_hex(6)
+    name = req.probe or "command"
+    writers: dict[str, RunWriter] = {}
+    for s in sides:
+        run = pr.new_probe_run(name, host)
+        run["probe"]["args"] = list(req.probe_args)
+        if req.command:
+            run["probe"]["command"] = scrub_text(req.command)
+        run["design"] = {
+            "kind": "interleaved",
+            "order": "ABBA",
+            "pair_id": pair_id,
+            "side": s.label,
+            "spec": _spec_for_record(s.spec),
+            "launches_per_side": req.launches,
+        }
+        run["env"] = pr._env_for_record({k: v for k, v in s.env.items() if v is not None})
+        path = f"{req.output}-{s.label.lower()}.json" if req.output else None
+        writers[s.label] = RunWriter(path, run)
+    a, b = sides
+    for s, other in ((a, b), (b, a)):
+        writers[s.label].run["design"]["other"] = str(writers[other.label].path)
+        writers[s.label].flush()
+    return writers
 
 
 class _UsageAbort(BadInput):

@@ -22,9 +22,12 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from regdiag.runs import regdiag_home
+
+if TYPE_CHECKING:
+    from regdiag.bisect import Request
 
 PROBE = "spec-decode"
 # Few cycles and launches: the demo must finish in about a minute and a half on 2 cores.
@@ -67,34 +70,14 @@ def run_demo(
     on_probe_event: Callable[[str, dict[str, Any]], None] | None = None,
     on_bisect_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    from regdiag.bisect import Request, run_bisect
+    from regdiag.bisect import run_bisect
     from regdiag.compare import compare_runs
     from regdiag.explain import explain_run
-    from regdiag.hosts.local import LocalHost
-    from regdiag.probe_runner import run_probe
 
     t0 = time.monotonic()
     work = workdir or regdiag_home() / "demo" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     work.mkdir(parents=True, exist_ok=True)
-    bad_env = {**BAD_ENV, "REGDIAG_PROBE_SLOW": f"verify:{slow_ms:g}"}
-    sides = {"good": GOOD_ENV, "bad": bad_env}
-    every = tuple(sorted(set(GOOD_ENV) | set(bad_env)))
-    runs: dict[str, dict[str, Any]] = {}
-    paths: dict[str, Path] = {}
-    for side, env in sides.items():
-        on_stage("probe", {"side": side, "env": env})
-        with environment(env, drop=every):
-            res = run_probe(
-                LocalHost(),
-                PROBE,
-                PROBE_ARGS,
-                launches=launches,
-                output=work / f"{side}.json",
-                env=env,
-                on_event=on_probe_event,
-            )
-        runs[side], paths[side] = res.run, res.path
-        on_stage("probed", {"side": side, "path": str(res.path), "run": res.run})
+    runs, paths = probe_sides(side_envs(slow_ms), work, launches, on_stage, on_probe_event)
 
     on_stage("compare", {})
     comparison = compare_runs(runs["good"], runs["bad"], old_label="good", new_label="bad")
@@ -102,18 +85,7 @@ def run_demo(
 
     metric = regressed_phase(comparison)
     on_stage("bisect", {"metric": metric})
-    req = Request(
-        good=str(paths["good"]),
-        bad=str(paths["bad"]),
-        probe=PROBE,
-        probe_args=list(PROBE_ARGS),
-        metric=metric,
-        launches=bisect_launches,
-        max_launches=3 * bisect_launches,
-        journal=str(work / "bisect.jsonl"),
-        seed_endpoints={side: runs[side]["launches"] for side in sides},
-    )
-    report = run_bisect(req, progress=on_bisect_event)
+    report = run_bisect(bisect_request(runs, paths, work, metric, bisect_launches), progress=on_bisect_event)
     on_stage("bisected", {"report": report})
 
     on_stage("explain", {})
@@ -128,6 +100,62 @@ def run_demo(
         "seconds": time.monotonic() - t0,
         "commands": commands(paths, work, metric),
     }
+
+
+def side_envs(slow_ms: float) -> dict[str, dict[str, str]]:
+    """The two environments: the bad one's verify made `slow_ms` slower by the probe's own hook."""
+    return {"good": GOOD_ENV, "bad": {**BAD_ENV, "REGDIAG_PROBE_SLOW": f"verify:{slow_ms:g}"}}
+
+
+def probe_sides(
+    sides: Mapping[str, Mapping[str, str]],
+    work: Path,
+    launches: int,
+    on_stage: Stage,
+    on_probe_event: Callable[[str, dict[str, Any]], None] | None = None,
+) -> tuple[dict[str, dict[str, Any]], dict[str, Path]]:
+    """`regdiag probe` of each side, its environment set in this process for the snapshot (every
+    variable of either side dropped first) and given to each launch: (runs, record paths)."""
+    from regdiag.hosts.local import LocalHost
+    from regdiag.probe_runner import run_probe
+
+    every = tuple(sorted({k for env in sides.values() for k in env}))
+    runs: dict[str, dict[str, Any]] = {}
+    paths: dict[str, Path] = {}
+    for side, env in sides.items():
+        on_stage("probe", {"side": side, "env": env})
+        with environment(env, drop=every):
+            res = run_probe(
+                LocalHost(),
+                PROBE,
+                PROBE_ARGS,
+                launches=launches,
+                output=work / f"{side}.json",
+                env=dict(env),
+                on_event=on_probe_event,
+            )
+        runs[side], paths[side] = res.run, res.path
+        on_stage("probed", {"side": side, "path": str(res.path), "run": res.run})
+    return runs, paths
+
+
+def bisect_request(
+    runs: Mapping[str, dict[str, Any]], paths: Mapping[str, Path], work: Path, metric: str, launches: int
+) -> Request:
+    """The bisect of the two probed sides on `metric`, their probe runs seeding the endpoints."""
+    from regdiag.bisect import Request
+
+    return Request(
+        good=str(paths["good"]),
+        bad=str(paths["bad"]),
+        probe=PROBE,
+        probe_args=list(PROBE_ARGS),
+        metric=metric,
+        launches=launches,
+        max_launches=3 * launches,
+        journal=str(work / "bisect.jsonl"),
+        seed_endpoints={side: run["launches"] for side, run in runs.items()},
+    )
 
 
 def regressed_phase(comparison: Any) -> str:

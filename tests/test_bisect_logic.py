@@ -12,10 +12,13 @@ import pytest
 from bisect_helpers import make_repo, make_wheel
 
 from regdiag.bisect import classify as C
+from regdiag.bisect.envs import Builder
 from regdiag.bisect.factors import COMMIT, ENV, PACKAGE, diff, load_side, parse_spec
 from regdiag.bisect.journal import Journal
+from regdiag.bisect.lab import builder_for
 from regdiag.bisect.measure import USAGE, Launch, run_launch, wrap_env
 from regdiag.bisect.ranges import commits_between, resolve_commit, versions_between
+from regdiag.bisect.run import Request, make_plan, version_notes
 from regdiag.bisect.search import order_from_middle
 from regdiag.errors import BadInput
 from regdiag.hosts.local import LocalHost
@@ -108,6 +111,49 @@ def test_side_file_problems_are_bad_input(tmp_path) -> None:
         load_side(str(tmp_path / "run.json"), "--bad")
     with pytest.raises(BadInput, match="no such file"):
         load_side(str(tmp_path / "missing.json"), "--bad")
+
+
+# --------------------------------------------------------------------------------------- plan
+
+
+def test_plan_makes_factors_of_differences_and_holds_what_both_sides_share() -> None:
+    req = Request(
+        good="NCCL_PROTO=LL OMP_NUM_THREADS=1 -NCCL_ALGO",
+        bad="NCCL_PROTO=Simple OMP_NUM_THREADS=1 NCCL_ALGO=Tree",
+    )
+    plan = make_plan(req)
+    assert [(f.kind, f.name, f.good, f.bad) for f in plan.factors] == [
+        (ENV, "NCCL_ALGO", None, "Tree"),
+        (ENV, "NCCL_PROTO", "LL", "Simple"),
+    ]
+    assert plan.fixed_env == {"OMP_NUM_THREADS": "1"}
+    assert plan.where.python == sys.executable and plan.where.host is None
+    with pytest.raises(BadInput, match="do not differ"):
+        make_plan(Request(good="NCCL_PROTO=LL", bad="NCCL_PROTO=LL"))
+    with pytest.raises(BadInput, match="--launches must be at least 2"):
+        make_plan(Request(good="A=1", bad="A=2", launches=1))
+
+
+def test_version_notes_name_a_shared_package_that_differs_where_the_bisect_runs() -> None:
+    same = {"torch": "2.4.0", "numpy": "2.0.1", "triton": "3.0.0"}
+    here = {"torch": "2.4.0", "numpy": "1.26.4"}
+    assert version_notes(same, here, remote=False) == [
+        "numpy is 2.0.1 on both sides but 1.26.4 here; the bisect runs with this machine's",
+        "triton is 3.0.0 on both sides but not installed here; the bisect runs with this machine's",
+    ]
+    assert version_notes(same, here, remote=True)[0].endswith("the bisect runs with that host's")
+    assert version_notes({"torch": "2.4.0"}, here, remote=False) == []
+
+
+def test_builder_for_this_machine_layers_on_the_requests_python(tmp_path) -> None:
+    req = Request(good="A=1", bad="A=2", setup="make", find_links=str(tmp_path), installer="pip")
+    b = builder_for(req, "/src/engine")
+    assert isinstance(b, Builder)
+    assert (b.base_python, b.repo, b.setup, b.find_links, b.installer) == (
+        sys.executable, "/src/engine", "make", str(tmp_path), "pip",
+    )  # fmt: skip
+    req.python = "/opt/py/bin/python3"
+    assert builder_for(req, None).base_python == "/opt/py/bin/python3"
 
 
 # --------------------------------------------------------------------------------------- theta

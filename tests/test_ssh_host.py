@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sshd_helpers import Sshd, pids_with_arg, sshd, wait_until  # noqa: F401 - sshd is a fixture
 
+from regdiag.errors import BadInput
 from regdiag.hosts.resolve import open_host, open_hosts
-from regdiag.hosts.ssh import SSHHost
+from regdiag.hosts.ssh import KILL_GRACE_S, SSHHost, _Deadline, _env_argv, _Lines
 
 pytestmark = pytest.mark.ssh
 
@@ -152,6 +155,46 @@ def test_property_arguments_exact_through_zsh(zsh_host: SSHHost, args: list[str]
 @given(args=ARGV)
 def test_property_arguments_exact_into_python_sys_argv(zsh_host: SSHHost, args: list[str]) -> None:
     _roundtrip_python(zsh_host, args)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "cwd", "needle"),
+    [
+        ([], None, None, "nothing to run"),
+        (["true"], {"A-B": "1"}, None, "'A-B' is not valid"),
+        (["X=1"], {"A": "1"}, None, "contains '='"),
+        (["echo", "a\0b"], None, None, "NUL byte"),
+        (["true"], None, "/tmp/a\0b", "NUL byte"),
+    ],
+)
+def test_what_no_remote_program_can_receive_is_refused_before_sending(
+    host: SSHHost, argv: list[str], env: dict[str, str] | None, cwd: str | None, needle: str
+) -> None:
+    with pytest.raises(BadInput, match=needle):
+        host.run(argv, env=env, cwd=cwd)
+
+
+def test_env_goes_in_front_of_the_program_through_env() -> None:
+    assert _env_argv(["python3", "-c", "x"], {"A": "1 2", "B": ""}, None) == [
+        "env", "A=1 2", "B=", "python3", "-c", "x",
+    ]  # fmt: skip
+    assert _env_argv(["X=1"], None, None) == ["X=1"]  # no variables: nothing in front, nothing refused
+
+
+def test_deadline_leaves_a_timeout_to_the_host_when_it_has_gnu_timeout() -> None:
+    err = _Lines(None, True, marker=True)
+    deadline = _Deadline(100.0, 10.0, err)
+    assert deadline() == 110.0
+    err.feed(b"regdiag-wrapper sid=42 timeout=1\n")
+    assert err.sid == 42 and deadline() == 110.0 + KILL_GRACE_S + 3
+    assert _Deadline(100.0, None, err)() == math.inf
+    # 124 (timeout's TERM) or 137 (its KILL) is our timeout only once that time has passed
+    past = time.monotonic() - 11
+    assert _Deadline(past, 10.0, err).remote_timeout_hit(124)
+    assert _Deadline(past, 10.0, err).remote_timeout_hit(137)
+    assert not _Deadline(past, 10.0, err).remote_timeout_hit(1)
+    assert not _Deadline(time.monotonic(), 10.0, err).remote_timeout_hit(124)
+    assert not _Deadline(past, None, err).remote_timeout_hit(124)
 
 
 def test_stdout_and_stderr_drained_together_without_deadlock(host: SSHHost) -> None:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from regdiag.bisect.envs import Builder, Built
 from regdiag.bisect.factors import Factor
@@ -32,6 +33,38 @@ from regdiag.hosts.base import Host
 Point = tuple[str | None, ...]  # one value per factor, in factor order
 ArgvFor = Callable[[Built, int], list[str]]  # (environment, launch index) -> argv
 Progress = Callable[[dict[str, Any]], None]
+EnvBuilder = Builder | RemoteBuilder  # builds on this machine, or on a host over SSH
+
+
+class BuildInputs(Protocol):
+    """What a request (bisect's, an A/B run's) says about building its environments."""
+
+    setup: str | None
+    find_links: str | None
+    index_url: str | None
+    python: str | None
+    installer: str
+
+
+def builder_for(req: BuildInputs, repo: str | None, host: Host | None = None) -> EnvBuilder:
+    """The builder of a request's environments: on `host` over SSH, checked there before anything is
+    measured (exit 2 for what cannot work on it), or on this machine (host None), layered on the
+    request's --python (default: this interpreter)."""
+    if host is not None:
+        remote = RemoteBuilder(
+            host, repo=repo, setup=req.setup, find_links=req.find_links, index_url=req.index_url,
+            installer=req.installer,
+        )  # fmt: skip
+        remote.check()
+        return remote
+    return Builder(
+        base_python=req.python or sys.executable,
+        repo=repo,
+        setup=req.setup,
+        find_links=req.find_links,
+        index_url=req.index_url,
+        installer=req.installer,
+    )
 
 
 @dataclass
@@ -47,7 +80,7 @@ class Lab:
     def __init__(
         self,
         factors: Sequence[Factor],
-        builder: Builder | RemoteBuilder,
+        builder: EnvBuilder,
         host: Host,
         argv_for: ArgvFor,
         journal: Journal,

@@ -53,36 +53,14 @@ def _change(c: Culprit) -> str:
 
 def build_report(outcome: Outcome, lab: Lab, metric: str, notes: list[str], wall_s: float) -> dict[str, Any]:
     good, bad = lab.good(), lab.bad()
-    good_ms, bad_ms = _means(lab, good), _means(lab, bad)
     total, total_ci = _effect(lab, good, bad)
-    culprits = []
+    culprits = [_culprit(c, lab, metric, total) for c in outcome.culprits]
     explained: dict[str, float] = {k: 0.0 for k in total}
-    for c in outcome.culprits:
-        ms, ms_ci = _effect(lab, c.lo, c.hi)
+    for c in culprits:
         for k in explained:
-            explained[k] += ms.get(k, 0.0)
-        share = ms.get(metric, 0.0) / total[metric] if total.get(metric) else None
-        culprits.append(
-            {
-                "change": _change(c),
-                "factors": [f.to_dict() for f in c.factors],
-                "interaction": c.interaction,
-                "alone": c.alone,
-                "within": c.within.label() if c.within else None,
-                "ms": ms,
-                "ms_ci": ms_ci,
-                "share": None if share is None else round(share, 4),
-                "from": lab.label(c.lo),
-                "to": lab.label(c.hi),
-                "skipped": c.skipped,
-                "exact": not c.skipped,
-            }
-        )
+            explained[k] += c["ms"].get(k, 0.0)
     rest = {k: round(total[k] - explained[k], 4) for k in total} if culprits else dict(total)
     ends = outcome.endpoints
-    keys_used = lab.points_used
-    journal = lab.journal
-    launches_total = sum(len(journal.launches.get(k, [])) for k in keys_used)
     return {
         "kind": REPORT_KIND,
         "verdict": outcome.verdict,
@@ -92,8 +70,8 @@ def build_report(outcome: Outcome, lab: Lab, metric: str, notes: list[str], wall
         "notes": notes,
         "endpoints": {
             **(ends.to_dict() if ends else {}),
-            "good": good_ms,
-            "bad": bad_ms,
+            "good": _means(lab, good),
+            "bad": _means(lab, bad),
         },
         "regression_ms": total,
         "regression_ms_ci": total_ci,
@@ -102,17 +80,45 @@ def build_report(outcome: Outcome, lab: Lab, metric: str, notes: list[str], wall
         "unexplained_share": round(rest[metric] / total[metric], 4) if total.get(metric) else None,
         "skipped": outcome.skipped,
         "unresolved": outcome.unresolved,
-        "cost": {
-            "environments_built": lab.builder.built_now,
-            "points_measured": len(keys_used),
-            "launches_run": lab.launches_run,
-            "launches_reused": launches_total - lab.launches_run,
-            "launches_total": launches_total,
-            "measured_s": round(journal.measured_s, 2),
-            "wall_s": round(wall_s, 2),
-        },
-        "resumed": journal.resumed,
-        "replay_mismatches": journal.mismatches,
+        "cost": _cost(lab, wall_s),
+        "resumed": lab.journal.resumed,
+        "replay_mismatches": lab.journal.mismatches,
+    }
+
+
+def _culprit(c: Culprit, lab: Lab, metric: str, total: dict[str, float]) -> dict[str, Any]:
+    """One culprit: its ms per metric measured between the two points that bracket it, and its share of
+    the whole regression of `metric`."""
+    ms, ms_ci = _effect(lab, c.lo, c.hi)
+    share = ms.get(metric, 0.0) / total[metric] if total.get(metric) else None
+    return {
+        "change": _change(c),
+        "factors": [f.to_dict() for f in c.factors],
+        "interaction": c.interaction,
+        "alone": c.alone,
+        "within": c.within.label() if c.within else None,
+        "ms": ms,
+        "ms_ci": ms_ci,
+        "share": None if share is None else round(share, 4),
+        "from": lab.label(c.lo),
+        "to": lab.label(c.hi),
+        "skipped": c.skipped,
+        "exact": not c.skipped,
+    }
+
+
+def _cost(lab: Lab, wall_s: float) -> dict[str, Any]:
+    """What the search cost: environments, points, launches run now and reused from the journal, time."""
+    journal = lab.journal
+    launches_total = sum(len(journal.launches.get(k, [])) for k in lab.points_used)
+    return {
+        "environments_built": lab.builder.built_now,
+        "points_measured": len(lab.points_used),
+        "launches_run": lab.launches_run,
+        "launches_reused": launches_total - lab.launches_run,
+        "launches_total": launches_total,
+        "measured_s": round(journal.measured_s, 2),
+        "wall_s": round(wall_s, 2),
     }
 
 

@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from regdiag.bisect.envs import Builder, Built
+from regdiag.bisect.envs import Built
 from regdiag.bisect.factors import Factor, diff, load_side
 from regdiag.bisect.journal import Journal, default_path
 from regdiag.bisect.kinds import KINDS, Where, kind_of
-from regdiag.bisect.lab import Lab
-from regdiag.bisect.remote_envs import RemoteBuilder
+from regdiag.bisect.lab import Lab, builder_for
 from regdiag.bisect.report import build_report
-from regdiag.bisect.search import Options, Search
+from regdiag.bisect.search import Options, Outcome, Search
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 from regdiag.hosts.local import LocalHost
@@ -127,19 +126,26 @@ def _check(req: Request, remote: bool = False) -> None:
         raise BadInput(f"--find-links {req.find_links}: no such directory")
 
 
-def run_bisect(
-    req: Request,
-    progress: Callable[[dict[str, Any]], None] | None = None,
-    host: Host | None = None,
-) -> dict[str, Any]:
-    t0 = time.monotonic()
+@dataclass
+class Plan:
+    """What a bisect works on, decided from the two sides before anything is built or measured."""
+
+    factors: list[Factor]
+    fixed_env: dict[str, str | None]  # env vars both sides set alike: set so in every launch
+    same_packages: dict[str, str]  # packages at one version on both sides
+    notes: list[str]
+    where: Where  # the checkout, the package index and the interpreter the bisect builds from
+
+
+def make_plan(req: Request, host: Host | None = None) -> Plan:
+    """Check the request, load the two sides and turn their differences into factors; each kind refuses
+    what cannot be bisected here (and may normalize). BadInput (exit 2) for what cannot be bisected."""
     remote = is_remote(host)
     _check(req, remote)
     good = load_side(req.good, "--good")
     bad = load_side(req.bad, "--bad")
     d = diff(good, bad)
-    factors = d.factors
-    if not factors:
+    if not d.factors:
         raise BadInput(
             "--good and --bad do not differ in any package, env var or commit that a bisect can change"
         )
@@ -148,53 +154,54 @@ def run_bisect(
         repo = req.repo  # a snapshot's checkout path is not a path on the host unless --repo says so
     base_python = host.python if (remote and host is not None) else (req.python or sys.executable)
     where = Where(repo, req.find_links, req.index_url, base_python, host if remote else None)
-    # Each kind refuses what cannot be bisected here (and may normalize), before anything is measured.
     factors = [
-        g for name, kind in KINDS.items() for g in kind.check([f for f in factors if f.kind == name], where)
+        g for name, kind in KINDS.items() for g in kind.check([f for f in d.factors if f.kind == name], where)
     ]
+    return Plan(factors, d.same_env, d.same_packages, list(d.notes), where)
+
+
+def version_notes(same: dict[str, str], base: dict[str, str], remote: bool) -> list[str]:
+    """A package at one version on both sides but another where the bisect runs (`base`): the bisect
+    runs with the one it finds, and the report says so."""
+    notes = []
+    for name, version in sorted(same.items()):
+        here = base.get(name)
+        if here != version:
+            notes.append(
+                f"{name} is {version} on both sides but {here or 'not installed'} here; "
+                "the bisect runs with " + ("that host's" if remote else "this machine's")
+            )
+    return notes
+
+
+def run_bisect(
+    req: Request,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    host: Host | None = None,
+) -> dict[str, Any]:
+    t0 = time.monotonic()
+    remote = is_remote(host)
+    plan = make_plan(req, host)
     argv_for = argv_builder(req, host)
-    builder: Builder | RemoteBuilder
-    if remote and host is not None:
-        builder = RemoteBuilder(
-            host, repo=repo, setup=req.setup, find_links=req.find_links, index_url=req.index_url,
-            installer=req.installer,
-        )  # fmt: skip
-        builder.check()
-    else:
-        builder = Builder(
-            base_python=req.python or sys.executable,
-            repo=repo,
-            setup=req.setup,
-            find_links=req.find_links,
-            index_url=req.index_url,
-            installer=req.installer,
-        )
+    builder = builder_for(req, plan.where.repo, host if remote else None)
     path = Path(req.journal) if req.journal else default_path()
-    notes = list(d.notes)
-    if d.same_packages:
-        base = builder.base_versions()
-        for name, version in sorted(d.same_packages.items()):
-            here = base.get(name)
-            if here != version:
-                notes.append(
-                    f"{name} is {version} on both sides but {here or 'not installed'} here; "
-                    "the bisect runs with " + ("that host's" if remote else "this machine's")
-                )
-    journal = Journal(
-        path, req.inputs(factors, d.same_env, host.name if remote and host else None), req.resume
-    )
+    notes = list(plan.notes)
+    if plan.same_packages:
+        notes += version_notes(plan.same_packages, builder.base_versions(), remote)
+    host_name = host.name if remote and host is not None else None
+    journal = Journal(path, req.inputs(plan.factors, plan.fixed_env, host_name), req.resume)
     try:
         if progress:
             progress(
                 {
                     "event": "start",
                     "journal": str(path),
-                    "factors": [f.label() for f in factors],
+                    "factors": [f.label() for f in plan.factors],
                     "resumed": journal.resumed,
                 }
             )
         lab = Lab(
-            factors,
+            plan.factors,
             builder,
             host or LocalHost(req.python),
             argv_for,
@@ -202,25 +209,31 @@ def run_bisect(
             req.metric,
             launch_timeout=req.launch_timeout,
             progress=progress,
-            fixed_env=d.same_env,
+            fixed_env=plan.fixed_env,
         )
-
         if req.seed_endpoints and not journal.resumed:
             _seed(lab, req.seed_endpoints)
-
         options = Options(req.launches, req.max_launches, req.margin, req.min_share)
-        outcome = Search(lab, options, lambda f: kind_of(f).values_between(f, where)).run()
-        report = build_report(outcome, lab, req.metric, notes, wall_s=time.monotonic() - t0)
-        report["fixed_env"] = d.same_env
-        for c in report["culprits"]:
-            for f in c["factors"]:
-                KINDS[f["kind"]].annotate(f, where)
-        report["journal"] = str(path)
-        report = redact_tree(report)
+        outcome = Search(lab, options, lambda f: kind_of(f).values_between(f, plan.where)).run()
+        report = _final_report(outcome, lab, req.metric, notes, plan, time.monotonic() - t0)
         journal.end(report)
         return report
     finally:
         journal.close()  # a --resume, in this process or another, may open it now
+
+
+def _final_report(
+    outcome: Outcome, lab: Lab, metric: str, notes: list[str], plan: Plan, wall_s: float
+) -> dict[str, Any]:
+    """The report as it is journalled and returned: each culprit's factors annotated by their kind,
+    redacted like a snapshot."""
+    report = build_report(outcome, lab, metric, notes, wall_s=wall_s)
+    report["fixed_env"] = plan.fixed_env
+    for c in report["culprits"]:
+        for f in c["factors"]:
+            KINDS[f["kind"]].annotate(f, plan.where)
+    report["journal"] = str(lab.journal.path)
+    return redact_tree(report)
 
 
 def _seed(lab: Lab, seed: dict[str, list[dict[str, Any]]]) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -18,6 +18,9 @@ from regdiag.cli.common import (
     print_json,
 )
 from regdiag.errors import BadInput
+
+if TYPE_CHECKING:
+    from regdiag.ab import AbRequest, AbResult
 
 HELP = (
     "Measure two environments in one run, launches interleaved A B B A A B B A, and compare them.\n\n"
@@ -34,108 +37,114 @@ HELP = (
 )
 
 
-def register(app: typer.Typer) -> None:
-    @app.command(
-        "ab", help=HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": False}
+def ab(
+    ctx: typer.Context,
+    a: str = typer.Option(..., "--a", help="Side A (the reference): a spec, a snapshot or run file."),
+    b: str = typer.Option(..., "--b", help="Side B: a spec, a snapshot or run file."),
+    probe: str | None = typer.Option(
+        None, "--probe", help="Probe to run on each side, e.g. spec-decode; its options go after --."
+    ),
+    command: str | None = typer.Option(
+        None,
+        "--command",
+        help="Instead of --probe: a command whose stdout follows the probe protocol (docs/probes.md); "
+        "`python` (or {python}) is the side's interpreter. Split like a shell would, not run by one.",
+    ),
+    launches: int = typer.Option(8, "--launches", min=2, help="Launches per side (default 8)."),
+    margin: str = typer.Option(
+        "2%", "--margin", "-m", help="Smallest change that matters, as 2% or 0.02 (default 2%)."
+    ),
+    output: Path | None = typer.Option(
+        None,
+        "-o",
+        "--output",
+        help="Write the records to PREFIX-a.json and PREFIX-b.json.",
+        dir_okay=False,
+    ),
+    repo: Path | None = typer.Option(
+        None, "--repo", help="The engine's git checkout, for a commit= spec.", file_okay=False
+    ),
+    setup: str | None = typer.Option(
+        None,
+        "--setup",
+        help="Shell command run in each commit's worktree after checkout (default: none).",
+    ),
+    find_links: Path | None = typer.Option(
+        None, "--find-links", help="Install packages from this directory of wheels only.", file_okay=False
+    ),
+    index_url: str | None = typer.Option(None, "--index-url", help="Package index (default: pip's own)."),
+    installer: str = typer.Option("auto", "--installer", help="auto (uv if on PATH, else pip), uv or pip."),
+    launch_timeout: float = typer.Option(
+        600.0, "--launch-timeout", min=0.001, help="Seconds per launch (default 600)."
+    ),
+    no_snapshot: bool = typer.Option(False, "--no-snapshot", help="Skip the snapshots before and after."),
+    host: list[str] = HostOpt,
+    python: str | None = PythonOpt,
+    ssh_config: Path | None = SshConfigOpt,
+    json_out: bool = JsonOpt,
+) -> None:
+    from regdiag.ab import AbRequest
+    from regdiag.cli.bisect_cmd import build_fields, probe_args
+    from regdiag.cli.compare_cmd import _margin
+
+    extra = probe_args(ctx, probe)
+    build = build_fields(repo, setup, find_links, index_url, python, installer)
+    host = host or []
+    if len(host) > 1:
+        raise BadInput("an A/B run uses one --host")
+    m = _margin(margin)
+    req = AbRequest(
+        a=a,
+        b=b,
+        probe=probe,
+        command=command,
+        probe_args=extra,
+        launches=launches,
+        **build,
+        launch_timeout=launch_timeout,
+        output=str(output) if output else None,
+        snapshot=not no_snapshot,
     )
-    def ab(
-        ctx: typer.Context,
-        a: str = typer.Option(..., "--a", help="Side A (the reference): a spec, a snapshot or run file."),
-        b: str = typer.Option(..., "--b", help="Side B: a spec, a snapshot or run file."),
-        probe: str | None = typer.Option(
-            None, "--probe", help="Probe to run on each side, e.g. spec-decode; its options go after --."
-        ),
-        command: str | None = typer.Option(
-            None,
-            "--command",
-            help="Instead of --probe: a command whose stdout follows the probe protocol (docs/probes.md); "
-            "`python` (or {python}) is the side's interpreter. Split like a shell would, not run by one.",
-        ),
-        launches: int = typer.Option(8, "--launches", min=2, help="Launches per side (default 8)."),
-        margin: str = typer.Option(
-            "2%", "--margin", "-m", help="Smallest change that matters, as 2% or 0.02 (default 2%)."
-        ),
-        output: Path | None = typer.Option(
-            None,
-            "-o",
-            "--output",
-            help="Write the records to PREFIX-a.json and PREFIX-b.json.",
-            dir_okay=False,
-        ),
-        repo: Path | None = typer.Option(
-            None, "--repo", help="The engine's git checkout, for a commit= spec.", file_okay=False
-        ),
-        setup: str | None = typer.Option(
-            None,
-            "--setup",
-            help="Shell command run in each commit's worktree after checkout (default: none).",
-        ),
-        find_links: Path | None = typer.Option(
-            None, "--find-links", help="Install packages from this directory of wheels only.", file_okay=False
-        ),
-        index_url: str | None = typer.Option(None, "--index-url", help="Package index (default: pip's own)."),
-        installer: str = typer.Option(
-            "auto", "--installer", help="auto (uv if on PATH, else pip), uv or pip."
-        ),
-        launch_timeout: float = typer.Option(
-            600.0, "--launch-timeout", min=0.001, help="Seconds per launch (default 600)."
-        ),
-        no_snapshot: bool = typer.Option(False, "--no-snapshot", help="Skip the snapshots before and after."),
-        host: list[str] = HostOpt,
-        python: str | None = PythonOpt,
-        ssh_config: Path | None = SshConfigOpt,
-        json_out: bool = JsonOpt,
-    ) -> None:
-        from regdiag.ab import AbRequest, run_ab
-        from regdiag.cli.compare_cmd import _margin
-        from regdiag.compare import compare_runs
+    result = _run(req, host[0] if host else None, python, ssh_config)
+    _show(result, m, json_out)
 
-        extra = list(ctx.args)
-        if extra and not probe:
-            raise BadInput(f"unexpected arguments {' '.join(extra)!r} (probe options after -- need --probe)")
-        if installer not in ("auto", "uv", "pip"):
-            raise BadInput(f"--installer {installer}: use auto, uv or pip")
-        host = host or []
-        if len(host) > 1:
-            raise BadInput("an A/B run uses one --host")
-        m = _margin(margin)
-        req = AbRequest(
-            a=a,
-            b=b,
-            probe=probe,
-            command=command,
-            probe_args=extra,
-            launches=launches,
-            repo=str(repo) if repo else None,
-            setup=setup,
-            find_links=str(find_links) if find_links else None,
-            index_url=index_url,
-            python=python,
-            installer=installer,
-            launch_timeout=launch_timeout,
-            output=str(output) if output else None,
-            snapshot=not no_snapshot,
-        )
-        target = None
-        if host:
-            from regdiag.cli.probe_cmd import _open_host
 
-            target = _open_host(host[0], python, ssh_config)
-        try:
-            result = run_ab(req, host=target, progress=_printer())
-        finally:
-            if target is not None:
-                target.close()
-        c = compare_runs(result.runs["A"], result.runs["B"], margin=m, old_label="A", new_label="B")
-        if json_out:
-            out = c.to_dict()
-            out["records"] = {k: str(p) for k, p in result.paths.items()}
-            print_json(out)
-        else:
-            from regdiag.report import terminal
+def _run(req: AbRequest, host: str | None, python: str | None, ssh_config: Path | None) -> AbResult:
+    """run_ab here or on --host, with progress on stderr."""
+    from regdiag.ab import run_ab
 
-            terminal.render(c, console, str(result.paths["A"]), str(result.paths["B"]))
-        raise typer.Exit(c.exit_code)
+    target = None
+    if host:
+        from regdiag.cli.probe_cmd import _open_host
+
+        target = _open_host(host, python, ssh_config)
+    try:
+        return run_ab(req, host=target, progress=_printer())
+    finally:
+        if target is not None:
+            target.close()
+
+
+def _show(result: AbResult, margin: float, json_out: bool) -> None:
+    """Compare the two records (pairs, as the records say), print the verdict, exit with compare's code."""
+    from regdiag.compare import compare_runs
+
+    c = compare_runs(result.runs["A"], result.runs["B"], margin=margin, old_label="A", new_label="B")
+    if json_out:
+        out = c.to_dict()
+        out["records"] = {k: str(p) for k, p in result.paths.items()}
+        print_json(out)
+    else:
+        from regdiag.report import terminal
+
+        terminal.render(c, console, str(result.paths["A"]), str(result.paths["B"]))
+    raise typer.Exit(c.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "ab", help=HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": False}
+    )(ab)
 
 
 def _printer() -> Any:

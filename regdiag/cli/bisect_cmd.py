@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -20,6 +21,9 @@ from regdiag.cli.common import (
     show,
 )
 from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, BadInput, HostError
+
+if TYPE_CHECKING:
+    from regdiag.bisect.run import Request
 
 HELP = (
     "Find which change makes the bad environment slower: the engine commit, a package version, an env "
@@ -92,142 +96,167 @@ def _progress_printer(quiet: bool) -> tuple[Any, Any]:
     return on_event, status
 
 
+def bisect(
+    ctx: typer.Context,
+    good: str = typer.Option(..., "--good", help="The fast side: snapshot / run record file, or a spec."),
+    bad: str = typer.Option(..., "--bad", help="The slow side: snapshot / run record file, or a spec."),
+    probe: str | None = typer.Option(
+        None,
+        "--probe",
+        help="Probe to run in each environment, e.g. spec-decode; its options go after --.",
+    ),
+    command: str | None = typer.Option(
+        None,
+        "--command",
+        help="Instead of --probe: a command whose stdout follows the probe protocol (docs/probes.md). "
+        "`python` (or {python}) is the environment's interpreter; it runs in the commit's worktree. "
+        "It is split into words like a shell would (shlex) but not run by a shell: for pipes or &&, "
+        "give `sh -c '...'`.",
+    ),
+    metric: str = typer.Option(
+        "cycle", "--metric", help="What is bisected: cycle or a phase (default cycle)."
+    ),
+    repo: Path | None = typer.Option(
+        None,
+        "--repo",
+        help="The engine's git checkout, for a commit factor (default: the snapshot's).",
+        callback=input_dir,
+    ),
+    setup: str | None = typer.Option(
+        None,
+        "--setup",
+        help="Shell command run in each commit's worktree after checkout (default: none).",
+    ),
+    find_links: Path | None = typer.Option(
+        None,
+        "--find-links",
+        help="Install packages from this directory of wheels only (no index).",
+        callback=input_dir,
+    ),
+    index_url: str | None = typer.Option(None, "--index-url", help="Package index (default: pip's own)."),
+    installer: str = typer.Option("auto", "--installer", help="auto (uv if on PATH, else pip), uv or pip."),
+    launches: int = typer.Option(3, "--launches", help="Launches per point before classifying (default 3)."),
+    max_launches: int = typer.Option(
+        9, "--max-launches", help="Cap per point; then PARTIAL or INCONCLUSIVE (default 9)."
+    ),
+    margin: float = typer.Option(
+        0.02, "--margin", help="The endpoints must differ by more than this fraction (default 0.02)."
+    ),
+    min_share: float = typer.Option(
+        0.1,
+        "--min-share",
+        min=0.0,
+        max=1.0,
+        help="Search for further culprits down to this share of the regression (default 0.1).",
+    ),
+    launch_timeout: float = typer.Option(
+        600.0, "--launch-timeout", min=0.001, help="Seconds per launch (default 600)."
+    ),
+    journal: Path | None = typer.Option(
+        None,
+        "--journal",
+        help="Journal file (default: $REGDIAG_HOME/bisect/<time>.jsonl).",
+        callback=output_file,
+    ),
+    resume: bool = typer.Option(False, "--resume", help="Continue the bisect recorded in --journal."),
+    python: str | None = PythonOpt,
+    host: str | None = typer.Option(
+        None,
+        "--host",
+        help="Build and measure on this host over SSH: \\[user@]host\\[:port] or a Host alias of the SSH "
+        "config (default: this machine).",
+    ),
+    ssh_config: Path | None = SshConfigOpt,
+    json_out: bool = JsonOpt,
+    markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown on stdout."),
+    fmt: str = format_opt("bisect"),
+) -> None:
+    from regdiag.bisect.run import Request
+
+    chosen = pick_format("bisect", fmt, json_out, markdown)
+    extra = probe_args(ctx, probe)
+    if resume and journal is None:
+        raise BadInput("--resume needs --journal FILE (the journal of the bisect to continue)")
+    build = build_fields(repo, setup, find_links, index_url, python, installer)
+    req = Request(
+        good=good,
+        bad=bad,
+        command=command,
+        probe=probe,
+        probe_args=extra,
+        metric=metric,
+        **build,
+        launches=launches,
+        max_launches=max_launches,
+        margin=margin,
+        min_share=min_share,
+        launch_timeout=launch_timeout,
+        journal=str(journal) if journal else None,
+        resume=resume,
+    )
+    report = _run(req, host, python, ssh_config)
+    show("bisect", chosen, report)
+    raise typer.Exit(EXIT_OK if report["verdict"] == "CULPRIT" else EXIT_INCONCLUSIVE)
+
+
+def probe_args(ctx: typer.Context, probe: str | None) -> list[str]:
+    """What came after --: the probe's own options, refused without a --probe to take them."""
+    extra = list(ctx.args)
+    if extra and not probe:
+        raise BadInput(f"unexpected arguments {' '.join(extra)!r} (probe options after -- need --probe)")
+    return extra
+
+
+def build_fields(
+    repo: Path | None,
+    setup: str | None,
+    find_links: Path | None,
+    index_url: str | None,
+    python: str | None,
+    installer: str,
+) -> dict[str, Any]:
+    """The options that say how environments are built (bisect's and ab's) as a request's fields
+    (regdiag.bisect.lab.BuildInputs, plus the checkout); an unknown --installer is refused."""
+    if installer not in ("auto", "uv", "pip"):
+        raise BadInput(f"--installer {installer}: use auto, uv or pip")
+    return {
+        "repo": str(repo) if repo else None,
+        "setup": setup,
+        "find_links": str(find_links) if find_links else None,
+        "index_url": index_url,
+        "python": python,
+        "installer": installer,
+    }
+
+
+def _run(req: Request, host: str | None, python: str | None, ssh_config: Path | None) -> dict[str, Any]:
+    """run_bisect here or on --host, with progress on stderr; a connection lost on the way says how to
+    continue from the journal."""
+    from regdiag.bisect.run import run_bisect
+
+    on_event, status = _progress_printer(quiet=False)
+    where = None
+    if host:
+        from regdiag.hosts.resolve import open_host
+
+        where = open_host(host, python, ssh_config)
+    try:
+        with status if status is not None else contextlib.nullcontext():
+            return run_bisect(req, progress=on_event, host=where)
+    except HostError as e:
+        if where is None or not getattr(on_event, "journal", None):
+            raise
+        raise HostError(
+            f"{e}; every finished launch is in the journal: continue with --resume --journal {on_event.journal}"
+        ) from None
+    finally:
+        if where is not None:
+            where.close()
+
+
 def register(app: typer.Typer) -> None:
-    @app.command(
+    app.command(
         "bisect",
         help=HELP,
         context_settings={"allow_extra_args": True, "ignore_unknown_options": False},
-    )
-    def bisect(
-        ctx: typer.Context,
-        good: str = typer.Option(..., "--good", help="The fast side: snapshot / run record file, or a spec."),
-        bad: str = typer.Option(..., "--bad", help="The slow side: snapshot / run record file, or a spec."),
-        probe: str | None = typer.Option(
-            None,
-            "--probe",
-            help="Probe to run in each environment, e.g. spec-decode; its options go after --.",
-        ),
-        command: str | None = typer.Option(
-            None,
-            "--command",
-            help="Instead of --probe: a command whose stdout follows the probe protocol (docs/probes.md). "
-            "`python` (or {python}) is the environment's interpreter; it runs in the commit's worktree. "
-            "It is split into words like a shell would (shlex) but not run by a shell: for pipes or &&, "
-            "give `sh -c '...'`.",
-        ),
-        metric: str = typer.Option(
-            "cycle", "--metric", help="What is bisected: cycle or a phase (default cycle)."
-        ),
-        repo: Path | None = typer.Option(
-            None,
-            "--repo",
-            help="The engine's git checkout, for a commit factor (default: the snapshot's).",
-            callback=input_dir,
-        ),
-        setup: str | None = typer.Option(
-            None,
-            "--setup",
-            help="Shell command run in each commit's worktree after checkout (default: none).",
-        ),
-        find_links: Path | None = typer.Option(
-            None,
-            "--find-links",
-            help="Install packages from this directory of wheels only (no index).",
-            callback=input_dir,
-        ),
-        index_url: str | None = typer.Option(None, "--index-url", help="Package index (default: pip's own)."),
-        installer: str = typer.Option(
-            "auto", "--installer", help="auto (uv if on PATH, else pip), uv or pip."
-        ),
-        launches: int = typer.Option(
-            3, "--launches", help="Launches per point before classifying (default 3)."
-        ),
-        max_launches: int = typer.Option(
-            9, "--max-launches", help="Cap per point; then PARTIAL or INCONCLUSIVE (default 9)."
-        ),
-        margin: float = typer.Option(
-            0.02, "--margin", help="The endpoints must differ by more than this fraction (default 0.02)."
-        ),
-        min_share: float = typer.Option(
-            0.1,
-            "--min-share",
-            min=0.0,
-            max=1.0,
-            help="Search for further culprits down to this share of the regression (default 0.1).",
-        ),
-        launch_timeout: float = typer.Option(
-            600.0, "--launch-timeout", min=0.001, help="Seconds per launch (default 600)."
-        ),
-        journal: Path | None = typer.Option(
-            None,
-            "--journal",
-            help="Journal file (default: $REGDIAG_HOME/bisect/<time>.jsonl).",
-            callback=output_file,
-        ),
-        resume: bool = typer.Option(False, "--resume", help="Continue the bisect recorded in --journal."),
-        python: str | None = PythonOpt,
-        host: str | None = typer.Option(
-            None,
-            "--host",
-            help="Build and measure on this host over SSH: \\[user@]host\\[:port] or a Host alias of the SSH "
-            "config (default: this machine).",
-        ),
-        ssh_config: Path | None = SshConfigOpt,
-        json_out: bool = JsonOpt,
-        markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown on stdout."),
-        fmt: str = format_opt("bisect"),
-    ) -> None:
-        from regdiag.bisect.run import Request, run_bisect
-
-        chosen = pick_format("bisect", fmt, json_out, markdown)
-        extra = list(ctx.args)
-        if extra and not probe:
-            raise BadInput(f"unexpected arguments {' '.join(extra)!r} (probe options after -- need --probe)")
-        if resume and journal is None:
-            raise BadInput("--resume needs --journal FILE (the journal of the bisect to continue)")
-        if installer not in ("auto", "uv", "pip"):
-            raise BadInput(f"--installer {installer}: use auto, uv or pip")
-        req = Request(
-            good=good,
-            bad=bad,
-            command=command,
-            probe=probe,
-            probe_args=extra,
-            metric=metric,
-            repo=str(repo) if repo else None,
-            setup=setup,
-            find_links=str(find_links) if find_links else None,
-            index_url=index_url,
-            python=python,
-            installer=installer,
-            launches=launches,
-            max_launches=max_launches,
-            margin=margin,
-            min_share=min_share,
-            launch_timeout=launch_timeout,
-            journal=str(journal) if journal else None,
-            resume=resume,
-        )
-        on_event, status = _progress_printer(quiet=False)
-        where = None
-        if host:
-            from regdiag.hosts.resolve import open_host
-
-            where = open_host(host, python, ssh_config)
-        try:
-            if status is not None:
-                with status:
-                    report = run_bisect(req, progress=on_event, host=where)
-            else:
-                report = run_bisect(req, progress=on_event, host=where)
-        except HostError as e:
-            if where is None or not getattr(on_event, "journal", None):
-                raise
-            raise HostError(
-                f"{e}; every finished launch is in the journal: continue with --resume --journal {on_event.journal}"
-            ) from None
-        finally:
-            if where is not None:
-                where.close()
-        show("bisect", chosen, report)
-        raise typer.Exit(EXIT_OK if report["verdict"] == "CULPRIT" else EXIT_INCONCLUSIVE)
+    )(bisect)

@@ -72,6 +72,61 @@ def _live_members(pgid: int) -> bool:
     return False
 
 
+def _spawn(
+    argv: Sequence[str], stdin: bytes | None, env: Mapping[str, str] | None, cwd: str | None
+) -> subprocess.Popen[bytes] | CommandResult:
+    """Start argv in its own process group (so that a timeout kills the whole tree), `env` added to this
+    process's environment; a program that cannot be started is a result with the shell's status for it
+    (127 not found, 126 not executable)."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        with deferred():  # a Ctrl-C here would orphan a child that was already started
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=full_env,
+                cwd=cwd,
+                start_new_session=True,  # its own process group, so a timeout kills the whole tree
+            )
+    except FileNotFoundError:
+        return CommandResult(list(argv), 127, b"", f"{argv[0]}: not found\n".encode(), 0.0)
+    except PermissionError:
+        return CommandResult(list(argv), 126, b"", f"{argv[0]}: permission denied\n".encode(), 0.0)
+    except KeyboardInterrupt:  # held back until the child existed: stop it, then go
+        if proc is not None:
+            kill_tree(proc)
+        raise
+    return proc
+
+
+def _wait(proc: subprocess.Popen[bytes], stdin: bytes | None, timeout: float | None) -> bool:
+    """Feed `stdin`, wait for the process; whether it ran past `timeout` (then its tree is killed, as on
+    Ctrl-C or any error here)."""
+    timed_out = False
+    try:
+        if stdin is not None:
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(stdin)
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_tree(proc)
+    except BaseException:
+        kill_tree(proc)
+        raise
+    return timed_out
+
+
 class LocalHost(Host):
     via = "local"
 
@@ -91,30 +146,10 @@ class LocalHost(Host):
         on_stderr_line: LineCallback | None = None,
         keep_output: bool = True,
     ) -> CommandResult:
-        full_env = dict(os.environ)
-        if env:
-            full_env.update(env)
         t0 = time.monotonic()
-        proc: subprocess.Popen[bytes] | None = None
-        try:
-            with deferred():  # a Ctrl-C here would orphan a child that was already started
-                proc = subprocess.Popen(
-                    list(argv),
-                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    env=full_env,
-                    cwd=cwd,
-                    start_new_session=True,  # its own process group, so a timeout kills the whole tree
-                )
-        except FileNotFoundError:
-            return CommandResult(list(argv), 127, b"", f"{argv[0]}: not found\n".encode(), 0.0)
-        except PermissionError:
-            return CommandResult(list(argv), 126, b"", f"{argv[0]}: permission denied\n".encode(), 0.0)
-        except KeyboardInterrupt:  # held back until the child existed: stop it, then go
-            if proc is not None:
-                kill_tree(proc)
-            raise
+        proc = _spawn(argv, stdin, env, cwd)
+        if isinstance(proc, CommandResult):
+            return proc
         out: list[bytes] | None = [] if keep_output else None
         err: list[bytes] = []
         assert proc.stdout is not None and proc.stderr is not None
@@ -124,23 +159,8 @@ class LocalHost(Host):
         ]
         for t in threads:
             t.start()
-        timed_out = False
         try:
-            if stdin is not None:
-                assert proc.stdin is not None
-                try:
-                    proc.stdin.write(stdin)
-                    proc.stdin.close()
-                except BrokenPipeError:
-                    pass
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                kill_tree(proc)
-        except BaseException:
-            kill_tree(proc)
-            raise
+            timed_out = _wait(proc, stdin, timeout)
         finally:
             for t in threads:
                 t.join(timeout=5.0)

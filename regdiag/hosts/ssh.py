@@ -134,6 +134,46 @@ class _Lines:
         return b"".join(self.keep or [])
 
 
+def _env_argv(argv: list[str], env: Mapping[str, str] | None, cwd: str | None) -> list[str]:
+    """argv behind `env NAME=VALUE ...` for the variables `env` sets; refuses (BadInput) what the
+    remote side cannot receive as given."""
+    if not argv:
+        raise BadInput("nothing to run (empty command)")
+    prefix: list[str] = []
+    if env:
+        for k, v in env.items():
+            if not _ENV_NAME.match(k):
+                raise BadInput(f"environment variable name {k!r} is not valid")
+            prefix.append(f"{k}={v}")
+        if "=" in argv[0]:
+            raise BadInput(f"program name {argv[0]!r} contains '=' and cannot be run with env")
+        prefix.insert(0, "env")
+    full = prefix + argv
+    for a in [*full, cwd or ""]:
+        if "\0" in a:
+            raise BadInput("a command argument contains a NUL byte, which no program can receive")
+    return full
+
+
+class _Deadline:
+    """When we stop waiting for a command with a timeout. With GNU timeout on the host the remote side
+    stops the program itself (and reports 124 or 137); we step in only if that did not happen."""
+
+    def __init__(self, t0: float, timeout: float | None, err: _Lines) -> None:
+        self.t0 = t0
+        self.timeout = timeout
+        self.err = err  # its marker line says whether the host has GNU timeout
+
+    def __call__(self) -> float:
+        if self.timeout is None:
+            return math.inf
+        return self.t0 + self.timeout + (KILL_GRACE_S + 3 if self.err.remote_timeout else 0)
+
+    def remote_timeout_hit(self, rc: int) -> bool:
+        """Whether exit status `rc` is the host's `timeout` stopping the program at our timeout."""
+        return self.timeout is not None and rc in (124, 137) and time.monotonic() - self.t0 >= self.timeout
+
+
 class SSHHost(Host):
     """A connected remote host. Connects in the constructor; errors are HostError with one line."""
 
@@ -217,21 +257,7 @@ class SSHHost(Host):
         keep_output: bool = True,
     ) -> CommandResult:
         argv = [str(a) for a in argv]
-        if not argv:
-            raise BadInput("nothing to run (empty command)")
-        prefix: list[str] = []
-        if env:
-            for k, v in env.items():
-                if not _ENV_NAME.match(k):
-                    raise BadInput(f"environment variable name {k!r} is not valid")
-                prefix.append(f"{k}={v}")
-            if "=" in argv[0]:
-                raise BadInput(f"program name {argv[0]!r} contains '=' and cannot be run with env")
-            prefix.insert(0, "env")
-        full = prefix + argv
-        for a in [*full, cwd or ""]:
-            if "\0" in a:
-                raise BadInput("a command argument contains a NUL byte, which no program can receive")
+        full = _env_argv(argv, env, cwd)
         stdin_path = "-"
         if stdin is not None:
             stdin_path = f"{self.scratch_dir()}/stdin-{os.urandom(6).hex()}"
@@ -244,32 +270,43 @@ class SSHHost(Host):
         err = _Lines(on_stderr_line, True, marker=True)
         t0 = time.monotonic()
         chan = self._channel()
-        timed_out = False
+        try:
+            rc, timed_out = self._wait(chan, cmdline, argv[0], out, err, _Deadline(t0, timeout, err))
+        finally:
+            chan.close()
+        stdout = out.finish()
+        stderr = err.finish()
+        return CommandResult(argv, rc, stdout, stderr, time.monotonic() - t0, timed_out)
+
+    def _wait(
+        self,
+        chan: paramiko.Channel,
+        cmdline: str,
+        program: str,
+        out: _Lines,
+        err: _Lines,
+        deadline: _Deadline,
+    ) -> tuple[int, bool]:
+        """Start the wrapped command on `chan` and drain it to the end: (exit status, timed out).
+
+        Past the deadline the remote session is killed; on Ctrl-C or an error of ours too, so that the
+        remote program never outlives this call. A lost connection is a HostError.
+        """
         try:
             chan.exec_command(cmdline)
-
-            def deadline() -> float:
-                if timeout is None:
-                    return math.inf
-                # With GNU timeout on the host the remote side stops the program itself (and reports
-                # 124); we step in only if that did not happen.
-                return t0 + timeout + (KILL_GRACE_S + 3 if err.remote_timeout else 0)
-
             rc, lost = _pump(chan, out, err, deadline, self._alive)
             if lost:
                 out.finish()
                 err.finish()
                 raise HostError(
-                    f"{self.name}: the SSH connection was lost while running {argv[0]!r}; "
+                    f"{self.name}: the SSH connection was lost while running {program!r}; "
                     "results received before that are kept"
                 )
             if rc is None:  # our deadline passed
-                timed_out = True
                 if err.sid is not None:
                     self.kill_session(err.sid)
-                rc = -9
-            elif timeout is not None and rc in (124, 137) and time.monotonic() - t0 >= timeout:
-                timed_out = True
+                return -9, True
+            return rc, deadline.remote_timeout_hit(rc)
         except BaseException as e:
             # Ctrl-C or an error of ours: the remote program must not outlive it.
             if err.sid is not None and self._alive():
@@ -277,15 +314,10 @@ class SSHHost(Host):
             if isinstance(e, (paramiko.SSHException, EOFError, OSError)):
                 if not self._alive():
                     raise HostError(
-                        f"{self.name}: the SSH connection was lost while running {argv[0]!r}"
+                        f"{self.name}: the SSH connection was lost while running {program!r}"
                     ) from None
-                raise HostError(f"{self.name}: running {argv[0]!r} failed: {one_line(e)}") from None
+                raise HostError(f"{self.name}: running {program!r} failed: {one_line(e)}") from None
             raise
-        finally:
-            chan.close()
-        stdout = out.finish()
-        stderr = err.finish()
-        return CommandResult(argv, rc, stdout, stderr, time.monotonic() - t0, timed_out)
 
     def make_tempdir(self) -> str:
         rc, out, err = self.exec_simple(["/bin/sh", "-c", _MKTEMP + ' && printf "%s\\n" "$d"'], timeout=30)
