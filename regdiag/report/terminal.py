@@ -25,6 +25,13 @@ ENV_LIMIT = 8
 
 
 def render(c: Comparison, console: Console, old_name: str = "", new_name: str = "") -> None:
+    _headline(c, console, old_name, new_name)
+    console.print(_metrics_table(c))
+    _details(c, console)
+
+
+def _headline(c: Comparison, console: Console, old_name: str, new_name: str) -> None:
+    """The verdict, the PHANTOM doubts, the machines, the dominant phase, tok/s and which runs."""
     head = T.headline(c)
     verdict, _, rest = head.partition(": ")
     line = Text()
@@ -48,6 +55,13 @@ def render(c: Comparison, console: Console, old_name: str = "", new_name: str = 
     )
     console.print(f"new: {new_name or c.new.label} ({c.new.created or '?'})", style="dim", highlight=False)
 
+
+def _verdict_text(verdict: str) -> Text:
+    return Text(verdict, style=STYLE[verdict].replace("on red", "").replace("on green", "").strip())
+
+
+def _metrics_table(c: Comparison) -> Table:
+    """One row per metric: old, new, change, CI, p, verdict."""
     # At 80 columns (a CI log) the CI and the verdict stay whole on one line; the rest may wrap.
     table = Table(box=None, pad_edge=False, header_style="bold", collapse_padding=True)
     table.add_column("metric", overflow="fold")
@@ -71,10 +85,13 @@ def render(c: Comparison, console: Console, old_name: str = "", new_name: str = 
             T.pct(e.ratio),
             T.ci(e.lo, e.hi),
             T.pval(m.p_adjusted),
-            Text(m.verdict, style=STYLE[m.verdict].replace("on red", "").replace("on green", "").strip()),
+            _verdict_text(m.verdict),
         )
-    console.print(table)
+    return table
 
+
+def _details(c: Comparison, console: Console) -> None:
+    """Under the table: attribution, noise, clocks, the environment, warnings, notes and the method."""
     if c.attribution is not None:
         console.print("attribution: " + T.attribution_line(c.attribution), highlight=False)
     if c.throughput is not None and (cc := T.crosscheck_line(c.throughput)):
