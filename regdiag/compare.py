@@ -23,6 +23,7 @@ from regdiag.attribution import Attribution, Throughput, attribute, throughput
 from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSED, BadInput
 from regdiag.records import COMPARISON, RUN, RecordError, check_record, finite, schema_id
 from regdiag.run_view import usable
+from regdiag.sizes import SizeRow, size_rows, sweep
 
 # Config keys that say how long or how often to measure, not what is measured: they may differ.
 MEASUREMENT_KEYS = frozenset(
@@ -59,13 +60,13 @@ EXIT_CODES = {
 @dataclass
 class MetricResult:
     name: str
-    role: str  # "primary", "phase", "metric" (another timed series) or "value" (per-cycle values)
+    role: str  # "primary", "phase", "metric" (another timed series), "value" (per-cycle values) or "context"
     unit: str
     higher_is_better: bool
     reduce: str  # how a launch becomes one number: "median" (times) or "mean" (values)
     estimate: stats.RatioEstimate | None
     p_adjusted: float | None
-    verdict: str
+    verdict: str | None  # None for a context metric: a setting, never judged
     more_launches: int | None  # for INCONCLUSIVE: launches per side to add, None if > cap or unknown
     note: str
     old_centers: list[float]
@@ -73,6 +74,7 @@ class MetricResult:
     noise_old: stats.Noise
     noise_new: stats.Noise
     direction_source: str = "inferred"  # "declared" by the record's `better` map, or inferred from unit/name
+    better: str = direction.LOWER  # "higher", "lower" or "context" (regdiag/direction.py)
 
     @property
     def change(self) -> float | None:
@@ -130,6 +132,10 @@ class Comparison:
     # Runs from two different hosts: how the two machines differ (GPU clocks, power cap, PCIe link,
     # driver, NCCL, host settings), a subset of env_diff; None when both ran on the same host.
     machine_diff: list[dict[str, Any]] | None = None
+    # Metrics that are settings or conditions, not outcomes (direction "context"): how they moved, no verdict.
+    context: list[MetricResult] = field(default_factory=list)
+    # A collectives sweep, one row per message size and mode: latency and busbw together (regdiag/sizes.py).
+    sizes: list[SizeRow] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -155,6 +161,8 @@ class Comparison:
                 "old": self.old.to_dict(),
                 "new": self.new.to_dict(),
                 "metrics": [m.to_dict() for m in self.metrics],
+                "context": [m.to_dict() for m in self.context],
+                "sizes": [r.to_dict() for r in self.sizes],
                 "attribution": None if self.attribution is None else self.attribution.to_dict(),
                 "throughput": None if self.throughput is None else self.throughput.to_dict(),
                 "phantom": self.phantom,
@@ -283,10 +291,7 @@ def compare_runs(
     one_sided_ok = allow_mismatch or {po.get("name"), pn.get("name")} == LOG_AND_SERVER
     names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, one_sided_ok, warnings)
     rng = np.random.default_rng(seed)
-    results = [
-        _metric(n, role, lo_, ln_, units, method, level, n_boot, rng, paired, better) for n, role in names
-    ]
-    _decide(results, margin, level)
+    results, context = _verdicts(names, lo_, ln_, units, better, method, level, n_boot, rng, paired, margin)
     verdict = _overall(results, primary)
     att = _attribution(old, new, lo_, ln_, primary, phases, names, units, method, level, n_boot, rng, notes)
     batch = (_batch(po), _batch(pn))
@@ -310,6 +315,8 @@ def compare_runs(
         method=method,
         level=level,
         metrics=results,
+        context=context,
+        sizes=size_rows(sweep([la["header"] for la in lo_]), list(results)),
         attribution=att,
         throughput=tput,
         verdict=verdict,
@@ -697,6 +704,7 @@ def _metric(
         role=role,
         unit=unit,
         higher_is_better=better_way == direction.HIGHER,
+        better=better_way,
         reduce=reduce,
         estimate=est,
         p_adjusted=None,
@@ -709,6 +717,38 @@ def _metric(
         noise_new=stats.noise(new),
         direction_source=better_source,
     )
+
+
+def _verdicts(
+    names: list[tuple[str, str]],
+    lo_: list[dict[str, Any]],
+    ln_: list[dict[str, Any]],
+    units: dict[str, str],
+    better: dict[str, str],
+    method: str,
+    level: float,
+    n_boot: int,
+    rng: np.random.Generator,
+    paired: bool,
+    margin: float,
+) -> tuple[list[MetricResult], list[MetricResult]]:
+    """The judged metrics, each with its verdict (Holm across the secondaries), and the context metrics
+    (settings such as running_req or tp_rank): their change is shown, they take no verdict and no place
+    in the Holm family."""
+    judged, context = [], []
+    for n, role in names:
+        m = _metric(n, role, lo_, ln_, units, method, level, n_boot, rng, paired, better)
+        if m.better == direction.CONTEXT:
+            m.role, m.verdict = "context", None
+            m.note = m.note or "a setting or condition of the measurement, not an outcome: no verdict"
+            context.append(m)
+        else:
+            judged.append(m)
+    if not judged:
+        what = ", ".join(m.name for m in context)
+        raise BadInput(f"nothing to judge: every metric the runs share is context ({what})")
+    _decide(judged, margin, level)
+    return judged, context
 
 
 def _decide(results: list[MetricResult], margin: float, level: float) -> None:
@@ -735,7 +775,7 @@ def _decide(results: list[MetricResult], margin: float, level: float) -> None:
 
 def _overall(results: list[MetricResult], primary: str | None) -> str:
     if primary:
-        return next(m.verdict for m in results if m.name == primary)
+        return next(m.verdict or stats.INCONCLUSIVE for m in results if m.name == primary)
     verdicts = {m.verdict for m in results}
     for v in (stats.REGRESSED, stats.INCONCLUSIVE, stats.IMPROVED):
         if v in verdicts:
