@@ -27,7 +27,7 @@ def render(c: Comparison, old_name: str = "", new_name: str = "") -> str:
         f"- new: `{new_name or c.new.label}` ({c.new.probe}, {c.new.launches_used} launches, {c.new.created or '?'})",
         "",
     ]
-    out += _metrics(c)
+    out += _sizes(c) + _metrics(c) + _context(c)
     out += _attribution(c)
     if c.throughput is not None:
         out.append("- " + T.throughput_line(c.throughput))
@@ -55,7 +55,10 @@ def _metrics(c: Comparison) -> list[str]:
         f"| metric | old | new | change | {100 * c.level:g} % CI | p (Holm) | verdict |",
         "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    for m in c.metrics:
+    listed = T.listed(c)
+    if not listed:
+        return []
+    for m in listed:
         e = m.estimate
         unit = f" {m.unit}" if m.unit else ""
         name = f"**{m.name}**" if m.role == "primary" else m.name
@@ -68,6 +71,33 @@ def _metrics(c: Comparison) -> list[str]:
         )
     out.append("")
     return out
+
+
+def _sizes(c: Comparison) -> list[str]:
+    """A collectives sweep, one row per message: latency and busbw, each with its verdict."""
+    if not c.sizes:
+        return []
+    lat = c.sizes[0].latency.unit
+    out = [
+        f"| size | old {lat} | new {lat} | change | verdict | old busbw | new busbw | change | verdict |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |",
+    ]
+    for r in c.sizes:
+        cells = [T.size_txt(c, r), *T.cell_txt(r.latency), *T.cell_txt(r.busbw)]
+        out.append("| " + " | ".join(_cell(x) for x in cells) + " |")
+    return out + [""]
+
+
+def _context(c: Comparison) -> list[str]:
+    """Settings and conditions of the measurement: how they moved, no verdict."""
+    if not c.context:
+        return []
+    out = ["Context (settings and conditions of the measurement, not outcomes: no verdict):", ""]
+    out += ["| context | old | new | change |", "| --- | ---: | ---: | ---: |"]
+    out += [
+        f"| {_cell(m.name)} | " + " | ".join(_cell(x) for x in T.context_txt(m)) + " |" for m in c.context
+    ]
+    return out + [""]
 
 
 def _attribution(c: Comparison) -> list[str]:

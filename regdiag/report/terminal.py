@@ -32,6 +32,9 @@ def render(c: Comparison, console: Console, old_name: str = "", new_name: str = 
         console.print(_metrics_table(c))
     if c.context:
         console.print(_context_table(c))
+        console.print(
+            "context: settings and conditions of the measurement, not outcomes: no verdict", style="dim"
+        )
     _details(c, console)
 
 
@@ -133,12 +136,10 @@ def _sizes_table(c: Comparison) -> Table:
 
 def _context_table(c: Comparison) -> Table:
     """Settings and conditions of the measurement (running_req, tp_rank, ...): how they moved, no verdict."""
-    table = Table(
-        box=None, pad_edge=False, header_style="dim", title="context (settings, not outcomes: no verdict)",
-        title_justify="left", title_style="dim", style="dim", collapse_padding=True,
-    )  # fmt: skip
-    for col in ("metric", "old", "new", "change"):
-        table.add_column(col, justify="left" if col == "metric" else "right")
+    table = Table(box=None, pad_edge=False, header_style="dim", style="dim", collapse_padding=True)
+    table.add_column("context", justify="left")
+    for col in ("old", "new", "change"):
+        table.add_column(col, justify="right")
     for m in c.context:
         table.add_row(m.name, *T.context_txt(m))
     return table
