@@ -112,6 +112,14 @@ def undeclared(record: dict[str, Any], names: set[str] | list[str]) -> list[str]
     return sorted(n for n in names if n not in better or n not in units)
 
 
+def of_header(name: str, header: dict[str, Any] | None) -> str:
+    """Which way is better for one metric of a probe's header line: its declaration, else the fallback."""
+    h = header if isinstance(header, dict) else {}
+    units = h.get("units")
+    units = units if isinstance(units, dict) else {}
+    return direction(name, str(units.get(name, "")), declared(h))[0]
+
+
 def merge(old: dict[str, Any], new: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
     """One map for a comparison of two records, and a warning per metric they disagree on (OLD's wins:
     a verdict is about how NEW moved relative to OLD, in OLD's terms)."""
