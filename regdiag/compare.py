@@ -178,6 +178,18 @@ class Comparison:
         )
 
 
+@dataclass
+class _Method:
+    """How every metric of one comparison is tested: the same method, level, margin and random stream."""
+
+    method: str
+    level: float
+    margin: float
+    n_boot: int
+    rng: np.random.Generator
+    paired: bool = False
+
+
 # --- input checks -------------------------------------------------------------------------------
 
 
@@ -290,12 +302,12 @@ def compare_runs(
     # a log and a live run each have metrics the other cannot measure (e2e, ttft; gen_tok_s): left out
     one_sided_ok = allow_mismatch or {po.get("name"), pn.get("name")} == LOG_AND_SERVER
     names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, one_sided_ok, warnings)
-    rng = np.random.default_rng(seed)
-    results, context = _verdicts(names, lo_, ln_, units, better, method, level, n_boot, rng, paired, margin)
+    how = _Method(method, level, margin, n_boot, np.random.default_rng(seed), paired)
+    results, context = _verdicts(names, lo_, ln_, units, better, how)
     verdict = _overall(results, primary)
-    att = _attribution(old, new, lo_, ln_, primary, phases, names, units, method, level, n_boot, rng, notes)
+    att = _attribution(old, new, lo_, ln_, primary, phases, names, units, how, notes)
     batch = (_batch(po), _batch(pn))
-    tput = _throughput(lo_, ln_, primary, units, margin, method, level, rng, batch)
+    tput = _throughput(lo_, ln_, primary, units, how, batch)
 
     side_o = _side_info(old, old_label, lo_, skip_o)
     side_n = _side_info(new, new_label, ln_, skip_n)
@@ -443,10 +455,7 @@ def _attribution(
     phases: list[str],
     names: list[tuple[str, str]],
     units: dict[str, str],
-    method: str,
-    level: float,
-    n_boot: int,
-    rng: np.random.Generator,
+    how: _Method,
     notes: list[str],
 ) -> Attribution | None:
     """The primary's change split into its phases, when the phases are per-cycle parts of it."""
@@ -464,10 +473,10 @@ def _attribution(
         primary,
         list(phases),
         units.get(primary, "ms"),
-        method,
-        level,
-        n_boot,
-        rng,
+        how.method,
+        how.level,
+        how.n_boot,
+        how.rng,
     )
     if att is None:
         notes.append("phases are not per-cycle parts of the primary (lengths differ): no attribution")
@@ -479,10 +488,7 @@ def _throughput(
     ln_: list[dict[str, Any]],
     primary: str | None,
     units: dict[str, str],
-    margin: float,
-    method: str,
-    level: float,
-    rng: np.random.Generator,
+    how: _Method,
     batch: tuple[int, int],
 ) -> Throughput | None:
     """tok/s split into cycle time and accept length, for a run with a primary."""
@@ -490,7 +496,7 @@ def _throughput(
         return None
     # A server run's primary is the inter-token latency; its speculative cycle is the "cycle" series.
     cyc = "cycle" if all("cycle" in la["samples"] for la in [*lo_, *ln_]) else primary
-    return throughput(lo_, ln_, cyc, units.get(cyc, "ms"), margin, method, level, rng, batch)
+    return throughput(lo_, ln_, cyc, units.get(cyc, "ms"), how.margin, how.method, how.level, how.rng, batch)
 
 
 def _phantoms(
@@ -675,11 +681,7 @@ def _metric(
     lo_: list[dict[str, Any]],
     ln_: list[dict[str, Any]],
     units: dict[str, str],
-    method: str,
-    level: float,
-    n_boot: int,
-    rng: np.random.Generator,
-    paired: bool = False,
+    how: _Method,
     better: dict[str, str] | None = None,
 ) -> MetricResult:
     key = "values" if role == "value" else "samples"
@@ -691,10 +693,10 @@ def _metric(
     note = ""
     est = None
     try:
-        if paired and len(old) == len(new) >= 2:
-            est = stats.estimate_ratio_paired(old, new, reduce, level)
+        if how.paired and len(old) == len(new) >= 2:
+            est = stats.estimate_ratio_paired(old, new, reduce, how.level)
         else:
-            est = stats.estimate_ratio(old, new, reduce, method, level, n_boot, rng)
+            est = stats.estimate_ratio(old, new, reduce, how.method, how.level, how.n_boot, how.rng)
     except ValueError as e:
         note = f"not compared: {e}"
     if est is not None and (est.n_old < 2 or est.n_new < 2):
@@ -725,19 +727,14 @@ def _verdicts(
     ln_: list[dict[str, Any]],
     units: dict[str, str],
     better: dict[str, str],
-    method: str,
-    level: float,
-    n_boot: int,
-    rng: np.random.Generator,
-    paired: bool,
-    margin: float,
+    how: _Method,
 ) -> tuple[list[MetricResult], list[MetricResult]]:
     """The judged metrics, each with its verdict (Holm across the secondaries), and the context metrics
     (settings such as running_req or tp_rank): their change is shown, they take no verdict and no place
     in the Holm family."""
     judged, context = [], []
     for n, role in names:
-        m = _metric(n, role, lo_, ln_, units, method, level, n_boot, rng, paired, better)
+        m = _metric(n, role, lo_, ln_, units, how, better)
         if m.better == direction.CONTEXT:
             m.role, m.verdict = "context", None
             m.note = m.note or "a setting or condition of the measurement, not an outcome: no verdict"
@@ -747,7 +744,7 @@ def _verdicts(
     if not judged:
         what = ", ".join(m.name for m in context)
         raise BadInput(f"nothing to judge: every metric the runs share is context ({what})")
-    _decide(judged, margin, level)
+    _decide(judged, how.margin, how.level)
     return judged, context
 
 

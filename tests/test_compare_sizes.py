@@ -126,3 +126,20 @@ def test_real_gloo_pair_groups_per_size(tmp_path: Path) -> None:
         (1 << 20, "ar_1MiB", "busbw_1MiB"),
     ]
     assert all(r["latency"]["verdict"] in stats.VERDICTS for r in d["sizes"])
+
+
+def test_row_names_follow_the_probe() -> None:
+    """regdiag cannot import the probe (it runs where regdiag is not installed): its naming rule is held
+    to the probe's own here."""
+    import sys
+
+    from probe_helpers import PROBES
+
+    from regdiag.sizes import bw_name
+
+    sys.path.insert(0, str(PROBES))
+    import collectives
+
+    for metric in ("ar_64KiB", "arg_64KiB", "ag_1MiB", "agg_1MiB"):
+        for kind in ("algbw", "busbw"):
+            assert bw_name(kind, metric) == collectives.bw_name(kind, metric)
