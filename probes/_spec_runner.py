@@ -348,6 +348,16 @@ def _sync(cuda: bool) -> None:
 # ---------------------------------------------------------------------------------------- header
 
 
+def _value_units(target_phase: str, eagle: bool) -> dict[str, str]:
+    """Units of the per-cycle values: experts the target forward touched, and the accept length."""
+    return {f"experts_{target_phase}": "experts", **({"accept_len": "tokens/step"} if eagle else {})}
+
+
+def _value_better(target_phase: str, eagle: bool) -> dict[str, str]:
+    """The experts touched follow from the routing (context, not an outcome); a longer accept is better."""
+    return {f"experts_{target_phase}": "context", **({"accept_len": "higher"} if eagle else {})}
+
+
 def header(s: Setup, m: Model, meta: dict[str, Any], hooks: dict[str, Any], alpha: float) -> dict[str, Any]:
     a, shape = s.a, s.shape
     eagle = s.eagle
@@ -364,7 +374,8 @@ def header(s: Setup, m: Model, meta: dict[str, Any], hooks: dict[str, Any], alph
     return {
         "type": "header", "protocol": meta["protocol"], "probe": meta["name"], "version": meta["version"],
         "config": cfg, "primary": "cycle", "phases": meta["phases"],
-        "units": {k: "ms" for k in ["cycle", *meta["phases"]]},
+        "units": {**{k: "ms" for k in ["cycle", *meta["phases"]]}, **_value_units(s.target_phase, eagle)},
+        "better": {**{k: "lower" for k in ["cycle", *meta["phases"]]}, **_value_better(s.target_phase, eagle)},
         "timer": "cuda-events" if s.cuda else "perf_counter",
         "labels": {"accept_len": f"simulated: chain acceptance, per-token probability {alpha:.4f}, mean {a.accept_mean}"}
         if eagle else {},

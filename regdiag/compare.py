@@ -23,6 +23,7 @@ from regdiag.attribution import Attribution, Throughput, attribute, throughput
 from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSED, BadInput
 from regdiag.records import COMPARISON, RUN, RecordError, check_record, finite, schema_id
 from regdiag.run_view import usable
+from regdiag.sizes import SizeRow, size_rows, sweep
 
 # Config keys that say how long or how often to measure, not what is measured: they may differ.
 MEASUREMENT_KEYS = frozenset(
@@ -59,13 +60,13 @@ EXIT_CODES = {
 @dataclass
 class MetricResult:
     name: str
-    role: str  # "primary", "phase", "metric" (another timed series) or "value" (per-cycle values)
+    role: str  # "primary", "phase", "metric" (another timed series), "value" (per-cycle values) or "context"
     unit: str
     higher_is_better: bool
     reduce: str  # how a launch becomes one number: "median" (times) or "mean" (values)
     estimate: stats.RatioEstimate | None
     p_adjusted: float | None
-    verdict: str
+    verdict: str | None  # None for a context metric: a setting, never judged
     more_launches: int | None  # for INCONCLUSIVE: launches per side to add, None if > cap or unknown
     note: str
     old_centers: list[float]
@@ -73,6 +74,7 @@ class MetricResult:
     noise_old: stats.Noise
     noise_new: stats.Noise
     direction_source: str = "inferred"  # "declared" by the record's `better` map, or inferred from unit/name
+    better: str = direction.LOWER  # "higher", "lower" or "context" (regdiag/direction.py)
 
     @property
     def change(self) -> float | None:
@@ -130,6 +132,10 @@ class Comparison:
     # Runs from two different hosts: how the two machines differ (GPU clocks, power cap, PCIe link,
     # driver, NCCL, host settings), a subset of env_diff; None when both ran on the same host.
     machine_diff: list[dict[str, Any]] | None = None
+    # Metrics that are settings or conditions, not outcomes (direction "context"): how they moved, no verdict.
+    context: list[MetricResult] = field(default_factory=list)
+    # A collectives sweep, one row per message size and mode: latency and busbw together (regdiag/sizes.py).
+    sizes: list[SizeRow] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -155,6 +161,8 @@ class Comparison:
                 "old": self.old.to_dict(),
                 "new": self.new.to_dict(),
                 "metrics": [m.to_dict() for m in self.metrics],
+                "context": [m.to_dict() for m in self.context],
+                "sizes": [r.to_dict() for r in self.sizes],
                 "attribution": None if self.attribution is None else self.attribution.to_dict(),
                 "throughput": None if self.throughput is None else self.throughput.to_dict(),
                 "phantom": self.phantom,
@@ -168,6 +176,18 @@ class Comparison:
                 "machine_diff": self.machine_diff,
             }
         )
+
+
+@dataclass
+class _Method:
+    """How every metric of one comparison is tested: the same method, level, margin and random stream."""
+
+    method: str
+    level: float
+    margin: float
+    n_boot: int
+    rng: np.random.Generator
+    paired: bool = False
 
 
 # --- input checks -------------------------------------------------------------------------------
@@ -265,22 +285,90 @@ def compare_runs(
     new_label: str = "NEW",
     n_boot: int = stats.DEFAULT_BOOT,
 ) -> Comparison:
+    _check_options(margin, method, level)
+    old = _check_kind(old, old_label)
+    new = _check_kind(new, new_label)
+    warnings: list[str] = []
+    notes: list[str] = []
+    po, pn = old.get("probe") or {}, new.get("probe") or {}
+    _check_same_measurement(old, new, old_label, new_label, allow_mismatch, warnings, notes)
+    primary, phases, units, better = _vocabulary(old, new, old_label, warnings)
+
+    (lo_, skip_o), (ln_, skip_n) = _usable(old, old_label), _usable(new, new_label)
+    _check_side(old, old_label, lo_, warnings)
+    _check_side(new, new_label, ln_, warnings)
+    design = _design(old, new, lo_, ln_)
+    lo_, ln_, paired = _pair_if_interleaved(design, lo_, ln_, method, warnings, notes)
+    # a log and a live run each have metrics the other cannot measure (e2e, ttft; gen_tok_s): left out
+    one_sided_ok = allow_mismatch or {po.get("name"), pn.get("name")} == LOG_AND_SERVER
+    names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, one_sided_ok, warnings)
+    how = _Method(method, level, margin, n_boot, np.random.default_rng(seed), paired)
+    results, context = _verdicts(names, lo_, ln_, units, better, how)
+    verdict = _overall(results, primary)
+    att = _attribution(old, new, lo_, ln_, primary, phases, names, units, how, notes)
+    batch = (_batch(po), _batch(pn))
+    tput = _throughput(lo_, ln_, primary, units, how, batch)
+
+    side_o = _side_info(old, old_label, lo_, skip_o)
+    side_n = _side_info(new, new_label, ln_, skip_n)
+    snap_o, snap_n = old.get("snapshot_before"), new.get("snapshot_before")
+    ph = _phantoms(side_o, side_n, snap_o, snap_n, results, primary, margin)
+    warnings += phantom.machine_warnings(snap_o, snap_n)
+    if skip_o or skip_n:
+        warnings.append(f"skipped launches: {len(skip_o)} in {old_label}, {len(skip_n)} in {new_label}")
+    env, env_note = _env_diff(old, new)
+    drift = _drift(lo_, ln_, primary or results[0].name, old_label, new_label)
+    verdict_note = _drift_verdict(drift, design, verdict, old_label, new_label, warnings, notes)
+    return Comparison(
+        old=side_o,
+        new=side_n,
+        primary=primary,
+        margin=margin,
+        method=method,
+        level=level,
+        metrics=results,
+        context=context,
+        sizes=size_rows(sweep([la["header"] for la in lo_]), list(results)),
+        attribution=att,
+        throughput=tput,
+        verdict=verdict,
+        phantom=ph,
+        warnings=warnings,
+        env_diff=env,
+        env_note=env_note,
+        notes=notes,
+        design=design,
+        drift=drift,
+        verdict_note=verdict_note,
+        machine_diff=_machine_diff(side_o, side_n, snap_o, snap_n, env),
+    )
+
+
+def _check_options(margin: float, method: str, level: float) -> None:
     if not 0 < margin < 1:
         raise BadInput(f"margin must be between 0 and 100 % (got {100 * margin:g} %)")
     if method not in stats.METHODS:
         raise BadInput(f"unknown method {method!r}; use {' or '.join(stats.METHODS)}")
     if not 0.5 <= level < 1:
         raise BadInput(f"confidence level must be in [0.5, 1) (got {level})")
-    old = _check_kind(old, old_label)
-    new = _check_kind(new, new_label)
-    warnings: list[str] = []
+
+
+def _check_same_measurement(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    old_label: str,
+    new_label: str,
+    allow_mismatch: bool,
+    warnings: list[str],
+    notes: list[str],
+) -> None:
+    """The two runs measure the same thing: same probe, same config (but for how long or how often),
+    same primary. A mismatch is refused, or a warning under --allow-mismatch."""
     if old.get("id") and old.get("id") == new.get("id") and old.get("created") == new.get("created"):
         warnings.append(
             f"OLD and NEW are the same run ({old.get('id')}): this compares a record with itself, "
             "not two measurements"
         )
-    notes: list[str] = []
-
     po, pn = old.get("probe") or {}, new.get("probe") or {}
     co, cn = po.get("config") or {}, pn.get("config") or {}
     if {str(po.get("name")), str(pn.get("name"))} == LOG_AND_SERVER:
@@ -306,6 +394,12 @@ def compare_runs(
             f"the runs measure different things: primary {old.get('primary')!r} in {old_label}, "
             f"{new.get('primary')!r} in {new_label}"
         )
+
+
+def _vocabulary(
+    old: dict[str, Any], new: dict[str, Any], old_label: str, warnings: list[str]
+) -> tuple[str | None, list[str], dict[str, str], dict[str, str]]:
+    """What the runs name: the primary, the phases, each metric's unit and which way is better."""
     primary = old.get("primary") or None
     phases = [p for p in (old.get("phases") or []) if isinstance(p, str)]
     if list(new.get("phases") or []) != phases:
@@ -315,74 +409,106 @@ def compare_runs(
     warnings += [
         f"the runs disagree on which way is better for {c}: {old_label}'s is used" for c in conflicts
     ]
+    return primary, phases, units, better
 
-    lo_, skip_o = _usable(old, old_label)
-    ln_, skip_n = _usable(new, new_label)
-    for label, run, used in ((old_label, old, lo_), (new_label, new, ln_)):
-        if not used:
-            n = len(run.get("launches", []))
-            raise BadInput(
-                f"{label}: the run has no launch with samples ({n} launch{'es' if n != 1 else ''}, "
-                f"status {run.get('status')!r})"
-            )
-        if run.get("status") not in (None, "complete"):
-            warnings.append(
-                f"{label} run status is {run.get('status')!r}: using its {len(used)} finished launches"
-            )
 
-    design = _design(old, new, lo_, ln_)
-    paired = False
-    if design["kind"] == INTERLEAVED:
-        lo_, ln_, unpaired = _pairs(lo_, ln_)
-        paired = method == stats.WELCH and len(lo_) >= 2
-        design["pairs"] = len(lo_)
-        if unpaired:
-            warnings.append(
-                f"{unpaired} launch(es) without a partner in the other side left out of the pairing"
-            )
-        if method != stats.WELCH:
-            notes.append("interleaved run compared with the bootstrap: the pairing is not used")
-    # a log and a live run each have metrics the other cannot measure (e2e, ttft; gen_tok_s): left out
-    one_sided_ok = allow_mismatch or {po.get("name"), pn.get("name")} == LOG_AND_SERVER
-    names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, one_sided_ok, warnings)
-    rng = np.random.default_rng(seed)
-    results = [
-        _metric(n, role, lo_, ln_, units, method, level, n_boot, rng, paired, better) for n, role in names
-    ]
-    _decide(results, margin, level)
+def _check_side(run: dict[str, Any], label: str, used: list[dict[str, Any]], warnings: list[str]) -> None:
+    """A side without a usable launch is refused; an unfinished run is a warning."""
+    if not used:
+        n = len(run.get("launches", []))
+        raise BadInput(
+            f"{label}: the run has no launch with samples ({n} launch{'es' if n != 1 else ''}, "
+            f"status {run.get('status')!r})"
+        )
+    if run.get("status") not in (None, "complete"):
+        warnings.append(
+            f"{label} run status is {run.get('status')!r}: using its {len(used)} finished launches"
+        )
 
-    verdict = _overall(results, primary)
-    att = None
+
+def _pair_if_interleaved(
+    design: dict[str, Any],
+    lo_: list[dict[str, Any]],
+    ln_: list[dict[str, Any]],
+    method: str,
+    warnings: list[str],
+    notes: list[str],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
+    """An interleaved run's launches reduced to the A/B pairs, and whether the test pairs them."""
+    if design["kind"] != INTERLEAVED:
+        return lo_, ln_, False
+    lo_, ln_, unpaired = _pairs(lo_, ln_)
+    design["pairs"] = len(lo_)
+    if unpaired:
+        warnings.append(f"{unpaired} launch(es) without a partner in the other side left out of the pairing")
+    if method != stats.WELCH:
+        notes.append("interleaved run compared with the bootstrap: the pairing is not used")
+    return lo_, ln_, method == stats.WELCH and len(lo_) >= 2
+
+
+def _attribution(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    lo_: list[dict[str, Any]],
+    ln_: list[dict[str, Any]],
+    primary: str | None,
+    phases: list[str],
+    names: list[tuple[str, str]],
+    units: dict[str, str],
+    how: _Method,
+    notes: list[str],
+) -> Attribution | None:
+    """The primary's change split into its phases, when the phases are per-cycle parts of it."""
     sums = (
         old.get("phases_sum_to_primary", True) is not False
         and new.get("phases_sum_to_primary", True) is not False
     )
     if not sums:
         notes.append(f"the phases of these runs are not parts of {primary}: no attribution")
-    if sums and primary and phases and all(p in dict(names) for p in phases):
-        att = attribute(
-            [la["samples"] for la in lo_],
-            [la["samples"] for la in ln_],
-            primary,
-            [p for p in phases],
-            units.get(primary, "ms"),
-            method,
-            level,
-            n_boot,
-            rng,
-        )
-        if att is None:
-            notes.append("phases are not per-cycle parts of the primary (lengths differ): no attribution")
-    tput = None
-    if primary:
-        batch = (_batch(po), _batch(pn))
-        # A server run's primary is the inter-token latency; its speculative cycle is the "cycle" series.
-        cyc = "cycle" if all("cycle" in la["samples"] for la in [*lo_, *ln_]) else primary
-        tput = throughput(lo_, ln_, cyc, units.get(cyc, "ms"), margin, method, level, rng, batch)
+    if not (sums and primary and phases and all(p in dict(names) for p in phases)):
+        return None
+    att = attribute(
+        [la["samples"] for la in lo_],
+        [la["samples"] for la in ln_],
+        primary,
+        list(phases),
+        units.get(primary, "ms"),
+        how.method,
+        how.level,
+        how.n_boot,
+        how.rng,
+    )
+    if att is None:
+        notes.append("phases are not per-cycle parts of the primary (lengths differ): no attribution")
+    return att
 
-    side_o = _side_info(old, old_label, lo_, skip_o)
-    side_n = _side_info(new, new_label, ln_, skip_n)
-    snap_o, snap_n = old.get("snapshot_before"), new.get("snapshot_before")
+
+def _throughput(
+    lo_: list[dict[str, Any]],
+    ln_: list[dict[str, Any]],
+    primary: str | None,
+    units: dict[str, str],
+    how: _Method,
+    batch: tuple[int, int],
+) -> Throughput | None:
+    """tok/s split into cycle time and accept length, for a run with a primary."""
+    if not primary:
+        return None
+    # A server run's primary is the inter-token latency; its speculative cycle is the "cycle" series.
+    cyc = "cycle" if all("cycle" in la["samples"] for la in [*lo_, *ln_]) else primary
+    return throughput(lo_, ln_, cyc, units.get(cyc, "ms"), how.margin, how.method, how.level, how.rng, batch)
+
+
+def _phantoms(
+    side_o: SideInfo,
+    side_n: SideInfo,
+    snap_o: dict[str, Any] | None,
+    snap_n: dict[str, Any] | None,
+    results: list[MetricResult],
+    primary: str | None,
+    margin: float,
+) -> list[str]:
+    """PHANTOM warnings: clocks, settings, and noise large enough to fake the headline's change."""
     ph = phantom.clock_warnings(side_o.clocks, side_n.clocks) + phantom.setting_warnings(snap_o, snap_n)
     head = next((m for m in results if m.name == primary), results[0])
     if head.estimate is not None:
@@ -395,34 +521,7 @@ def compare_runs(
             head.estimate.n_old,
             head.estimate.n_new,
         )
-    warnings += phantom.machine_warnings(snap_o, snap_n)
-    if skip_o or skip_n:
-        warnings.append(f"skipped launches: {len(skip_o)} in {old_label}, {len(skip_n)} in {new_label}")
-    env, env_note = _env_diff(old, new)
-    head_name = primary or results[0].name
-    drift = _drift(lo_, ln_, head_name, old_label, new_label)
-    verdict_note = _drift_verdict(drift, design, verdict, old_label, new_label, warnings, notes)
-    return Comparison(
-        old=side_o,
-        new=side_n,
-        primary=primary,
-        margin=margin,
-        method=method,
-        level=level,
-        metrics=results,
-        attribution=att,
-        throughput=tput,
-        verdict=verdict,
-        phantom=ph,
-        warnings=warnings,
-        env_diff=env,
-        env_note=env_note,
-        notes=notes,
-        design=design,
-        drift=drift,
-        verdict_note=verdict_note,
-        machine_diff=_machine_diff(side_o, side_n, snap_o, snap_n, env),
-    )
+    return ph
 
 
 # --- design and drift ---------------------------------------------------------------------------
@@ -582,11 +681,7 @@ def _metric(
     lo_: list[dict[str, Any]],
     ln_: list[dict[str, Any]],
     units: dict[str, str],
-    method: str,
-    level: float,
-    n_boot: int,
-    rng: np.random.Generator,
-    paired: bool = False,
+    how: _Method,
     better: dict[str, str] | None = None,
 ) -> MetricResult:
     key = "values" if role == "value" else "samples"
@@ -598,10 +693,10 @@ def _metric(
     note = ""
     est = None
     try:
-        if paired and len(old) == len(new) >= 2:
-            est = stats.estimate_ratio_paired(old, new, reduce, level)
+        if how.paired and len(old) == len(new) >= 2:
+            est = stats.estimate_ratio_paired(old, new, reduce, how.level)
         else:
-            est = stats.estimate_ratio(old, new, reduce, method, level, n_boot, rng)
+            est = stats.estimate_ratio(old, new, reduce, how.method, how.level, how.n_boot, how.rng)
     except ValueError as e:
         note = f"not compared: {e}"
     if est is not None and (est.n_old < 2 or est.n_new < 2):
@@ -611,6 +706,7 @@ def _metric(
         role=role,
         unit=unit,
         higher_is_better=better_way == direction.HIGHER,
+        better=better_way,
         reduce=reduce,
         estimate=est,
         p_adjusted=None,
@@ -623,6 +719,33 @@ def _metric(
         noise_new=stats.noise(new),
         direction_source=better_source,
     )
+
+
+def _verdicts(
+    names: list[tuple[str, str]],
+    lo_: list[dict[str, Any]],
+    ln_: list[dict[str, Any]],
+    units: dict[str, str],
+    better: dict[str, str],
+    how: _Method,
+) -> tuple[list[MetricResult], list[MetricResult]]:
+    """The judged metrics, each with its verdict (Holm across the secondaries), and the context metrics
+    (settings such as running_req or tp_rank): their change is shown, they take no verdict and no place
+    in the Holm family."""
+    judged, context = [], []
+    for n, role in names:
+        m = _metric(n, role, lo_, ln_, units, how, better)
+        if m.better == direction.CONTEXT:
+            m.role, m.verdict = "context", None
+            m.note = m.note or "a setting or condition of the measurement, not an outcome: no verdict"
+            context.append(m)
+        else:
+            judged.append(m)
+    if not judged:
+        what = ", ".join(m.name for m in context)
+        raise BadInput(f"nothing to judge: every metric the runs share is context ({what})")
+    _decide(judged, how.margin, how.level)
+    return judged, context
 
 
 def _decide(results: list[MetricResult], margin: float, level: float) -> None:
@@ -649,7 +772,7 @@ def _decide(results: list[MetricResult], margin: float, level: float) -> None:
 
 def _overall(results: list[MetricResult], primary: str | None) -> str:
     if primary:
-        return next(m.verdict for m in results if m.name == primary)
+        return next(m.verdict or stats.INCONCLUSIVE for m in results if m.name == primary)
     verdicts = {m.verdict for m in results}
     for v in (stats.REGRESSED, stats.INCONCLUSIVE, stats.IMPROVED):
         if v in verdicts:

@@ -274,45 +274,14 @@ def explain_run(
     decode_src = "given"
     if decode_ms is None and baseline is not None:
         baseline = _check_run(baseline, baseline_label)
-        bl = _ok_launches(baseline)
-        bp = baseline.get("primary") or "cycle"
-        probe, bprobe = (run.get("probe") or {}).get("name"), (baseline.get("probe") or {}).get("name")
-        if probe and bprobe and probe != bprobe:
-            # A collectives sweep's latency is not a decode time: the "speedup" would be meaningless.
-            raise BadInput(
-                f"{baseline_label} is a {bprobe} run and {label} a {probe} run; --baseline takes a "
-                f"plain-decode run of the same probe ({probe} --mode baseline)"
-            )
-        bphases = baseline.get("phases") or []
-        if bphases and bphases != ["decode"]:
-            notes.append(
-                f"{baseline_label} is not a plain-decode run (phases {bphases}); its {bp} used as t_decode"
-            )
-        decode_ms = _mean_of_launch_means(bl, "samples", bp)
-        decode_src = f"{baseline_label} mean {bp}"
+        decode_ms, decode_src = _baseline_decode(run, baseline, label, baseline_label, notes)
     if decode_ms is None and "decode" in phases and primary != "decode" and phases != ["decode"]:
         decode_ms = _mean_of_launch_means(launches, "samples", "decode")
         decode_src = "this run's decode phase"
     tput = None
-    # A server run's primary is the inter-token latency; its speculative cycle, where the engine
-    # reported an accept length, is recorded as the "cycle" series.
-    cycle_metric = "cycle" if all("cycle" in (la.get("samples") or {}) for la in launches) else primary
     if phases != ["decode"]:
-        cycle = _mean_of_launch_means(launches, "samples", cycle_metric)
-        acc = accept_len
-        acc_src = "given"
-        if acc is None:
-            acc = _mean_of_launch_means(launches, "values", "accept_len")
-            acc_src = "mean accept_len of the run"
-            if header.get("accept_len_simulated") or config.get("accept_mean") is not None:
-                acc_src += " (simulated by the probe)"
-        if cycle is not None and acc is not None:
-            tput = ThroughputModel(
-                acc, cycle, decode_ms, batch, {"cycle": f"mean {cycle_metric}", "accept_len": acc_src}
-            )
-            if decode_ms is not None:
-                tput.sources["decode"] = decode_src
-        else:
+        tput = _throughput_model(launches, header, config, primary, accept_len, decode_ms, decode_src, batch)
+        if tput is None:
             notes.append("no accept_len in this run: pass --accept-len for the throughput model")
     elif decode_ms is None:
         # A plain-decode run explains itself: its cycle is t_decode.
@@ -329,6 +298,57 @@ def explain_run(
     comm = [c for c in comm_shares(run) if c.phase != "cycle"]
     model_d = None if shape is None else {"name": shape.preset, **shape.to_dict()}
     return Explanation(tput, rows, bandwidth, bw_src, model_d, notes, comm)
+
+
+def _baseline_decode(
+    run: dict[str, Any], baseline: dict[str, Any], label: str, baseline_label: str, notes: list[str]
+) -> tuple[float | None, str]:
+    """t_decode from a plain-decode run of the same probe: the mean of its launch means of its primary."""
+    bp = baseline.get("primary") or "cycle"
+    probe, bprobe = (run.get("probe") or {}).get("name"), (baseline.get("probe") or {}).get("name")
+    if probe and bprobe and probe != bprobe:
+        # A collectives sweep's latency is not a decode time: the "speedup" would be meaningless.
+        raise BadInput(
+            f"{baseline_label} is a {bprobe} run and {label} a {probe} run; --baseline takes a "
+            f"plain-decode run of the same probe ({probe} --mode baseline)"
+        )
+    bphases = baseline.get("phases") or []
+    if bphases and bphases != ["decode"]:
+        notes.append(
+            f"{baseline_label} is not a plain-decode run (phases {bphases}); its {bp} used as t_decode"
+        )
+    return _mean_of_launch_means(_ok_launches(baseline), "samples", bp), f"{baseline_label} mean {bp}"
+
+
+def _throughput_model(
+    launches: list[dict[str, Any]],
+    header: dict[str, Any],
+    config: dict[str, Any],
+    primary: str,
+    accept_len: float | None,
+    decode_ms: float | None,
+    decode_src: str,
+    batch: int,
+) -> ThroughputModel | None:
+    """tok/s of this run's cycle and accept length (given or measured); None without an accept length."""
+    # A server run's primary is the inter-token latency; its speculative cycle, where the engine
+    # reported an accept length, is recorded as the "cycle" series.
+    cycle_metric = "cycle" if all("cycle" in (la.get("samples") or {}) for la in launches) else primary
+    cycle = _mean_of_launch_means(launches, "samples", cycle_metric)
+    acc, acc_src = accept_len, "given"
+    if acc is None:
+        acc = _mean_of_launch_means(launches, "values", "accept_len")
+        acc_src = "mean accept_len of the run"
+        if header.get("accept_len_simulated") or config.get("accept_mean") is not None:
+            acc_src += " (simulated by the probe)"
+    if cycle is None or acc is None:
+        return None
+    tput = ThroughputModel(
+        acc, cycle, decode_ms, batch, {"cycle": f"mean {cycle_metric}", "accept_len": acc_src}
+    )
+    if decode_ms is not None:
+        tput.sources["decode"] = decode_src
+    return tput
 
 
 def _bandwidth(launches: list[dict[str, Any]], given: float | None) -> tuple[float, str]:

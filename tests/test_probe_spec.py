@@ -36,7 +36,10 @@ def test_protocol_header_cycles_footer(plain):
     assert h["protocol"] == 1 and h["probe"] == "spec-decode" and h["version"] == "1"
     assert h["config"]["preset"] == "tiny" and h["config"]["context"] == 64 and h["config"]["tp"] == 1
     assert h["primary"] == "cycle" and h["phases"] == ["draft", "verify", "extend"]
-    assert h["units"] == {"cycle": "ms", "draft": "ms", "verify": "ms", "extend": "ms"}
+    assert h["units"] == {"cycle": "ms", "draft": "ms", "verify": "ms", "extend": "ms",
+                          "experts_verify": "experts", "accept_len": "tokens/step"}  # fmt: skip
+    assert h["better"] == {"cycle": "lower", "draft": "lower", "verify": "lower", "extend": "lower",
+                           "experts_verify": "context", "accept_len": "higher"}  # fmt: skip
     assert h["timer"] == "perf_counter" and h["device"]["type"] == "cpu"
     assert h["accept_len_simulated"] is True and "simulated" in h["labels"]["accept_len"]
     assert h["torch"] and h["python"] and h["threads"] == 1

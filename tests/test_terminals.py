@@ -182,7 +182,11 @@ def test_compare_table_fits_80_columns_with_whole_verdicts() -> None:
         "0.006",
         "REGRESSED",
     ]
-    assert table[2].split()[-1] == "INCONCLUSIVE" and table[2].split()[-4:-1] == ["[-21.2,", "+1.2]", "0.181"]
+    # experts_verify (the experts a forward touched) is context: shown apart, no verdict, no Holm slot
+    assert table[2].split()[-1] == "INCONCLUSIVE" and table[2].split()[-4:-1] == ["[-21.2,", "+1.2]", "0.121"]
+    ctx = next(i for i, ln in enumerate(lines) if ln.startswith("context "))
+    assert lines[ctx + 1].split() == ["experts_verify", "23.50", "23.52", "+0.1", "%"]
+    assert not any(ln.startswith("experts_verify") for ln in table)
     assert [ln.split()[-1] for ln in table[1:6]] == [
         "REGRESSED",
         "INCONCLUSIVE",

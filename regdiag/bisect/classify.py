@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import special
 
-from regdiag import stats
+from regdiag import direction, stats
 
 BAD = "BAD"
 GOOD = "GOOD"
@@ -160,13 +160,23 @@ class Regression:
 
 
 def regression(
-    good: Sequence[float], bad: Sequence[float], margin: float, final: bool, level: float = LEVEL
+    good: Sequence[float],
+    bad: Sequence[float],
+    margin: float,
+    final: bool,
+    level: float = LEVEL,
+    better: str = direction.LOWER,
 ) -> Regression:
-    """Is bad slower than good by more than the margin? regdiag.stats' Welch test and verdict rule."""
+    """Is bad worse than good by more than the margin (slower for a time, lower for a bandwidth or a
+    rate: `better` is the metric's direction, regdiag/direction.py)? regdiag.stats' Welch test and
+    verdict rule."""
+    if better == direction.CONTEXT:
+        raise ValueError("a context metric (a setting, not an outcome) has no regression to bisect")
     g = np.log(np.asarray(good, dtype=float))
     b = np.log(np.asarray(bad, dtype=float))
     d, lo, hi, p, _df = stats.welch_core(g, b, level)
-    v = str(stats.verdict_core(d, lo, hi, p, margin, higher_is_better=False, alpha=1 - level))
+    up = better == direction.HIGHER
+    v = str(stats.verdict_core(d, lo, hi, p, margin, higher_is_better=up, alpha=1 - level))
     if v == stats.REGRESSED:
         verdict = REPRODUCED
     elif v in (stats.UNCHANGED, stats.IMPROVED):

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from regdiag import direction
 from regdiag.bisect.envs import Builder, Built
 from regdiag.bisect.factors import Factor
 from regdiag.bisect.failures import BuildFailed, MetricMissing, StepFailed
@@ -154,6 +155,11 @@ class Lab:
         if len(have) < n:
             raise RuntimeError("samples() before ensure()")
         return Sample(key, [la.medians[self.metric] for la in have[:n]])
+
+    def better(self) -> str:
+        """The metric's direction as a measured launch declared it, else the unit/name fallback."""
+        ways = {la.better for lst in self.journal.launches.values() for la in lst if la.better}
+        return ways.pop() if len(ways) == 1 else direction.inferred(self.metric, "")
 
     def launches(self, p: Point, n: int | None = None) -> list[Launch]:
         have = self.journal.launches.get(self.key(p), [])

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from regdiag import direction
 from regdiag.bisect.failures import (
     CannotTest,
     LaunchFailed,
@@ -45,6 +46,7 @@ class Launch:
     returncode: int
     error: str | None = None
     failure: str | None = None  # the kind of regdiag.bisect.failures class of a failed launch
+    better: str | None = None  # the metric's direction as the probe declared it (regdiag/direction.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +57,7 @@ class Launch:
             "returncode": self.returncode,
             "error": self.error,
             "failure": self.failure,
+            "better": self.better,
         }
 
     def failed(self) -> StepFailed | None:
@@ -75,6 +78,7 @@ class Launch:
             returncode=int(d.get("returncode") or 0),
             error=d.get("error"),
             failure=d.get("failure"),
+            better=d.get("better"),
         )
 
 
@@ -129,4 +133,4 @@ def run_launch(
         have = ", ".join(meds) or "none"
         why = f"no metric {metric!r} in the output (has {have})"
         return Launch("error", meds, 0, took, rc, why, MetricMissing.kind)
-    return Launch("ok", meds, n, took, rc)
+    return Launch("ok", meds, n, took, rc, better=direction.of_header(metric, stream.header))

@@ -138,7 +138,7 @@ class Search:
                     raise SideFailed(side, got.failure)
             assert g.values is not None and b.values is not None  # a Sample has values or a failure
             final = n >= self.o.max_launches
-            r = C.regression(g.values, b.values, self.o.margin, final)
+            r = C.regression(g.values, b.values, self.o.margin, final, better=self.lab.better())
             if r.verdict != C.MORE:
                 self._decide(what, r.verdict, r, {"good": good, "bad": bad})
                 return r
@@ -254,7 +254,7 @@ class Search:
         a, b = self.lab.samples(points[lo], n), self.lab.samples(points[hi], n)
         if a.values is None or b.values is None:
             return False
-        r = C.regression(a.values, b.values, self.o.margin, final=True)
+        r = C.regression(a.values, b.values, self.o.margin, final=True, better=self.lab.better())
         self._decide(f"{what} residual [{lo}..{hi}]", r.verdict, r, {"good": points[lo], "bad": points[hi]})
         return r.verdict == C.REPRODUCED
 

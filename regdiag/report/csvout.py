@@ -25,7 +25,7 @@ def _write(rows: list[list[Any]], out: Out) -> None:
 
 def compare(c: Comparison, out: Out) -> None:
     rows: list[list[Any]] = [list(COMPARE_COLUMNS)]
-    for m in c.metrics:
+    for m in [*c.metrics, *c.context]:  # a context metric: role "context", no p and no verdict
         e = m.estimate
         nums = [e.old_center, e.new_center, e.ratio, e.lo, e.hi] if e is not None else [None] * 5
         rows.append([m.name, m.role, m.unit, *nums, m.p_adjusted, m.verdict, m.note])

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from regdiag.comm import CommShare
-from regdiag.explain import Explanation, PhaseRoofline
+from regdiag.explain import Explanation, PhaseRoofline, ThroughputModel
 from regdiag.report.registry import Out
 
 
@@ -49,58 +49,10 @@ def _bw(e: Explanation) -> str:
 
 
 def terminal(e: Explanation, console: Console) -> None:
-    t = e.throughput
-    if t is not None:
-        lines = t.summary()
-        style = (
-            "bold red" if (t.speedup is not None and t.speedup < 1) else "bold green" if t.speedup else "bold"
-        )
-        console.print(lines[-1], style=style, highlight=False)
-        for line in lines[:-1]:
-            console.print(line, highlight=False)
-        src = ", ".join(f"{k}: {v}" for k, v in t.sources.items())
-        console.print(f"from {src}", style="dim", highlight=False)
+    if e.throughput is not None:
+        _throughput(e.throughput, console)
     if e.phases:
-        table = Table(box=None, header_style="bold", title=f"roofline at {_bw(e)}", title_justify="left")
-        for col in (
-            "phase",
-            "tokens",
-            "experts",
-            "bytes",
-            "floor",
-            "measured",
-            "achieved",
-            "mode",
-        ):
-            table.add_column(col, justify="right" if col not in ("phase", "mode") else "left", no_wrap=True)
-        # Notes go under the table, numbered: a sentence in a cell wraps into a column of single words.
-        notes: list[str] = []
-        for p in e.phases:
-            mark = ""
-            if p.note:
-                notes.append(p.note)
-                mark = f" [{len(notes)}]"
-            table.add_row(
-                p.phase,
-                str(p.tokens),
-                _experts(p),
-                _gb(p.bytes),
-                _ms(p.floor_ms),
-                _ms(p.measured_ms),
-                _frac(p),
-                _graph(p) + mark,
-                style="yellow" if p.launch_bound else None,
-            )
-        console.print(table)
-        console.print(
-            "  experts: distinct routed experts read per MoE layer; bytes: read per rank per forward",
-            style="dim",
-            highlight=False,
-        )
-        for i, text in enumerate(notes, 1):
-            console.print(f"  [{i}] {text}", highlight=False, markup=False)
-        if physics := e.physics_line():
-            console.print(physics, highlight=False)
+        _roofline(e, console)
     if e.comm:
         table = Table(
             box=None, header_style="bold", title="communication, measured (TP > 1)", title_justify="left"
@@ -113,6 +65,52 @@ def terminal(e: Explanation, console: Console) -> None:
         console.print(table)
     for n in e.notes:
         console.print(f"note: {n}", style="dim", highlight=False)
+
+
+def _throughput(t: ThroughputModel, console: Console) -> None:
+    """The speedup line first (red when speculation loses), then the model's lines and its sources."""
+    lines = t.summary()
+    style = "bold red" if (t.speedup is not None and t.speedup < 1) else "bold green" if t.speedup else "bold"
+    console.print(lines[-1], style=style, highlight=False)
+    for line in lines[:-1]:
+        console.print(line, highlight=False)
+    src = ", ".join(f"{k}: {v}" for k, v in t.sources.items())
+    console.print(f"from {src}", style="dim", highlight=False)
+
+
+def _roofline(e: Explanation, console: Console) -> None:
+    """The per-phase roofline table, its numbered notes and the physics line."""
+    table = Table(box=None, header_style="bold", title=f"roofline at {_bw(e)}", title_justify="left")
+    for col in ("phase", "tokens", "experts", "bytes", "floor", "measured", "achieved", "mode"):
+        table.add_column(col, justify="right" if col not in ("phase", "mode") else "left", no_wrap=True)
+    # Notes go under the table, numbered: a sentence in a cell wraps into a column of single words.
+    notes: list[str] = []
+    for p in e.phases:
+        mark = ""
+        if p.note:
+            notes.append(p.note)
+            mark = f" [{len(notes)}]"
+        table.add_row(
+            p.phase,
+            str(p.tokens),
+            _experts(p),
+            _gb(p.bytes),
+            _ms(p.floor_ms),
+            _ms(p.measured_ms),
+            _frac(p),
+            _graph(p) + mark,
+            style="yellow" if p.launch_bound else None,
+        )
+    console.print(table)
+    console.print(
+        "  experts: distinct routed experts read per MoE layer; bytes: read per rank per forward",
+        style="dim",
+        highlight=False,
+    )
+    for i, text in enumerate(notes, 1):
+        console.print(f"  [{i}] {text}", highlight=False, markup=False)
+    if physics := e.physics_line():
+        console.print(physics, highlight=False)
 
 
 def markdown(e: Explanation) -> str:

@@ -37,7 +37,7 @@ def render(
     c: Comparison, old_run: dict[str, Any], new_run: dict[str, Any], old_name: str = "", new_name: str = ""
 ) -> str:
     parts = _head(c, old_name, new_name)
-    parts += _metrics_table(c)
+    parts += _sizes_table(c) + _metrics_table(c) + _context_table(c)
     parts += _attribution(c)
     parts += _plots(c, old_run, new_run)
     parts += _environment(c)
@@ -71,11 +71,13 @@ def _head(c: Comparison, old_name: str, new_name: str) -> list[str]:
 
 def _metrics_table(c: Comparison) -> list[str]:
     e = escape
+    if not T.listed(c):
+        return []
     parts = [
         f"<table><tr><th>metric</th><th>old</th><th>new</th><th>change</th><th>{100 * c.level:g} % CI</th>"
         "<th>p (Holm)</th><th>verdict</th><th></th></tr>"
     ]
-    for m in c.metrics:
+    for m in T.listed(c):
         est = m.estimate
         unit = f" {m.unit}" if m.unit else ""
         if est is None:
@@ -97,6 +99,50 @@ def _metrics_table(c: Comparison) -> list[str]:
                 ["", "n", "n", "n", "n", "n", "", "dim"],
             )
         )
+    parts.append("</table>")
+    return parts
+
+
+def _verdict(v: str) -> str:
+    return f"<span class='verdict {escape(v)}'>{escape(v)}</span>" if v != "-" else "-"
+
+
+def _sizes_table(c: Comparison) -> list[str]:
+    """A collectives sweep, one row per message: latency and busbw, each with its verdict."""
+    if not c.sizes:
+        return []
+    lat = escape(c.sizes[0].latency.unit)
+    heads = [
+        "size",
+        f"old {lat}",
+        f"new {lat}",
+        "change",
+        "verdict",
+        "old busbw",
+        "new busbw",
+        "change",
+        "verdict",
+    ]
+    parts = ["<h2>Per message</h2><table><tr>" + "".join(f"<th>{h}</th>" for h in heads) + "</tr>"]
+    for r in c.sizes:
+        lo, ln, lc, lv = T.cell_txt(r.latency)
+        bo, bn, bc, bv = T.cell_txt(r.busbw)
+        cells = [escape(T.size_txt(c, r)), lo, ln, lc, _verdict(lv), bo, bn, bc, _verdict(bv)]
+        parts.append(_row(cells, ["", "n", "n", "n", "", "n", "n", "n", ""]))
+    parts.append("</table>")
+    return parts
+
+
+def _context_table(c: Comparison) -> list[str]:
+    """Settings and conditions of the measurement: how they moved, no verdict."""
+    if not c.context:
+        return []
+    parts = [
+        "<h2>Context</h2><p class='dim'>settings and conditions of the measurement, not outcomes: no verdict</p>",
+        "<table><tr><th>context</th><th>old</th><th>new</th><th>change</th></tr>",
+    ]
+    for m in c.context:
+        parts.append(_row([escape(m.name), *(escape(x) for x in T.context_txt(m))], ["", "n", "n", "n"]))
     parts.append("</table>")
     return parts
 

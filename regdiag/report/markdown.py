@@ -26,10 +26,39 @@ def render(c: Comparison, old_name: str = "", new_name: str = "") -> str:
         f"{c.old.launches_used} launches, {c.old.created or '?'})",
         f"- new: `{new_name or c.new.label}` ({c.new.probe}, {c.new.launches_used} launches, {c.new.created or '?'})",
         "",
+    ]
+    out += _sizes(c) + _metrics(c) + _context(c)
+    out += _attribution(c)
+    if c.throughput is not None:
+        out.append("- " + T.throughput_line(c.throughput))
+        if cc := T.crosscheck_line(c.throughput):
+            out.append("- " + cc)
+    for line in (T.noise_line(c), T.clocks_line(c)):
+        if line:
+            out.append("- " + line)
+    out.append("")
+    out += _environment(c)
+    for w in c.warnings:
+        out.append(f"- warning: {_cell(w)}")
+    for n in c.notes:
+        out.append(f"- note: {_cell(n)}")
+    method = "Welch's t on log launch medians" if c.method == stats.WELCH else "hierarchical bootstrap"
+    out.append(
+        f"\n<sub>regdiag compare: {method}; primary at {100 * c.level:g} %, other metrics Holm-adjusted; "
+        f"margin {T.margin_txt(c.margin)}.</sub>"
+    )
+    return "\n".join(out) + "\n"
+
+
+def _metrics(c: Comparison) -> list[str]:
+    out = [
         f"| metric | old | new | change | {100 * c.level:g} % CI | p (Holm) | verdict |",
         "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    for m in c.metrics:
+    listed = T.listed(c)
+    if not listed:
+        return []
+    for m in listed:
         e = m.estimate
         unit = f" {m.unit}" if m.unit else ""
         name = f"**{m.name}**" if m.role == "primary" else m.name
@@ -41,52 +70,70 @@ def render(c: Comparison, old_name: str = "", new_name: str = "") -> str:
             f"| {T.ci(e.lo, e.hi)} | {T.pval(m.p_adjusted)} | {m.verdict} |"
         )
     out.append("")
+    return out
+
+
+def _sizes(c: Comparison) -> list[str]:
+    """A collectives sweep, one row per message: latency and busbw, each with its verdict."""
+    if not c.sizes:
+        return []
+    lat = c.sizes[0].latency.unit
+    out = [
+        f"| size | old {lat} | new {lat} | change | verdict | old busbw | new busbw | change | verdict |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | --- |",
+    ]
+    for r in c.sizes:
+        cells = [T.size_txt(c, r), *T.cell_txt(r.latency), *T.cell_txt(r.busbw)]
+        out.append("| " + " | ".join(_cell(x) for x in cells) + " |")
+    return out + [""]
+
+
+def _context(c: Comparison) -> list[str]:
+    """Settings and conditions of the measurement: how they moved, no verdict."""
+    if not c.context:
+        return []
+    out = ["Context (settings and conditions of the measurement, not outcomes: no verdict):", ""]
+    out += ["| context | old | new | change |", "| --- | ---: | ---: | ---: |"]
+    out += [
+        f"| {_cell(m.name)} | " + " | ".join(_cell(x) for x in T.context_txt(m)) + " |" for m in c.context
+    ]
+    return out + [""]
+
+
+def _attribution(c: Comparison) -> list[str]:
     a = c.attribution
-    if a is not None:
-        out += [
-            f"Attribution (launch means, {a.unit}):",
-            "",
-            "| part | old | new | delta | CI | share |",
-            "| --- | ---: | ---: | ---: | ---: | ---: |",
-        ]
-        ad = T.attribution_decimals(a)
-        for t in [a.total, *a.terms]:
-            rng = "-" if t.lo is None else f"[{T.fixed(t.lo, ad, True)}, {T.fixed(t.hi, ad, True)}]"
-            share = "" if t is a.total else fmt_share(t.share)
-            name = f"**{t.name}**" if t.name == a.dominant else t.name
-            out.append(
-                f"| {name} | {T.fixed(t.old, ad)} | {T.fixed(t.new, ad)} | {T.fixed(t.delta, ad, True)} | {rng} | {share} |"
-            )
-        out.append("")
-    if c.throughput is not None:
-        out.append("- " + T.throughput_line(c.throughput))
-        if cc := T.crosscheck_line(c.throughput):
-            out.append("- " + cc)
-    for line in (T.noise_line(c), T.clocks_line(c)):
-        if line:
-            out.append("- " + line)
+    if a is None:
+        return []
+    out = [
+        f"Attribution (launch means, {a.unit}):",
+        "",
+        "| part | old | new | delta | CI | share |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    ad = T.attribution_decimals(a)
+    for t in [a.total, *a.terms]:
+        rng = "-" if t.lo is None else f"[{T.fixed(t.lo, ad, True)}, {T.fixed(t.hi, ad, True)}]"
+        share = "" if t is a.total else fmt_share(t.share)
+        name = f"**{t.name}**" if t.name == a.dominant else t.name
+        out.append(
+            f"| {name} | {T.fixed(t.old, ad)} | {T.fixed(t.new, ad)} | {T.fixed(t.delta, ad, True)} | {rng} | {share} |"
+        )
     out.append("")
-    if c.env_diff:
-        out += [f"Environment: {c.env_note}, most likely first:", ""]
-        out += ["| what | old | new | why |", "| --- | --- | --- | --- |"]
-        for item in c.env_diff:
-            out.append(
-                f"| {item.get('group')}.{_cell(str(item.get('field')))} | {_cell(str(item.get('old')))} "
-                f"| {_cell(str(item.get('new')))} | {_cell(str(item.get('why') or ''))} |"
-            )
-        out.append("")
-    else:
-        out += [f"Environment: {c.env_note}.", ""]
-    for w in c.warnings:
-        out.append(f"- warning: {_cell(w)}")
-    for n in c.notes:
-        out.append(f"- note: {_cell(n)}")
-    method = "Welch's t on log launch medians" if c.method == stats.WELCH else "hierarchical bootstrap"
-    out.append(
-        f"\n<sub>regdiag compare: {method}; primary at {100 * c.level:g} %, other metrics Holm-adjusted; "
-        f"margin {T.margin_txt(c.margin)}.</sub>"
-    )
-    return "\n".join(out) + "\n"
+    return out
+
+
+def _environment(c: Comparison) -> list[str]:
+    if not c.env_diff:
+        return [f"Environment: {c.env_note}.", ""]
+    out = [f"Environment: {c.env_note}, most likely first:", ""]
+    out += ["| what | old | new | why |", "| --- | --- | --- | --- |"]
+    for item in c.env_diff:
+        out.append(
+            f"| {item.get('group')}.{_cell(str(item.get('field')))} | {_cell(str(item.get('old')))} "
+            f"| {_cell(str(item.get('new')))} | {_cell(str(item.get('why') or ''))} |"
+        )
+    out.append("")
+    return out
 
 
 def render_out(c: Comparison, out: Out) -> None:

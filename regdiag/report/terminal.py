@@ -25,6 +25,21 @@ ENV_LIMIT = 8
 
 
 def render(c: Comparison, console: Console, old_name: str = "", new_name: str = "") -> None:
+    _headline(c, console, old_name, new_name)
+    if c.sizes:
+        console.print(_sizes_table(c))
+    if T.listed(c):
+        console.print(_metrics_table(c))
+    if c.context:
+        console.print(_context_table(c))
+        console.print(
+            "context: settings and conditions of the measurement, not outcomes: no verdict", style="dim"
+        )
+    _details(c, console)
+
+
+def _headline(c: Comparison, console: Console, old_name: str, new_name: str) -> None:
+    """The verdict, the PHANTOM doubts, the machines, the dominant phase, tok/s and which runs."""
     head = T.headline(c)
     verdict, _, rest = head.partition(": ")
     line = Text()
@@ -48,6 +63,15 @@ def render(c: Comparison, console: Console, old_name: str = "", new_name: str = 
     )
     console.print(f"new: {new_name or c.new.label} ({c.new.created or '?'})", style="dim", highlight=False)
 
+
+def _verdict_text(verdict: str | None) -> Text:
+    if verdict is None:
+        return Text("context", style="dim")
+    return Text(verdict, style=STYLE.get(verdict, "").replace("on red", "").replace("on green", "").strip())
+
+
+def _metrics_table(c: Comparison) -> Table:
+    """One row per metric: old, new, change, CI, p, verdict."""
     # At 80 columns (a CI log) the CI and the verdict stay whole on one line; the rest may wrap.
     table = Table(box=None, pad_edge=False, header_style="bold", collapse_padding=True)
     table.add_column("metric", overflow="fold")
@@ -57,7 +81,7 @@ def render(c: Comparison, console: Console, old_name: str = "", new_name: str = 
     table.add_column(f"{100 * c.level:g} % CI", justify="right", no_wrap=True)
     table.add_column("p (Holm)", justify="right")
     table.add_column("verdict", no_wrap=True, min_width=len("INCONCLUSIVE"))
-    for m in c.metrics:
+    for m in T.listed(c):
         e = m.estimate
         unit = f" {m.unit}" if m.unit else ""
         name = m.name if m.role != "primary" else f"[bold]{m.name}[/bold]"
@@ -71,10 +95,58 @@ def render(c: Comparison, console: Console, old_name: str = "", new_name: str = 
             T.pct(e.ratio),
             T.ci(e.lo, e.hi),
             T.pval(m.p_adjusted),
-            Text(m.verdict, style=STYLE[m.verdict].replace("on red", "").replace("on green", "").strip()),
+            _verdict_text(m.verdict),
         )
-    console.print(table)
+    return table
 
+
+def _sizes_table(c: Comparison) -> Table:
+    """A collectives sweep as nccl-tests prints it: one row per size, latency and busbw each judged."""
+    lat_unit = c.sizes[0].latency.unit
+    table = Table(box=None, pad_edge=False, header_style="bold", collapse_padding=True)
+    table.add_column("size", no_wrap=True)
+    for col in (f"old {lat_unit}", f"new {lat_unit}", "change"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True, min_width=len("INCONCLUSIVE"))
+    bw_unit = next((r.busbw.unit for r in c.sizes if r.busbw is not None), "GB/s")
+    table.title = f"per message: latency in {lat_unit}, busbw in {bw_unit}, each with its verdict"
+    table.title_justify, table.title_style = "left", "bold"
+    for col in ("old busbw", "new busbw"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True, min_width=len("INCONCLUSIVE"))
+    labels = any(r.label for r in c.sizes)
+    if labels:
+        table.add_column("message", overflow="fold")
+    for r in c.sizes:
+        lo, ln, lc, lv = T.cell_txt(r.latency)
+        bo, bn, _bc, bv = T.cell_txt(r.busbw)
+        cells: list[str | Text] = [
+            T.size_txt(c, r),
+            lo,
+            ln,
+            lc,
+            _verdict_text(lv),
+            bo,
+            bn,
+            _verdict_text(bv),
+        ]
+        table.add_row(*cells, *([r.label] if labels else []))
+    return table
+
+
+def _context_table(c: Comparison) -> Table:
+    """Settings and conditions of the measurement (running_req, tp_rank, ...): how they moved, no verdict."""
+    table = Table(box=None, pad_edge=False, header_style="dim", style="dim", collapse_padding=True)
+    table.add_column("context", justify="left")
+    for col in ("old", "new", "change"):
+        table.add_column(col, justify="right")
+    for m in c.context:
+        table.add_row(m.name, *T.context_txt(m))
+    return table
+
+
+def _details(c: Comparison, console: Console) -> None:
+    """Under the table: attribution, noise, clocks, the environment, warnings, notes and the method."""
     if c.attribution is not None:
         console.print("attribution: " + T.attribution_line(c.attribution), highlight=False)
     if c.throughput is not None and (cc := T.crosscheck_line(c.throughput)):

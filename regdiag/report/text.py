@@ -7,6 +7,7 @@ import math
 from regdiag import stats
 from regdiag.attribution import Attribution, Term, Throughput
 from regdiag.compare import Comparison, MetricResult
+from regdiag.sizes import Cell, SizeRow
 
 
 def num(x: float | None, digits: int = 4) -> str:
@@ -190,3 +191,50 @@ def env_item(item: dict[str, object]) -> str:
 def config_txt(config: dict[str, object], limit: int = 6) -> str:
     items = [f"{k}={v}" for k, v in list(config.items())[:limit]]
     return " ".join(items) + (" ..." if len(config) > limit else "")
+
+
+def covered(c: Comparison) -> set[str]:
+    """The metrics the per-size rows of a collectives comparison already show."""
+    return {n for r in c.sizes for n in r.metrics}
+
+
+def listed(c: Comparison) -> list[MetricResult]:
+    """The metrics of the flat table: all of them, less those a per-size row shows."""
+    skip = covered(c)
+    return [m for m in c.metrics if m.name not in skip]
+
+
+def size_txt(c: Comparison, r: SizeRow) -> str:
+    """The first cell of a per-size row: 4 MiB, with the op and the mode where the sweep has several."""
+    out = human_bytes(r.bytes)
+    if len({x.op for x in c.sizes}) > 1:
+        out = f"{r.op} {out}"
+    if len({x.mode for x in c.sizes}) > 1:
+        out += f" {r.mode}"
+    return out
+
+
+def human_bytes(n: int) -> str:
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k} {unit}"
+    return f"{n} B"
+
+
+def cell_txt(cell: Cell | None) -> tuple[str, str, str, str]:
+    """old, new, change, verdict of one side of a per-size row ("-" where there is nothing)."""
+    if cell is None or cell.old is None or cell.new is None:
+        return "-", "-", "-", "-" if cell is None else str(cell.verdict)
+    d = decimals(cell.old, cell.new)
+    ratio = None if cell.change is None else 1.0 + cell.change
+    return fixed(cell.old, d), fixed(cell.new, d), pct(ratio), str(cell.verdict)
+
+
+def context_txt(m: MetricResult) -> tuple[str, str, str]:
+    """old, new and change of a context metric (a setting: no CI, no verdict)."""
+    e = m.estimate
+    if e is None:
+        return "-", "-", m.note
+    unit = f" {m.unit}" if m.unit else ""
+    d = decimals(e.old_center, e.new_center)
+    return fixed(e.old_center, d) + unit, fixed(e.new_center, d) + unit, pct(e.ratio)

@@ -20,6 +20,7 @@ import os
 import statistics
 from typing import Any
 
+from regdiag.direction import LOG_METRICS, SERVER_METRICS, declare
 from regdiag.runs import new_run, now_iso
 from regdiag.server.client import Endpoint, RequestResult
 from regdiag.server.logparse import LogParse
@@ -52,6 +53,7 @@ def server_run(
         },
     )
     run["phases_sum_to_primary"] = False
+    declare(run, SERVER_METRICS)  # unit and which way is better, per metric: regdiag/direction.py
     return run
 
 
@@ -341,5 +343,6 @@ def log_run(config: dict[str, Any]) -> dict[str, Any]:
         units={"itl": "ms", "cycle": "ms", "gen_tok_s": "tok/s", "accept_len": "tokens/step"},
     )
     run["phases_sum_to_primary"] = False
+    declare(run, LOG_METRICS)  # unit and which way is better, per metric: regdiag/direction.py
     run["ingested"] = now_iso()
     return run
