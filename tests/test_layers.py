@@ -82,3 +82,33 @@ def test_the_bisect_machinery_never_names_a_factor_kind(name):
     assert [
         ast.unparse(c) for c, xs in operands if any(map(is_kind, xs)) and any(map(is_named_kind, xs))
     ] == []
+
+
+# A function whose body runs past this many lines is doing several jobs: split it where the jobs meet.
+# Declarations are not bodies: a typer command's option list is its signature, and an argparse
+# parser's add_argument calls are one declaration each.
+MAX_BODY_LINES = 60
+
+
+def _body_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    body = list(fn.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    lines: set[int] = set()
+    for stmt in body:
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if isinstance(call, ast.Call) and getattr(call.func, "attr", "") == "add_argument":
+            continue
+        lines.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    return len(lines)
+
+
+def test_no_function_body_runs_past_sixty_lines():
+    long = []
+    for path in _files("regdiag") + _files("probes"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = _body_lines(node)
+                if n > MAX_BODY_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
+    assert long == []
