@@ -303,7 +303,8 @@ def compare_runs(
     one_sided_ok = allow_mismatch or {po.get("name"), pn.get("name")} == LOG_AND_SERVER
     names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, one_sided_ok, warnings)
     how = _Method(method, level, margin, n_boot, np.random.default_rng(seed), paired)
-    results, context = _verdicts(names, lo_, ln_, units, better, how)
+    derived = _derived(old, new)
+    results, context = _verdicts(names, lo_, ln_, units, better, how, derived)
     verdict = _overall(results, primary)
     att = _attribution(old, new, lo_, ln_, primary, phases, names, units, how, notes)
     batch = (_batch(po), _batch(pn))
@@ -728,6 +729,7 @@ def _verdicts(
     units: dict[str, str],
     better: dict[str, str],
     how: _Method,
+    derived: dict[str, str] | None = None,
 ) -> tuple[list[MetricResult], list[MetricResult]]:
     """The judged metrics, each with its verdict (Holm across the secondaries), and the context metrics
     (settings such as running_req or tp_rank): their change is shown, they take no verdict and no place
@@ -744,20 +746,44 @@ def _verdicts(
     if not judged:
         what = ", ".join(m.name for m in context)
         raise BadInput(f"nothing to judge: every metric the runs share is context ({what})")
-    _decide(judged, how.margin, how.level)
+    _decide(judged, how.margin, how.level, derived or {})
     return judged, context
 
 
-def _decide(results: list[MetricResult], margin: float, level: float) -> None:
-    """Primary at its own level; every other metric Holm-adjusted as one family."""
+def _derived(old: dict[str, Any], new: dict[str, Any]) -> dict[str, str]:
+    """metric -> the metric it is computed from (a bandwidth from its time), as the records declare it."""
+    out: dict[str, str] = {}
+    for run in (new, old):  # OLD's word wins, as for directions
+        raw = run.get("derived")
+        if isinstance(raw, dict):
+            out.update({str(k): str(v) for k, v in raw.items() if isinstance(v, str)})
+    return out
+
+
+def _decide(results: list[MetricResult], margin: float, level: float, derived: dict[str, str]) -> None:
+    """Primary at its own level; every other metric Holm-adjusted as one family. A metric computed from
+    another (algbw_64KiB = bytes / ar_64KiB) is the same test, not one more: it takes its source's
+    adjusted p and stays out of the family, which would otherwise grow threefold for nothing."""
+    by_name = {m.name: m for m in results}
+    follows = {m.name: by_name[derived[m.name]] for m in results if derived.get(m.name) in by_name}
     secondary: list[tuple[MetricResult, float]] = [
         (m, m.estimate.p)
         for m in results
-        if m.role != "primary" and m.estimate is not None and m.estimate.p is not None
+        if m.role != "primary"
+        and m.name not in follows
+        and m.estimate is not None
+        and m.estimate.p is not None
     ]
     adjusted = stats.holm([p for _m, p in secondary])
     for (m, _p), p in zip(secondary, adjusted, strict=True):
         m.p_adjusted = p
+    for name, src in follows.items():
+        m = by_name[name]
+        if m.estimate is not None and m.estimate.p is not None:
+            m.p_adjusted = (
+                src.p_adjusted if src.p_adjusted is not None else src.estimate.p if src.estimate else None
+            )
+            m.note = m.note or f"computed from {src.name}: tested with it"
     for m in results:
         if m.role == "primary" and m.estimate is not None:
             m.p_adjusted = m.estimate.p

@@ -242,3 +242,18 @@ def test_runs_that_disagree_on_a_direction_are_warned_and_old_wins(cpu_run):
     c = compare_runs(cpu_run, new)
     assert any("disagree on which way is better for algbw_4KiB" in w for w in c.warnings)
     assert c.metric("algbw_4KiB").higher_is_better
+
+
+def test_a_bandwidth_is_tested_with_the_time_it_is_computed_from(cpu_run):
+    """algbw_/busbw_ are bytes / time: one test, not three. They take their time's adjusted p and stay
+    out of the Holm family; a record that does not declare `derived` keeps them in it."""
+    assert cpu_run["derived"]["busbw_256KiB"] == "ar_256KiB"
+    c = compare_runs(cpu_run, _scaled(cpu_run, FAR))
+    for bw, src in cpu_run["derived"].items():
+        m, s = c.metric(bw), c.metric(src)
+        assert m.p_adjusted == s.p_adjusted and f"computed from {src}" in m.note
+    undeclared = copy.deepcopy(cpu_run)
+    undeclared.pop("derived")
+    c2 = compare_runs(undeclared, _scaled(undeclared, FAR))
+    # three times the family: each bandwidth now pays for its own slot in Holm's correction
+    assert c2.metric("busbw_4KiB").p_adjusted > c.metric("busbw_4KiB").p_adjusted
