@@ -826,17 +826,40 @@ def _side_info(run: dict[str, Any], label: str, used: list[dict[str, Any]], skip
 
 
 def _env_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str]:
-    """The snapshot diff, most likely culprits first (regdiag.snapshot.diff), when both sides have one."""
+    """The snapshot diff, most likely culprits first (regdiag.snapshot.diff), when both sides have one;
+    plus the variables the probe's ranks saw (its header's `env`) where they differ and the snapshots do
+    not say so: an A/B run's sides, or a variable set for the probe only, differ there alone."""
+    from regdiag.snapshot.diff import diff_env, diff_snapshots
+
+    ranks = diff_env(_launch_env(old), _launch_env(new), "the probe's ranks (launch header)")
     so, sn = old.get("snapshot_before"), new.get("snapshot_before")
     if not isinstance(so, dict) or not isinstance(sn, dict):
         missing = [lbl for lbl, s in (("old", so), ("new", sn)) if not isinstance(s, dict)]
+        if ranks:
+            return (
+                ranks,
+                f"{_differences(ranks)} in what the probe's ranks saw (no environment snapshot in the {' and '.join(missing)} run)",
+            )
         return None, f"no environment snapshot in the {' and '.join(missing)} run"
-    from regdiag.snapshot.diff import diff_snapshots
-
-    items = diff_snapshots(so, sn)
+    items = list(diff_snapshots(so, sn))
+    seen = {(it["group"], it["field"]) for it in items}
+    items += [it for it in ranks if (it["group"], it["field"]) not in seen]
     if not items:
-        return [], "environments identical (as far as the snapshots see)"
-    return list(items), f"{len(items)} environment difference{'s' if len(items) != 1 else ''}"
+        return [], "environments identical (as far as the snapshots and the probe's ranks see)"
+    return items, _differences(items)
+
+
+def _differences(items: list[dict[str, Any]]) -> str:
+    return f"{len(items)} environment difference{'s' if len(items) != 1 else ''}"
+
+
+def _launch_env(run: dict[str, Any]) -> dict[str, str]:
+    """The variables the first launch's ranks saw, as its header recorded them (already redacted)."""
+    for la in run.get("launches") or []:
+        env = (la.get("header") or {}).get("env") if isinstance(la, dict) else None
+        if isinstance(env, dict):
+            return {str(k): str(v) for k, v in env.items()}
+    return {}
 
 
 def _is_machine_item(item: dict[str, Any]) -> bool:

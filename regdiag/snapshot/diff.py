@@ -296,6 +296,24 @@ def diff_snapshots(
     return items
 
 
+def diff_env(old: dict[str, str], new: dict[str, str], source: str) -> list[dict[str, Any]]:
+    """Items for two sets of variables read somewhere other than a snapshot (what a probe's ranks saw,
+    from its header), ranked like the snapshot's env items; `source` says where they were read."""
+    items = []
+    for name in sorted(set(old) | set(new)):
+        va, vb = old.get(name, ABSENT), new.get(name, ABSENT)
+        if va == vb:
+            continue
+        rank, order, why = _classify("env", name, va if va != ABSENT else vb)
+        change = "added" if va == ABSENT else "removed" if vb == ABSENT else "changed"
+        items.append({"group": "env", "field": name, "old": va, "new": vb, "change": change, "rank": rank,
+                      "why": WHY[why], "source": {"old": source, "new": source}, "_order": order})  # fmt: skip
+    items.sort(key=lambda it: (it["rank"], it["_order"], it["field"]))
+    for it in items:
+        del it["_order"]
+    return items
+
+
 def _env_meta(snapshot: dict[str, Any]) -> dict[str, Any]:
     g = (snapshot.get("groups") or {}).get("env") or {}
     src = g.get("sources")
