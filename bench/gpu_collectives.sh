@@ -19,7 +19,7 @@ export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 REGDIAG_HOME=$
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 START=$SECONDS
 BUDGET=${BUDGET:-450} # seconds; optional steps are skipped past it so the whole stays under 8 minutes
-LOG=$OUT/log.txt NT=$OUT/nccl-tests.txt ENVF=$OUT/env.txt BUILD=$OUT/build
+LOG=$OUT/log.txt NT=$OUT/${NT_NAME:-nccl-tests.txt} ENVF=$OUT/env.txt BUILD=$OUT/build
 mkdir -p "$OUT"
 : >"$LOG"
 : >"$NT"
@@ -97,9 +97,15 @@ MIN=${MIN:-1K} MAX=${MAX:-256M} # the sweep, the same on both sides (smaller one
 SWEEP="-b $MIN -e $MAX -f 2 -g 2 -n 50 -w 5 -c 0"
 PROBE="--tp 2 --sizes $MIN:$MAX --iters 50 --reps 5 --warmup 5 --target-ms 1000 --launches ${LAUNCHES:-4} --no-snapshot"
 
+# SECTIONS picks what runs (default all): ar (all-reduce: default, nomix, p2p-off, --api torch, the
+# compare), ops (reduce-scatter and all-to-all, default NCCL), model (the kimi-k2 sizes).
+SECTIONS=${SECTIONS:-ar ops model}
+on() { case " $SECTIONS " in *" $1 "*) return 0 ;; esac; return 1; }
+perf() { [ "$1" = all_to_all ] && echo alltoall_perf || echo "$1_perf"; } # nccl-tests' binary per op
+
 # nomix: NCCL_GRAPH_MIXING_SUPPORT=0 on both sides. NCCL's support for graph and non-graph calls in
 # flight together costs every call in a multi-process job microseconds (bench/gpu_graph_gap.sh).
-for variant in default nomix p2p-off; do
+on ar && for variant in default nomix p2p-off; do
   envv=""
   [ $variant = p2p-off ] && envv="NCCL_P2P_DISABLE=1"
   [ $variant = nomix ] && envv="NCCL_GRAPH_MIXING_SUPPORT=0"
@@ -110,19 +116,31 @@ for variant in default nomix p2p-off; do
   left "probe $variant" && rd "$envv" probe collectives $PROBE -o "$OUT/coll-$variant.json"
 done
 # The same sweep through torch.distributed: how much of a small message's time is torch's, not NCCL's.
-log "default: regdiag probe collectives --api torch"
-left "probe default --api torch" && rd "" probe collectives $PROBE --api torch -o "$OUT/coll-default-torch.json"
+if on ar && left "probe default --api torch"; then
+  log "default: regdiag probe collectives --api torch"
+  rd "" probe collectives $PROBE --api torch -o "$OUT/coll-default-torch.json"
+fi
 
-log "compare default vs NCCL_P2P_DISABLE=1"
-if [ -f "$OUT/coll-default.json" ] && [ -f "$OUT/coll-p2p-off.json" ]; then
+# The other collectives, default NCCL: rs (reduce_scatter_perf), aa (alltoall_perf), out of place.
+for op in reduce_scatter all_to_all; do
+  on ops || break
+  tag=$([ $op = all_to_all ] && echo aa || echo rs)
+  log "$op: nccl-tests $(perf $op), eager and -G 10; regdiag probe collectives --op $op"
+  nt "$tag-default-eager" "" "$(perf $op)" $SWEEP
+  nt "$tag-default-graph" "" "$(perf $op)" $SWEEP -G 10
+  left "probe $op" && rd "" probe collectives $PROBE --op $op -o "$OUT/coll-$tag.json"
+done
+
+if on ar && [ -f "$OUT/coll-default.json" ] && [ -f "$OUT/coll-p2p-off.json" ]; then
+  log "compare default vs NCCL_P2P_DISABLE=1"
   timeout -k 5 120 python3 -m regdiag compare "$OUT/coll-default.json" "$OUT/coll-p2p-off.json" --json \
     >"$OUT/compare-p2p.json" 2>>"$LOG"
   log "compare rc=$? (1 = REGRESSED)"
 fi
 
-# The kimi-k2 messages at TP=2 (hidden all-reduce and logits all-gathers at 1, 3, 4, 8 tokens, bf16):
-# nccl-tests one size per run, the probe in one launch.
-if left "model sweep"; then
+# The kimi-k2 messages at TP=2 (hidden all-reduce, logits all-gathers and the expert-parallel
+# all-to-all at 1, 3, 4, 8 tokens, bf16): nccl-tests one size per run, the probe in one launch.
+if on model && left "model sweep"; then
   log "model:kimi-k2: regdiag probe collectives"
   rd "" probe collectives --tp 2 --sizes model:kimi-k2 --iters 50 --reps 5 --warmup 5 --target-ms 1000 \
     --launches 1 --no-snapshot -o "$OUT/coll-model.json"
@@ -134,8 +152,8 @@ print(' '.join(f\"{s['op']}:{s['bytes']}\" for s in h['sizes']))" 2>/dev/null)
   for s in $sizes; do
     left "nccl-tests model sizes" || break
     op=${s%%:*} n=${s##*:}
-    nt "model-$op-$n-eager" "" "${op}_perf" -b "$n" -e "$n" -g 2 -n 50 -w 5 -c 0 -d bfloat16
-    nt "model-$op-$n-graph" "" "${op}_perf" -b "$n" -e "$n" -g 2 -n 50 -w 5 -c 0 -d bfloat16 -G 10
+    nt "model-$op-$n-eager" "" "$(perf "$op")" -b "$n" -e "$n" -g 2 -n 50 -w 5 -c 0 -d bfloat16
+    nt "model-$op-$n-graph" "" "$(perf "$op")" -b "$n" -e "$n" -g 2 -n 50 -w 5 -c 0 -d bfloat16 -G 10
   done
 fi
 

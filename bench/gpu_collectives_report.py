@@ -110,34 +110,39 @@ def sweep_table(
     variant: str,
     tally: dict[str, list[bool]],
     torch_rec: dict[str, Any] | None = None,
+    prefix: str = "ar",
 ) -> list[str]:
     """One row per size: nccl-tests and the probe side by side, eager and graph; with `torch_rec` (the
     same sweep with --api torch) two more columns, the same loops through torch.distributed."""
     tcols = ("", "") if torch_rec is None else (" torch.distributed (us) |", " torch.distributed (us) |")
     lines = [
         f"| message | nccl-tests (us) | probe eager `ar_` (us) | probe / nccl-tests |{tcols[0]} nccl-tests -G (us) "
-        f"| probe graph `arg_` (us) | probe / nccl-tests -G |{tcols[1]} nccl-tests busbw (GB/s) |",
+        f"| probe graph `{prefix}g_` (us) | probe / nccl-tests -G |{tcols[1]} nccl-tests busbw (GB/s) |",
         "|---|---|---|---|---|---|---|---|" + ("---|---|" if torch_rec is not None else ""),
     ]
-    eager, graph = runs.get(f"ar-{variant}-eager", {}), runs.get(f"ar-{variant}-graph", {})
+    op = {"ar": "all_reduce", "rs": "reduce_scatter", "aa": "all_to_all"}[prefix]
+    eager, graph = runs.get(f"{prefix}-{variant}-eager", {}), runs.get(f"{prefix}-{variant}-graph", {})
     sizes = sorted(set(eager.get("rows", {})) | set(graph.get("rows", {})))
     if not sizes and rec is not None:
         sizes = list(rec["probe"]["config"]["sizes"])
     for n in sizes:
-        metric = "ar_" + size_name(n).replace(" ", "")
-        ne, ng = nt_us(runs, f"ar-{variant}-eager", n), nt_us(runs, f"ar-{variant}-graph", n)
-        pe, pg = probe_us(rec, metric), probe_us(rec, "arg_" + metric[3:])
+        metric = f"{prefix}_" + size_name(n).replace(" ", "")
+        ne, ng = (
+            nt_us(runs, f"{prefix}-{variant}-eager", n, op),
+            nt_us(runs, f"{prefix}-{variant}-graph", n, op),
+        )
+        pe, pg = probe_us(rec, metric), probe_us(rec, f"{prefix}g_" + metric[3:])
         re_, ok_e = ratio(pe, ne)
         rg, ok_g = ratio(pg, ng)
         for key, ok in (("eager", ok_e), ("graph", ok_g)):
             if ok is not None:
-                tally.setdefault(f"{variant} {key}", []).append(ok)
+                tally.setdefault(f"{op if prefix != 'ar' else variant} {key}", []).append(ok)
         row = eager.get("rows", {}).get(n)
         te = tg = ""
         if torch_rec is not None:
             te, tg = (
                 f" {f(probe_us(torch_rec, metric))} |",
-                f" {f(probe_us(torch_rec, 'arg_' + metric[3:]))} |",
+                f" {f(probe_us(torch_rec, f'{prefix}g_' + metric[3:]))} |",
             )
         lines.append(
             f"| {size_name(n)} | {f(ne)} | {f(pe)} | {re_} |{te} {f(ng)} | {f(pg)} | {rg} |{tg} "
@@ -248,9 +253,14 @@ def main(argv: list[str]) -> int:
         return 2
     d = Path(argv[0])
     page = Path(argv[1]) if len(argv) > 1 else ROOT / "docs" / "bench" / "collectives.md"
-    nt_text = (d / "nccl-tests.txt").read_text(encoding="utf-8") if (d / "nccl-tests.txt").is_file() else ""
+    nt_text = "".join(
+        (d / n).read_text(encoding="utf-8")
+        for n in ("nccl-tests.txt", "nccl-tests-ops.txt")
+        if (d / n).is_file()
+    )
     runs = parse_nccl_tests(nt_text)
     recs = {v: load(d / f"coll-{v}.json") for v in ("default", "nomix", "p2p-off", "model")}
+    ops = {t: load(d / f"coll-{t}.json") for t in ("rs", "aa")}
     torch_rec = load(d / "coll-default-torch.json")
     env = (d / "env.txt").read_text(encoding="utf-8") if (d / "env.txt").is_file() else "(no env.txt)"
     missing = [f"coll-{v}.json" for v, r in recs.items() if r is None]
@@ -299,6 +309,15 @@ def main(argv: list[str]) -> int:
         + sweep_table(runs, recs["p2p-off"], "p2p-off", tally)
         + [""]
     )
+    for t, title, tool in (
+        ("rs", "reduce_scatter", "reduce_scatter_perf"),
+        ("aa", "all_to_all", "alltoall_perf"),
+    ):
+        L += [f"## {title}, default NCCL", "", f"nccl-tests `{tool} {SWEEP}` (out-of-place column), and with",
+              f"`-G 10`; the probe `--op {title}` with the same options as above.", ""]  # fmt: skip
+        L += (
+            sweep_table(runs, ops[t], "default", tally, prefix=t) if ops[t] else [f"(no coll-{t}.json)"]
+        ) + [""]
     L += (
         [
             "## regdiag compare: default vs NCCL_P2P_DISABLE=1",

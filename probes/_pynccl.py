@@ -80,6 +80,11 @@ class Library:
         self._sig("ncclCommInitRank", [ctypes.POINTER(vp), i, _UniqueId, i])
         self._sig("ncclAllReduce", [vp, vp, sz, i, i, vp, vp])
         self._sig("ncclAllGather", [vp, vp, sz, i, vp, vp])
+        self._sig("ncclReduceScatter", [vp, vp, sz, i, i, vp, vp])
+        self._sig("ncclSend", [vp, sz, i, i, vp, vp])
+        self._sig("ncclRecv", [vp, sz, i, i, vp, vp])
+        self._sig("ncclGroupStart", [])
+        self._sig("ncclGroupEnd", [])
         self._sig("ncclCommDestroy", [vp])
 
     def _sig(self, name: str, args: list[Any], res: Any = ctypes.c_int) -> None:
@@ -163,6 +168,37 @@ class Communicator:
         call = self._bound(
             "ncclAllGather", inp.data_ptr(), out.data_ptr(), inp.numel(), self._dtype(inp), self.comm
         )
+        call.keep = (out, inp)  # type: ignore[attr-defined]
+        return call
+
+    def reduce_scatter_op(self, out: Any, inp: Any) -> Any:
+        """Sum every rank's `inp`; this rank keeps its `out.numel()` share."""
+        call = self._bound(
+            "ncclReduceScatter", inp.data_ptr(), out.data_ptr(), out.numel(), self._dtype(inp), SUM, self.comm
+        )
+        call.keep = (out, inp)  # type: ignore[attr-defined]
+        return call
+
+    def all_to_all_op(self, out: Any, inp: Any) -> Any:
+        """Chunk p of `inp` to rank p, chunk p of `out` from rank p: one send and one receive per peer in
+        one NCCL group (NCCL has no all-to-all call; this is how nccl-tests' alltoall issues it)."""
+        lib, check, stream, vp = self.nccl.lib, self.nccl.check, self._stream(), ctypes.c_void_p
+        n, dt = inp.numel() // self.world, self._dtype(inp)
+        step = n * inp.element_size()
+        pairs = [(vp(inp.data_ptr() + p * step), vp(out.data_ptr() + p * step), ctypes.c_int(p))
+                 for p in range(self.world)]  # fmt: skip
+        count, dtype, comm = ctypes.c_size_t(n), ctypes.c_int(dt), self.comm
+
+        def call() -> None:
+            s = vp(stream())
+            rc = lib.ncclGroupStart()
+            for send, recv, peer in pairs:
+                rc = rc or lib.ncclSend(send, count, dtype, peer, comm, s)
+                rc = rc or lib.ncclRecv(recv, count, dtype, peer, comm, s)
+            rc = lib.ncclGroupEnd() or rc
+            if rc:
+                check("all-to-all (ncclSend/ncclRecv)", rc)
+
         call.keep = (out, inp)  # type: ignore[attr-defined]
         return call
 

@@ -1,4 +1,5 @@
-"""collectives probe: all-reduce / all-gather latency and bus bandwidth over message sizes, as nccl-tests.
+"""collectives probe: all-reduce / all-gather / reduce-scatter / all-to-all latency and bus bandwidth over
+message sizes, as nccl-tests.
 
 Runs with the interpreter of the machine under test (stdlib + torch). One process per rank (NCCL on GPU,
 gloo on CPU); per size: warm-up, then `--reps` timed repetitions of `iters` back-to-back in-place
@@ -11,8 +12,8 @@ collectives, each repetition timed two ways on CUDA:
 
 CUDA graphs do not exist on CPU/gloo: there the loop is eager only, timed with perf_counter. Time per
 operation = total/iters, the slowest rank's. algbw = bytes / time; busbw = algbw * 2(n-1)/n for
-all-reduce and algbw * (n-1)/n for all-gather (nccl-tests' factors; an all-gather's bytes are the
-gathered output, as nccl-tests counts them). `--sizes model:PRESET` sweeps the messages the preset's
+all-reduce and algbw * (n-1)/n for the others (nccl-tests' factors, and its bytes: an all-gather's
+gathered output, a reduce-scatter's input, an all-to-all's send buffer). `--sizes model:PRESET` sweeps the messages the preset's
 decode / draft / verify forwards send. Protocol and record layout: docs/probes.md.
 
     python collectives.py --tp 2 --sizes 1K:16M
@@ -46,11 +47,20 @@ from _protocol import (  # noqa: E402
 NAME = "collectives"
 VERSION = "3"
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-OPS = {"all_reduce": "ar", "all_gather": "ag"}  # metric prefix per op; the graph-mode metric adds "g"
-OP_TEXT = {"all_reduce": "all_reduce(sum), in place", "all_gather": "all_gather_into_tensor"}
+# metric prefix per op; the graph-mode metric adds "g" (arg_64KiB)
+OPS = {"all_reduce": "ar", "all_gather": "ag", "reduce_scatter": "rs", "all_to_all": "aa"}
+OP_TEXT = {
+    "all_reduce": "all_reduce(sum), in place",
+    "all_gather": "all_gather_into_tensor",
+    "reduce_scatter": "reduce_scatter_tensor(sum)",
+    "all_to_all": "all_to_all_single, equal splits (NCCL: grouped send/recv per peer)",
+}
+# The bytes of a size, as nccl-tests counts them, and its busbw factor
 BUSBW_TEXT = {
     "all_reduce": "algbw * 2(n-1)/n, as nccl-tests reports for all-reduce",
     "all_gather": "algbw * (n-1)/n of the gathered bytes, as nccl-tests reports for all-gather",
+    "reduce_scatter": "algbw * (n-1)/n of the bytes reduced (every rank's input), as nccl-tests reports",
+    "all_to_all": "algbw * (n-1)/n of the bytes each rank sends, as nccl-tests reports for alltoall",
 }
 MODES = ("auto", "eager", "graph", "both")
 # Token counts of the model sweep: decode / a draft step (1), verify and draft-extend at the default
@@ -129,13 +139,19 @@ def model_preset(spec: str | None) -> str | None:
 def model_items(preset: str, world: int) -> list[dict[str, Any]]:
     """The messages a preset's forwards send at TP=world, in bytes (bf16): the hidden-state all-reduce
     after attention and after the MLP/MoE (hidden x tokens x 2), and the all-gather of the vocabulary-
-    sharded logits (target lm_head and the EAGLE-3 draft's; each rank holds ceil(vocab/world) columns)."""
+    sharded logits (target lm_head and the EAGLE-3 draft's; each rank holds ceil(vocab/world) columns);
+    and, for an expert-parallel layout of the same ranks, the all-to-all that dispatches each token's
+    hidden state to its top-k experts (the combine sends the same bytes back)."""
     p = PRESETS[preset]
     items: list[dict[str, Any]] = []
     for t in MODEL_TOKENS:
         where = "decode, draft step" if t == 1 else f"verify / draft-extend at {t} tokens"
         items.append({"op": "all_reduce", "bytes": p["hidden"] * t * MODEL_ELT,
                       "label": f"hidden all-reduce, {where} (hidden {p['hidden']} x {t} x 2 B)"})  # fmt: skip
+    for t in MODEL_TOKENS:  # expert parallel: every token's hidden state to each of its top-k experts
+        items.append({"op": "all_to_all", "bytes": t * p["topk"] * p["hidden"] * MODEL_ELT,
+                      "label": f"expert-parallel dispatch / combine at EP={world}, {t} token{'s' if t > 1 else ''} "
+                               f"(top-{p['topk']} x hidden {p['hidden']} x 2 B)"})  # fmt: skip
     for which, vocab in (("target", p["vocab"]), ("draft", p["draft_vocab"])):
         for t in MODEL_TOKENS:
             total = math.ceil(vocab / world) * world * t * MODEL_ELT
@@ -478,6 +494,18 @@ def _make_op(
         # finite for iters < 128 / log2(world) (denormals, slow on CPUs, never occur: the data only grows).
         return all_reduce, lambda: buf.fill_(1.0)
     per_rank = max(1, it["bytes"] // (elt * world))
+    if it["op"] == "reduce_scatter":  # every rank reduces world x per_rank, keeps its per_rank share
+        inp = torch.ones(per_rank * world, dtype=dtype, device=device)
+        out = torch.empty(per_rank, dtype=dtype, device=device)
+        if comm is not None:
+            return comm.reduce_scatter_op(out, inp), lambda: None
+        return (lambda: dist.reduce_scatter_tensor(out, inp)), lambda: None
+    if it["op"] == "all_to_all":  # every rank sends per_rank to each rank (itself included)
+        inp = torch.ones(per_rank * world, dtype=dtype, device=device)
+        out = torch.empty(per_rank * world, dtype=dtype, device=device)
+        if comm is not None:
+            return comm.all_to_all_op(out, inp), lambda: None
+        return (lambda: dist.all_to_all_single(out, inp)), lambda: None
     inp = torch.ones(per_rank, dtype=dtype, device=device)
     out = torch.empty(per_rank * world, dtype=dtype, device=device)
     # all_gather_single is the newer name (torch >= 2.13); the old one warns there.

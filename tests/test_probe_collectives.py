@@ -171,7 +171,8 @@ def test_model_sweep_sends_the_presets_messages():
         assert ("all_reduce", k["hidden"] * t * 2) in got
         assert ("all_gather", k["vocab"] * t * 2) in got
         assert ("all_gather", k["draft_vocab"] * t * 2) in got
-    assert len(h["sizes"]) == 12
+        assert ("all_to_all", k["topk"] * k["hidden"] * t * 2) in got  # the expert-parallel dispatch
+    assert len(h["sizes"]) == 16
     assert h["primary"] == "ar_14KiB"  # 7168 x 1 token x 2 bytes: the decode all-reduce (eager on CPU)
     first = h["sizes"][0]
     assert first["metrics"] == {"eager": "ar_14KiB"} and "decode" in first["label"]
@@ -180,6 +181,22 @@ def test_model_sweep_sends_the_presets_messages():
     assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 0.5, rel=1e-3)  # (n-1)/n for all-gather
     assert out.of("cycle")[0]["values"]["busbw_ag_320KiB"] > 0
     assert h["better"]["ag_320KiB"] == "lower" and h["better"]["algbw_ag_320KiB"] == "higher"
+
+
+@pytest.mark.parametrize(("op", "prefix"), [("reduce_scatter", "rs"), ("all_to_all", "aa")])
+def test_reduce_scatter_and_all_to_all_run_on_gloo_with_nccl_tests_factors(op, prefix):
+    out = run_probe_script("collectives", "--tp", "2", "--op", op, "--sizes", "4K,64K", "--iters", "2", "--reps", "2",
+                           "--warmup", "1")  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    h = out.header
+    assert h["config"]["ops"] == [op] and h["busbw_factor"] == {op: 0.5}
+    assert [s["metrics"]["eager"] for s in h["sizes"]] == [f"{prefix}_4KiB", f"{prefix}_64KiB"]
+    for row in out.footer["table"]:
+        assert row["op"] == op and row["us"] > 0
+        assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 0.5, rel=1e-3)  # (n-1)/n
+    name = f"{prefix}_64KiB"
+    assert h["better"][name] == "lower" and h["better"][f"busbw_{name}"] == "higher"
+    assert h["derived"][f"algbw_{name}"] == name and h["units"][f"busbw_{name}"] == "GB/s"
 
 
 def test_model_items_round_the_vocabulary_shard_up_and_merge_duplicates():
