@@ -8,10 +8,16 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from regdiag.cli.common import (
+    FindLinksOpt,
     HostOpt,
+    IndexUrlOpt,
+    InstallerOpt,
     JsonOpt,
+    LaunchTimeoutOpt,
     PlainProgress,
     PythonOpt,
+    RepoOpt,
+    SetupOpt,
     SshConfigOpt,
     console,
     err_console,
@@ -61,22 +67,12 @@ def ab(
         help="Write the records to PREFIX-a.json and PREFIX-b.json.",
         dir_okay=False,
     ),
-    repo: Path | None = typer.Option(
-        None, "--repo", help="The engine's git checkout, for a commit= spec.", file_okay=False
-    ),
-    setup: str | None = typer.Option(
-        None,
-        "--setup",
-        help="Shell command run in each commit's worktree after checkout (default: none).",
-    ),
-    find_links: Path | None = typer.Option(
-        None, "--find-links", help="Install packages from this directory of wheels only.", file_okay=False
-    ),
-    index_url: str | None = typer.Option(None, "--index-url", help="Package index (default: pip's own)."),
-    installer: str = typer.Option("auto", "--installer", help="auto (uv if on PATH, else pip), uv or pip."),
-    launch_timeout: float = typer.Option(
-        600.0, "--launch-timeout", min=0.001, help="Seconds per launch (default 600)."
-    ),
+    repo: Path | None = RepoOpt,
+    setup: str | None = SetupOpt,
+    find_links: Path | None = FindLinksOpt,
+    index_url: str | None = IndexUrlOpt,
+    installer: str = InstallerOpt,
+    launch_timeout: float = LaunchTimeoutOpt,
     no_snapshot: bool = typer.Option(False, "--no-snapshot", help="Skip the snapshots before and after."),
     host: list[str] = HostOpt,
     python: str | None = PythonOpt,

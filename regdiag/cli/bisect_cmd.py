@@ -9,13 +9,18 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from regdiag.cli.common import (
+    FindLinksOpt,
+    IndexUrlOpt,
+    InstallerOpt,
     JsonOpt,
+    LaunchTimeoutOpt,
     PlainProgress,
     PythonOpt,
+    RepoOpt,
+    SetupOpt,
     SshConfigOpt,
     err_console,
     format_opt,
-    input_dir,
     output_file,
     pick_format,
     show,
@@ -116,25 +121,11 @@ def bisect(
     metric: str = typer.Option(
         "cycle", "--metric", help="What is bisected: cycle or a phase (default cycle)."
     ),
-    repo: Path | None = typer.Option(
-        None,
-        "--repo",
-        help="The engine's git checkout, for a commit factor (default: the snapshot's).",
-        callback=input_dir,
-    ),
-    setup: str | None = typer.Option(
-        None,
-        "--setup",
-        help="Shell command run in each commit's worktree after checkout (default: none).",
-    ),
-    find_links: Path | None = typer.Option(
-        None,
-        "--find-links",
-        help="Install packages from this directory of wheels only (no index).",
-        callback=input_dir,
-    ),
-    index_url: str | None = typer.Option(None, "--index-url", help="Package index (default: pip's own)."),
-    installer: str = typer.Option("auto", "--installer", help="auto (uv if on PATH, else pip), uv or pip."),
+    repo: Path | None = RepoOpt,
+    setup: str | None = SetupOpt,
+    find_links: Path | None = FindLinksOpt,
+    index_url: str | None = IndexUrlOpt,
+    installer: str = InstallerOpt,
     launches: int = typer.Option(3, "--launches", help="Launches per point before classifying (default 3)."),
     max_launches: int = typer.Option(
         9, "--max-launches", help="Cap per point; then PARTIAL or INCONCLUSIVE (default 9)."
@@ -149,9 +140,7 @@ def bisect(
         max=1.0,
         help="Search for further culprits down to this share of the regression (default 0.1).",
     ),
-    launch_timeout: float = typer.Option(
-        600.0, "--launch-timeout", min=0.001, help="Seconds per launch (default 600)."
-    ),
+    launch_timeout: float = LaunchTimeoutOpt,
     journal: Path | None = typer.Option(
         None,
         "--journal",

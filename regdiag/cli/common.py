@@ -257,3 +257,25 @@ def _callback(check):  # type: ignore[no-untyped-def]
 input_file = _callback(check_input_file)
 output_file = _callback(check_output_file)
 input_dir = _callback(check_input_dir)
+
+# How bisect and ab build an environment (regdiag.bisect.lab.builder_for): declared once for both.
+RepoOpt = typer.Option(
+    None,
+    "--repo",
+    help="The engine's git checkout, for a commit that differs (default: the snapshot's).",
+    callback=input_dir,
+)
+SetupOpt = typer.Option(
+    None, "--setup", help="Shell command run in each commit's worktree after checkout (default: none)."
+)
+FindLinksOpt = typer.Option(
+    None,
+    "--find-links",
+    help="Install packages from this directory of wheels only (no index).",
+    callback=input_dir,
+)
+IndexUrlOpt = typer.Option(None, "--index-url", help="Package index (default: pip's own).")
+InstallerOpt = typer.Option("auto", "--installer", help="auto (uv if on PATH, else pip), uv or pip.")
+LaunchTimeoutOpt = typer.Option(
+    600.0, "--launch-timeout", min=0.001, help="Seconds per launch (default 600)."
+)
