@@ -321,7 +321,8 @@ def main(argv: list[str]) -> int:
         ("aa", "all_to_all", "alltoall_perf"),
     ):
         L += [f"## {title}, default NCCL", "", f"nccl-tests `{tool} {SWEEP}` (out-of-place column), and with",
-              f"`-G 10`; the probe `--op {title}` with the same options as above.", ""]  # fmt: skip
+              f"`-G 10`; the probe `--op {title}` with the same options as above, "
+              f"{len((ops[t] or {}).get('launches', []))} launches.", ""]  # fmt: skip
         L += (
             sweep_table(runs, ops[t], "default", tally, prefix=t) if ops[t] else [f"(no coll-{t}.json)"]
         ) + [""]
