@@ -6,9 +6,14 @@
 2. Factors. The factors are put in a chain c0 = all good, c1 = first factor bad, ..., cn = all bad
    and the chain is bisected: each point is classified against its bracket (classify.py), so one
    culprit among n factors costs ceil(log2 n) points. A factor found at step c(i-1) -> c(i) is then
-   tried alone (c0 + that factor): if it does not reproduce its effect alone, it acts only together
-   with factors before it, and delta debugging (Zeller's ddmin) over those finds the smallest set
-   it needs — each test asks "does the factor, added to this subset, do what it did in context?".
+   tried alone (c0 + that factor): if it is shown not to reproduce its effect alone (GOOD or
+   PARTIAL; an INCONCLUSIVE is no evidence and starts no search), it acts only together with
+   factors before it, and delta debugging (Zeller's ddmin) over those finds the smallest set it
+   needs — each test asks "does the factor, added to this subset, do what it did in context?".
+   ddmin counts an INCONCLUSIVE test as "does not", so under noise it keeps factors it cannot
+   drop; every partner it returns is therefore confirmed: without that partner the effect must be
+   shown absent (GOOD or PARTIAL). A partner not confirmed is not named as a culprit; it is
+   reported unresolved.
 3. Ranges. For a culprit that is a commit or a package, the same bisection runs along the commits
    (rev-list) or versions between its good and bad value, the other factors held as in context.
 4. More than one culprit. Each classification leaves a residual: a point classified BAD at theta
@@ -38,6 +43,9 @@ from regdiag.bisect.measure import USAGE
 from regdiag.errors import BadInput, ProbeError
 
 ValuesBetween = Callable[[Factor], list[str | None]]
+# Verdicts of an effect test that show the effect absent without some factor: below one half, or at the
+# launch cap strictly between none and all of it. INCONCLUSIVE shows nothing.
+NOT_ALONE = (C.GOOD, C.PARTIAL)
 
 
 @dataclass
@@ -71,6 +79,9 @@ class Culprit:
     hi: Point
     interaction: bool = False
     alone: str | None = None  # the verdict of the factor tried alone
+    unconfirmed: list[Factor] = field(
+        default_factory=list
+    )  # partners ddmin kept but could not show necessary
     within: Factor | None = None  # the factor this refines, when found by a range search
     skipped: list[dict[str, str]] = field(default_factory=list)
 
@@ -104,6 +115,16 @@ class Search:
         self.factors = lab.factors
         self.skipped: list[dict[str, str]] = []
         self.skip_known: dict[str, str] = {}
+        self.unresolved: list[dict[str, Any]] = []  # found outside the ordered search (unconfirmed partners)
+        self.asked: dict[
+            str, int
+        ] = {}  # launches this search has asked of each point: a resume asks the same
+
+    def _ensure(self, targets: Sequence[tuple[Point, int]]) -> None:
+        for p, n in targets:
+            key = self.lab.key(p)
+            self.asked[key] = max(self.asked.get(key, 0), n)
+        self.lab.ensure(targets)
 
     def _note(self, event: dict[str, Any]) -> None:
         self.lab.progress(event)
@@ -130,7 +151,7 @@ class Search:
             self._note(
                 {"event": "step", "what": what, "good": self.lab.label(good), "bad": self.lab.label(bad)}
             )
-            self.lab.ensure([(good, n), (bad, n)])
+            self._ensure([(good, n), (bad, n)])
             g, b = self.lab.samples(good, n), self.lab.samples(bad, n)
             for side, got in (("good", g), ("bad", b)):
                 if got.failure is not None:
@@ -152,7 +173,7 @@ class Search:
         first = next(iter(points))
         while True:
             self._note({"event": "step", "what": what, "label": self.lab.label(points[first])})
-            self.lab.ensure([(p, n) for p in points.values()])
+            self._ensure([(p, n) for p in points.values()])
             got = {name: self.lab.samples(p, n) for name, p in points.items()}
             if got[first].values is None:
                 key = self.lab.key(points[first])
@@ -258,18 +279,68 @@ class Search:
         self._decide(f"{what} residual [{lo}..{hi}]", r.verdict, r, {"good": points[lo], "bad": points[hi]})
         return r.verdict == C.REPRODUCED
 
+    def confirm(self, c: Culprit) -> str | None:
+        """Re-measure a culprit's step before it is named: None when confirmed, else why not.
+
+        The search measures a new point's launches back to back, after its bracket's were measured:
+        on a shared machine whose load changes from one minute to the next, a point can look slower
+        only because it ran later (seen on the loaded 2-core machine: a harmless NCCL variable's step
+        classified by a residual test on launches taken minutes apart). The confirmation takes fresh
+        launches of the step's two points, taking turns (lo hi lo hi ...), so both sides see the same
+        moments, and asks the endpoints' own question of those launches only: is hi slower than lo
+        beyond the margin (regdiag.stats' verdict, `launches` more at a time up to `max_launches`)?
+        """
+        lab = self.lab
+        what = f"confirm {' + '.join(f.name for f in c.factors)}"
+        start = {k: self.asked.get(lab.key(p), 0) for k, p in (("lo", c.lo), ("hi", c.hi))}
+        n = self.o.launches
+        while True:
+            self._note({"event": "step", "what": what, "good": lab.label(c.lo), "bad": lab.label(c.hi)})
+            self._ensure([(c.lo, start["lo"] + n), (c.hi, start["hi"] + n)])
+            a, b = lab.samples(c.lo, start["lo"] + n), lab.samples(c.hi, start["hi"] + n)
+            if a.values is None or b.values is None:
+                self._decide(what, C.SKIP, None, {"good": c.lo, "bad": c.hi})
+                return f"not confirmed: a launch of its re-measurement failed ({a.failure or b.failure})"
+            r = C.regression(
+                a.values[start["lo"] :], b.values[start["hi"] :], self.o.margin, n >= self.o.max_launches
+            )
+            if r.verdict != C.MORE:
+                self._decide(what, r.verdict, r, {"good": c.lo, "bad": c.hi})
+                if r.verdict == C.REPRODUCED:
+                    return None
+                return (
+                    f"not confirmed: re-measured with both sides taking turns, {lab.label(c.hi)} / "
+                    f"{lab.label(c.lo)} = {r.ratio:.3f} (95 % CI {r.lo:.3f}..{r.hi:.3f}, {r.verdict}, "
+                    f"{n} launches each); not named as a culprit"
+                )
+            n = min(self.o.max_launches, n + self.o.launches)
+
     # -- interactions ----------------------------------------------------------------------------
 
-    def partners(self, prefix: list[Factor], f: Factor, ref_hi: Point, ref_lo: Point) -> list[Factor]:
-        """ddmin over `prefix`: the smallest subset T with which f does what it did in context."""
+    def partners(
+        self, prefix: list[Factor], f: Factor, ref_hi: Point, ref_lo: Point, alone: str
+    ) -> tuple[list[Factor], list[Factor]]:
+        """ddmin over `prefix`: the smallest subset T with which f does what it did in context, split
+        into (confirmed, unconfirmed). ddmin takes any verdict but BAD as "f does not do it with this
+        subset", an INCONCLUSIVE included, so under noise it keeps factors it merely could not drop.
+        A partner p is confirmed only when f with T minus p is shown not to do it (GOOD or PARTIAL:
+        the effect's CI lies below one half, or strictly between 0 and 1 at the launch cap)."""
         good = self.lab.good()
+        verdicts: dict[frozenset[str], str] = {frozenset(): alone}
+
+        def effect(subset: list[Factor]) -> str:
+            keys = frozenset(g.key for g in subset)
+            if keys not in verdicts:
+                base = self.lab.with_values(good, {g.key: g.bad for g in subset})
+                with_f = self.lab.with_values(base, {f.key: f.bad})
+                names = ", ".join(g.name for g in subset)
+                verdicts[keys] = self.effect_present(
+                    with_f, base, ref_hi, ref_lo, f"{f.name} with {{{names}}}"
+                )
+            return verdicts[keys]
 
         def test(subset: list[Factor]) -> bool:
-            base = self.lab.with_values(good, {g.key: g.bad for g in subset})
-            with_f = self.lab.with_values(base, {f.key: f.bad})
-            names = ", ".join(g.name for g in subset)
-            verdict = self.effect_present(with_f, base, ref_hi, ref_lo, f"{f.name} with {{{names}}}")
-            return verdict == C.BAD
+            return effect(subset) == C.BAD
 
         c = list(prefix)
         n = 2
@@ -292,7 +363,10 @@ class Search:
             if n >= len(c):
                 break
             n = min(2 * n, len(c))
-        return c
+        # ddmin has tested (or, for a single partner, the alone check has) every complement already:
+        # the verdicts are reused, nothing is measured twice.
+        shown = {p.key for p in c if effect([x for x in c if x.key != p.key]) in NOT_ALONE}
+        return [p for p in c if p.key in shown], [p for p in c if p.key not in shown]
 
     # -- the whole search ------------------------------------------------------------------------
 
@@ -348,6 +422,21 @@ class Search:
                 )
                 continue
             culprits += self._explain_step(chain, st.hi)
+        confirmed = []
+        for c in culprits:
+            why = self.confirm(c)
+            if why is None:
+                confirmed.append(c)
+            else:
+                self.unresolved.append(
+                    {
+                        "between": [lab.label(c.lo), lab.label(c.hi)],
+                        "factors": [f.label() for f in c.factors],
+                        "why": why,
+                    }
+                )
+        culprits = confirmed
+        unresolved += self.unresolved
         verdict = "CULPRIT" if culprits else C.INCONCLUSIVE
         statement = "" if culprits else "no culprit could be named"
         return Outcome(verdict, ends, culprits, unresolved, self.skipped, statement, time.monotonic() - t0)
@@ -361,11 +450,31 @@ class Search:
         if prefix:
             alone = lab.with_values(lab.good(), {f.key: f.bad})
             culprit.alone = self.effect_present(alone, lab.good(), chain[i], chain[i - 1], f"{f.name} alone")
-            if culprit.alone != C.BAD:
-                partners = self.partners(prefix, f, chain[i], chain[i - 1])
+            if culprit.alone in NOT_ALONE:
+                partners, unconfirmed = self.partners(prefix, f, chain[i], chain[i - 1], culprit.alone)
                 group = [*partners, f]
                 culprit.factors = group
                 culprit.interaction = bool(partners)
+                culprit.unconfirmed = unconfirmed
+                if unconfirmed:
+                    self.unresolved.append(
+                        {
+                            "between": [lab.label(chain[i - 1]), lab.label(chain[i])],
+                            "factors": [g.label() for g in unconfirmed],
+                            "why": f"{f.name} did not reproduce its effect alone ({culprit.alone}); "
+                            f"{', '.join(g.name for g in unconfirmed)} could not be shown necessary to it "
+                            "(without each, the effect test was not GOOD): not named as culprits",
+                        }
+                    )
+            elif culprit.alone != C.BAD:
+                self.unresolved.append(
+                    {
+                        "between": [lab.label(chain[i - 1]), lab.label(chain[i])],
+                        "factors": [g.label() for g in prefix],
+                        "why": f"{f.name} tried alone stayed {culprit.alone}: whether it acts alone or "
+                        "only with some of these could not be decided; it is named alone",
+                    }
+                )
         refined: list[Culprit] = []
         for m in group:
             if not kind_of(m).ordered:
@@ -399,6 +508,7 @@ class Search:
                     points[st.hi],
                     interaction=parent.interaction,
                     alone=parent.alone,
+                    unconfirmed=parent.unconfirmed,
                     within=m,
                     skipped=[{"point": m.show(values[j]), "reason": r} for j, r in st.skipped],
                 )
