@@ -422,17 +422,17 @@ class Search:
                 )
                 continue
             culprits += self._explain_step(chain, st.hi)
-        confirmed = []
+        confirmed: list[Culprit] = []
         for c in culprits:
-            why = self.confirm(c)
-            if why is None:
+            doubt = self.confirm(c)
+            if doubt is None:
                 confirmed.append(c)
             else:
                 self.unresolved.append(
                     {
                         "between": [lab.label(c.lo), lab.label(c.hi)],
                         "factors": [f.label() for f in c.factors],
-                        "why": why,
+                        "why": doubt,
                     }
                 )
         culprits = confirmed
