@@ -6,14 +6,14 @@
 2. Factors. The factors are put in a chain c0 = all good, c1 = first factor bad, ..., cn = all bad
    and the chain is bisected: each point is classified against its bracket (classify.py), so one
    culprit among n factors costs ceil(log2 n) points. A factor found at step c(i-1) -> c(i) is then
-   tried alone (c0 + that factor): if it is shown not to reproduce its effect alone (GOOD or
-   PARTIAL; an INCONCLUSIVE is no evidence and starts no search), it acts only together with
-   factors before it, and delta debugging (Zeller's ddmin) over those finds the smallest set it
-   needs — each test asks "does the factor, added to this subset, do what it did in context?".
-   ddmin counts an INCONCLUSIVE test as "does not", so under noise it keeps factors it cannot
-   drop; every partner it returns is therefore confirmed: without that partner the effect must be
-   shown absent (GOOD or PARTIAL). A partner not confirmed is not named as a culprit; it is
-   reported unresolved.
+   tried alone (c0 + that factor): if it is shown not to reproduce its effect alone (GOOD; a
+   PARTIAL says it acts alone at least in part, an INCONCLUSIVE says nothing: neither starts a
+   search), it acts only together with factors before it, and delta debugging (Zeller's ddmin) over
+   those finds the smallest set it needs — each test asks "does the factor, added to this subset,
+   do what it did in context?". ddmin counts an INCONCLUSIVE test as "does not", so under noise it
+   keeps factors it cannot drop; every partner it returns is therefore confirmed: without that
+   partner the effect must be shown absent (GOOD). A partner not confirmed is not named as a
+   culprit; it is reported unresolved.
 3. Ranges. For a culprit that is a commit or a package, the same bisection runs along the commits
    (rev-list) or versions between its good and bad value, the other factors held as in context.
 4. More than one culprit. Each classification leaves a residual: a point classified BAD at theta
@@ -43,9 +43,6 @@ from regdiag.bisect.measure import USAGE
 from regdiag.errors import BadInput, ProbeError
 
 ValuesBetween = Callable[[Factor], list[str | None]]
-# Verdicts of an effect test that show the effect absent without some factor: below one half, or at the
-# launch cap strictly between none and all of it. INCONCLUSIVE shows nothing.
-NOT_ALONE = (C.GOOD, C.PARTIAL)
 
 
 @dataclass
@@ -323,8 +320,8 @@ class Search:
         """ddmin over `prefix`: the smallest subset T with which f does what it did in context, split
         into (confirmed, unconfirmed). ddmin takes any verdict but BAD as "f does not do it with this
         subset", an INCONCLUSIVE included, so under noise it keeps factors it merely could not drop.
-        A partner p is confirmed only when f with T minus p is shown not to do it (GOOD or PARTIAL:
-        the effect's CI lies below one half, or strictly between 0 and 1 at the launch cap)."""
+        A partner p is confirmed only when f with T minus p is shown not to do it (GOOD: the effect's
+        CI lies below one half)."""
         good = self.lab.good()
         verdicts: dict[frozenset[str], str] = {frozenset(): alone}
 
@@ -365,7 +362,7 @@ class Search:
             n = min(2 * n, len(c))
         # ddmin has tested (or, for a single partner, the alone check has) every complement already:
         # the verdicts are reused, nothing is measured twice.
-        shown = {p.key for p in c if effect([x for x in c if x.key != p.key]) in NOT_ALONE}
+        shown = {p.key for p in c if effect([x for x in c if x.key != p.key]) == C.GOOD}
         return [p for p in c if p.key in shown], [p for p in c if p.key not in shown]
 
     # -- the whole search ------------------------------------------------------------------------
@@ -450,7 +447,7 @@ class Search:
         if prefix:
             alone = lab.with_values(lab.good(), {f.key: f.bad})
             culprit.alone = self.effect_present(alone, lab.good(), chain[i], chain[i - 1], f"{f.name} alone")
-            if culprit.alone in NOT_ALONE:
+            if culprit.alone == C.GOOD:
                 partners, unconfirmed = self.partners(prefix, f, chain[i], chain[i - 1], culprit.alone)
                 group = [*partners, f]
                 culprit.factors = group
@@ -461,18 +458,24 @@ class Search:
                         {
                             "between": [lab.label(chain[i - 1]), lab.label(chain[i])],
                             "factors": [g.label() for g in unconfirmed],
-                            "why": f"{f.name} did not reproduce its effect alone ({culprit.alone}); "
+                            "why": f"{f.name} did not reproduce its effect alone; "
                             f"{', '.join(g.name for g in unconfirmed)} could not be shown necessary to it "
                             "(without each, the effect test was not GOOD): not named as culprits",
                         }
                     )
             elif culprit.alone != C.BAD:
+                what = (
+                    "did part of its effect in context (PARTIAL): it acts alone; whether some of these "
+                    "add to it was not searched"
+                    if culprit.alone == C.PARTIAL
+                    else f"stayed {culprit.alone}: whether it acts alone or only with some of these could "
+                    "not be decided"
+                )
                 self.unresolved.append(
                     {
                         "between": [lab.label(chain[i - 1]), lab.label(chain[i])],
                         "factors": [g.label() for g in prefix],
-                        "why": f"{f.name} tried alone stayed {culprit.alone}: whether it acts alone or "
-                        "only with some of these could not be decided; it is named alone",
+                        "why": f"{f.name} tried alone {what}; it is named alone",
                     }
                 )
         refined: list[Culprit] = []
