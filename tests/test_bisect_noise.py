@@ -31,17 +31,18 @@ rng = random.Random(int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "
 df = 1.5
 t = rng.gauss(0, 1) / math.sqrt(rng.gammavariate(df / 2, 2) / df)
 launch = math.exp(float(os.environ["NOISE_SCALE"]) * t)
-# LOAD_STEP="K:F": the machine gets F times slower from the K-th launch on (0-based, counted in the
-# file LOAD_COUNTER across every launch of the bisect), as when a neighbour starts a test suite.
+# LOAD_STEP="K:B:A": the machine's load makes the probe's own work B times longer before the K-th
+# launch (0-based, counted in the file LOAD_COUNTER across every launch of the bisect) and A times
+# from then on, as when a neighbour starts or ends a test suite; the planted SLOW ms stay as planted.
+load = 1.0
 if os.environ.get("LOAD_STEP"):
-    at, _, factor = os.environ["LOAD_STEP"].partition(":")
+    at, before, after = os.environ["LOAD_STEP"].split(":")
     counter = os.environ["LOAD_COUNTER"]
     done = int(open(counter).read()) if os.path.exists(counter) else 0
     with open(counter, "w") as f:
         f.write(str(done + 1))
-    if done >= int(at):
-        launch *= float(factor)
-work = {"draft": 3.0, "verify": 10.0}
+    load = float(before if done < int(at) else after)
+work = {"draft": 3.0 * load, "verify": 10.0 * load}
 needs = [n for n in os.environ.get("NEEDS", "").split(",") if n]
 if all(os.environ.get(n) == "1" for n in needs):
     for item in filter(None, os.environ.get("SLOW", "").split(",")):
@@ -137,7 +138,7 @@ def test_a_step_that_only_ran_later_is_not_named(tmp_path, monkeypatch) -> None:
     # three NCCL variables (launches 7 and 8) looks slower than its neighbour measured before, so the
     # search finds a step at NCCL_PROTO besides SLOW (the loaded demo named both). Re-measured with
     # both sides taking turns, NCCL_PROTO's step is gone and it is reported unresolved, not named.
-    monkeypatch.setenv("LOAD_STEP", "6:1.8")
+    monkeypatch.setenv("LOAD_STEP", "6:1:1.8")
     monkeypatch.setenv("LOAD_COUNTER", str(tmp_path / "launches"))
     r, decisions = _bisect(tmp_path, monkeypatch, seed=1, scale=0.01)
     assert r["verdict"] == "CULPRIT"
@@ -149,3 +150,24 @@ def test_a_step_that_only_ran_later_is_not_named(tmp_path, monkeypatch) -> None:
     assert confirms["confirm NCCL_PROTO"] in ("NOT-REPRODUCED", "INCONCLUSIVE")
     [u] = r["unresolved"]
     assert [f.split(" ")[0] for f in u["factors"]] == ["NCCL_PROTO"] and "not confirmed" in u["why"]
+
+
+def test_a_partner_found_only_because_the_load_dropped_is_not_named(tmp_path, monkeypatch) -> None:
+    # The machine is loaded (the probe's own work 3x) for the first 8 launches, then quiet. SLOW tried
+    # alone (launches 9, 10) is measured quiet against the loaded good endpoint: its 20 ms look like
+    # nothing (GOOD), and ddmin finds it "does it" with NCCL_ALGO (both measured quiet), so before it
+    # was named "NCCL_ALGO + SLOW (only together)". The verdicts ddmin reused compared effects
+    # measured minutes apart; measured afresh taking turns, SLOW does alone what it does with
+    # NCCL_ALGO, so NCCL_ALGO is not shown necessary and is reported unconfirmed.
+    monkeypatch.setenv("LOAD_STEP", "8:3:1")
+    monkeypatch.setenv("LOAD_COUNTER", str(tmp_path / "launches"))
+    r, decisions = _bisect(tmp_path, monkeypatch, seed=1, scale=0.01)
+    verdicts = {d["what"]: d["verdict"] for d in decisions}
+    assert verdicts["SLOW alone"] == "GOOD" and verdicts["SLOW with {NCCL_ALGO}"] == "BAD"
+    assert r["verdict"] == "CULPRIT"
+    [c] = r["culprits"]
+    assert [f["name"] for f in c["factors"]] == ["SLOW"] and c["interaction"] is False
+    assert verdicts["confirm NCCL_ALGO necessary to SLOW"] == "BAD"
+    assert [f.split(" ")[0] for f in c["unconfirmed"]] == ["NCCL_ALGO"]
+    [u] = r["unresolved"]
+    assert "NCCL_ALGO could not be shown necessary" in u["why"]

@@ -360,10 +360,61 @@ class Search:
             if n >= len(c):
                 break
             n = min(2 * n, len(c))
-        # ddmin has tested (or, for a single partner, the alone check has) every complement already:
-        # the verdicts are reused, nothing is measured twice.
-        shown = {p.key for p in c if effect([x for x in c if x.key != p.key]) == C.GOOD}
+        # ddmin has tested (or, for a single partner, the alone check has) every complement already;
+        # one that was GOOD is then measured again, fresh and taking turns with f added to T itself.
+        shown = {
+            p.key
+            for p in c
+            if effect(rest := [x for x in c if x.key != p.key]) == C.GOOD and self._necessary(f, p, rest, c)
+        }
         return [p for p in c if p.key in shown], [p for p in c if p.key not in shown]
+
+    def _necessary(self, f: Factor, p: Factor, rest: list[Factor], group: list[Factor]) -> bool:
+        """Is p necessary to f? f added to `rest` (the group without p) against f added to the whole
+        group, four points measured afresh taking turns (the ddmin tests compared effects measured
+        minutes apart, against the chain's step measured earlier still): GOOD, or p is not shown."""
+        lab = self.lab
+        without = lab.with_values(lab.good(), {g.key: g.bad for g in rest})
+        whole = lab.with_values(lab.good(), {g.key: g.bad for g in group})
+        points = {
+            "x_hi": lab.with_values(without, {f.key: f.bad}),
+            "x_lo": without,
+            "ref_hi": lab.with_values(whole, {f.key: f.bad}),
+            "ref_lo": whole,
+        }
+        keys = {n: lab.key(q) for n, q in points.items()}
+        verdict = self._fresh(
+            f"confirm {p.name} necessary to {f.name}",
+            points,
+            lambda s: C.theta_effect(
+                (keys["x_hi"], s["x_hi"]),
+                (keys["x_lo"], s["x_lo"]),
+                (keys["ref_hi"], s["ref_hi"]),
+                (keys["ref_lo"], s["ref_lo"]),
+            ),
+        )
+        return verdict == C.GOOD
+
+    def _fresh(
+        self, what: str, points: dict[str, Point], theta: Callable[[dict[str, list[float]]], C.Theta]
+    ) -> str:
+        """Classify as _classify does, on launches taken now for this question only, every point in turn."""
+        lab = self.lab
+        start = {name: self.asked.get(lab.key(q), 0) for name, q in points.items()}
+        n = self.o.launches
+        while True:
+            self._note({"event": "step", "what": what, "label": lab.label(next(iter(points.values())))})
+            self._ensure([(q, start[name] + n) for name, q in points.items()])
+            got = {name: lab.samples(q, start[name] + n).values for name, q in points.items()}
+            if any(v is None for v in got.values()):
+                self._decide(what, C.INCONCLUSIVE, None, points)
+                return C.INCONCLUSIVE
+            est = theta({name: v[start[name] :] for name, v in got.items() if v is not None})
+            verdict = C.classify(est, final=n >= self.o.max_launches)
+            if verdict != C.MORE:
+                self._decide(what, verdict, est, points)
+                return verdict
+            n = min(self.o.max_launches, n + self.o.launches)
 
     # -- the whole search ------------------------------------------------------------------------
 
