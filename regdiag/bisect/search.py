@@ -12,8 +12,9 @@
    those finds the smallest set it needs — each test asks "does the factor, added to this subset,
    do what it did in context?". ddmin counts an INCONCLUSIVE test as "does not", so under noise it
    keeps factors it cannot drop; every partner it returns is therefore confirmed: without that
-   partner the effect must be shown absent (GOOD). A partner not confirmed is not named as a
-   culprit; it is reported unresolved.
+   partner the effect must be shown absent (GOOD), by ddmin's own test and again on fresh launches
+   of the four points involved, taken in turns. A partner not confirmed is not named as a culprit;
+   it is reported unresolved.
 3. Ranges. For a culprit that is a commit or a package, the same bisection runs along the commits
    (rev-list) or versions between its good and bad value, the other factors held as in context.
 4. More than one culprit. Each classification leaves a residual: a point classified BAD at theta
@@ -23,6 +24,10 @@
 5. SKIP. A point whose environment does not build or whose launch fails is SKIP; the next nearest
    point of the bracket is tried instead, and a culprit that can only be narrowed to a range
    because of skipped points is reported with that range and the reasons.
+6. Confirmation. Before a culprit is named, the two points of its step are measured again, fresh
+   launches taking turns, and must differ by the endpoints' own test; one that does not is reported
+   unresolved. The search measures each new point after its bracket: on a machine whose load changes
+   from minute to minute, a point can look slower only because it ran later.
 
 Everything is deterministic given the launches, so a resumed search takes the same path.
 """
