@@ -96,6 +96,7 @@ def _culprit(c: Culprit, lab: Lab, metric: str, total: dict[str, float]) -> dict
         "factors": [f.to_dict() for f in c.factors],
         "interaction": c.interaction,
         "alone": c.alone,
+        "unconfirmed": [f.label() for f in c.unconfirmed],
         "within": c.within.label() if c.within else None,
         "ms": ms,
         "ms_ci": ms_ci,

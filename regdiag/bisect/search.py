@@ -6,9 +6,15 @@
 2. Factors. The factors are put in a chain c0 = all good, c1 = first factor bad, ..., cn = all bad
    and the chain is bisected: each point is classified against its bracket (classify.py), so one
    culprit among n factors costs ceil(log2 n) points. A factor found at step c(i-1) -> c(i) is then
-   tried alone (c0 + that factor): if it does not reproduce its effect alone, it acts only together
-   with factors before it, and delta debugging (Zeller's ddmin) over those finds the smallest set
-   it needs — each test asks "does the factor, added to this subset, do what it did in context?".
+   tried alone (c0 + that factor): if it is shown not to reproduce its effect alone (GOOD; a
+   PARTIAL says it acts alone at least in part, an INCONCLUSIVE says nothing: neither starts a
+   search), it acts only together with factors before it, and delta debugging (Zeller's ddmin) over
+   those finds the smallest set it needs — each test asks "does the factor, added to this subset,
+   do what it did in context?". ddmin counts an INCONCLUSIVE test as "does not", so under noise it
+   keeps factors it cannot drop; every partner it returns is therefore confirmed: without that
+   partner the effect must be shown absent (GOOD), by ddmin's own test and again on fresh launches
+   of the four points involved, taken in turns. A partner not confirmed is not named as a culprit;
+   it is reported unresolved.
 3. Ranges. For a culprit that is a commit or a package, the same bisection runs along the commits
    (rev-list) or versions between its good and bad value, the other factors held as in context.
 4. More than one culprit. Each classification leaves a residual: a point classified BAD at theta
@@ -18,6 +24,10 @@
 5. SKIP. A point whose environment does not build or whose launch fails is SKIP; the next nearest
    point of the bracket is tried instead, and a culprit that can only be narrowed to a range
    because of skipped points is reported with that range and the reasons.
+6. Confirmation. Before a culprit is named, the two points of its step are measured again, fresh
+   launches taking turns, and must differ by the endpoints' own test; one that does not is reported
+   unresolved. The search measures each new point after its bracket: on a machine whose load changes
+   from minute to minute, a point can look slower only because it ran later.
 
 Everything is deterministic given the launches, so a resumed search takes the same path.
 """
@@ -71,6 +81,9 @@ class Culprit:
     hi: Point
     interaction: bool = False
     alone: str | None = None  # the verdict of the factor tried alone
+    unconfirmed: list[Factor] = field(
+        default_factory=list
+    )  # partners ddmin kept but could not show necessary
     within: Factor | None = None  # the factor this refines, when found by a range search
     skipped: list[dict[str, str]] = field(default_factory=list)
 
@@ -104,6 +117,16 @@ class Search:
         self.factors = lab.factors
         self.skipped: list[dict[str, str]] = []
         self.skip_known: dict[str, str] = {}
+        self.unresolved: list[dict[str, Any]] = []  # found outside the ordered search (unconfirmed partners)
+        self.asked: dict[
+            str, int
+        ] = {}  # launches this search has asked of each point: a resume asks the same
+
+    def _ensure(self, targets: Sequence[tuple[Point, int]]) -> None:
+        for p, n in targets:
+            key = self.lab.key(p)
+            self.asked[key] = max(self.asked.get(key, 0), n)
+        self.lab.ensure(targets)
 
     def _note(self, event: dict[str, Any]) -> None:
         self.lab.progress(event)
@@ -130,7 +153,7 @@ class Search:
             self._note(
                 {"event": "step", "what": what, "good": self.lab.label(good), "bad": self.lab.label(bad)}
             )
-            self.lab.ensure([(good, n), (bad, n)])
+            self._ensure([(good, n), (bad, n)])
             g, b = self.lab.samples(good, n), self.lab.samples(bad, n)
             for side, got in (("good", g), ("bad", b)):
                 if got.failure is not None:
@@ -152,7 +175,7 @@ class Search:
         first = next(iter(points))
         while True:
             self._note({"event": "step", "what": what, "label": self.lab.label(points[first])})
-            self.lab.ensure([(p, n) for p in points.values()])
+            self._ensure([(p, n) for p in points.values()])
             got = {name: self.lab.samples(p, n) for name, p in points.items()}
             if got[first].values is None:
                 key = self.lab.key(points[first])
@@ -258,18 +281,68 @@ class Search:
         self._decide(f"{what} residual [{lo}..{hi}]", r.verdict, r, {"good": points[lo], "bad": points[hi]})
         return r.verdict == C.REPRODUCED
 
+    def confirm(self, c: Culprit) -> str | None:
+        """Re-measure a culprit's step before it is named: None when confirmed, else why not.
+
+        The search measures a new point's launches back to back, after its bracket's were measured:
+        on a shared machine whose load changes from one minute to the next, a point can look slower
+        only because it ran later (seen on the loaded 2-core machine: a harmless NCCL variable's step
+        classified by a residual test on launches taken minutes apart). The confirmation takes fresh
+        launches of the step's two points, taking turns (lo hi lo hi ...), so both sides see the same
+        moments, and asks the endpoints' own question of those launches only: is hi slower than lo
+        beyond the margin (regdiag.stats' verdict, `launches` more at a time up to `max_launches`)?
+        """
+        lab = self.lab
+        what = f"confirm {' + '.join(f.name for f in c.factors)}"
+        start = {k: self.asked.get(lab.key(p), 0) for k, p in (("lo", c.lo), ("hi", c.hi))}
+        n = self.o.launches
+        while True:
+            self._note({"event": "step", "what": what, "good": lab.label(c.lo), "bad": lab.label(c.hi)})
+            self._ensure([(c.lo, start["lo"] + n), (c.hi, start["hi"] + n)])
+            a, b = lab.samples(c.lo, start["lo"] + n), lab.samples(c.hi, start["hi"] + n)
+            if a.values is None or b.values is None:
+                self._decide(what, C.SKIP, None, {"good": c.lo, "bad": c.hi})
+                return f"not confirmed: a launch of its re-measurement failed ({a.failure or b.failure})"
+            r = C.regression(
+                a.values[start["lo"] :], b.values[start["hi"] :], self.o.margin, n >= self.o.max_launches
+            )
+            if r.verdict != C.MORE:
+                self._decide(what, r.verdict, r, {"good": c.lo, "bad": c.hi})
+                if r.verdict == C.REPRODUCED:
+                    return None
+                return (
+                    f"not confirmed: re-measured with both sides taking turns, {lab.label(c.hi)} / "
+                    f"{lab.label(c.lo)} = {r.ratio:.3f} (95 % CI {r.lo:.3f}..{r.hi:.3f}, {r.verdict}, "
+                    f"{n} launches each); not named as a culprit"
+                )
+            n = min(self.o.max_launches, n + self.o.launches)
+
     # -- interactions ----------------------------------------------------------------------------
 
-    def partners(self, prefix: list[Factor], f: Factor, ref_hi: Point, ref_lo: Point) -> list[Factor]:
-        """ddmin over `prefix`: the smallest subset T with which f does what it did in context."""
+    def partners(
+        self, prefix: list[Factor], f: Factor, ref_hi: Point, ref_lo: Point, alone: str
+    ) -> tuple[list[Factor], list[Factor]]:
+        """ddmin over `prefix`: the smallest subset T with which f does what it did in context, split
+        into (confirmed, unconfirmed). ddmin takes any verdict but BAD as "f does not do it with this
+        subset", an INCONCLUSIVE included, so under noise it keeps factors it merely could not drop.
+        A partner p is confirmed only when f with T minus p is shown not to do it (GOOD: the effect's
+        CI lies below one half)."""
         good = self.lab.good()
+        verdicts: dict[frozenset[str], str] = {frozenset(): alone}
+
+        def effect(subset: list[Factor]) -> str:
+            keys = frozenset(g.key for g in subset)
+            if keys not in verdicts:
+                base = self.lab.with_values(good, {g.key: g.bad for g in subset})
+                with_f = self.lab.with_values(base, {f.key: f.bad})
+                names = ", ".join(g.name for g in subset)
+                verdicts[keys] = self.effect_present(
+                    with_f, base, ref_hi, ref_lo, f"{f.name} with {{{names}}}"
+                )
+            return verdicts[keys]
 
         def test(subset: list[Factor]) -> bool:
-            base = self.lab.with_values(good, {g.key: g.bad for g in subset})
-            with_f = self.lab.with_values(base, {f.key: f.bad})
-            names = ", ".join(g.name for g in subset)
-            verdict = self.effect_present(with_f, base, ref_hi, ref_lo, f"{f.name} with {{{names}}}")
-            return verdict == C.BAD
+            return effect(subset) == C.BAD
 
         c = list(prefix)
         n = 2
@@ -292,7 +365,61 @@ class Search:
             if n >= len(c):
                 break
             n = min(2 * n, len(c))
-        return c
+        # ddmin has tested (or, for a single partner, the alone check has) every complement already;
+        # one that was GOOD is then measured again, fresh and taking turns with f added to T itself.
+        shown = {
+            p.key
+            for p in c
+            if effect(rest := [x for x in c if x.key != p.key]) == C.GOOD and self._necessary(f, p, rest, c)
+        }
+        return [p for p in c if p.key in shown], [p for p in c if p.key not in shown]
+
+    def _necessary(self, f: Factor, p: Factor, rest: list[Factor], group: list[Factor]) -> bool:
+        """Is p necessary to f? f added to `rest` (the group without p) against f added to the whole
+        group, four points measured afresh taking turns (the ddmin tests compared effects measured
+        minutes apart, against the chain's step measured earlier still): GOOD, or p is not shown."""
+        lab = self.lab
+        without = lab.with_values(lab.good(), {g.key: g.bad for g in rest})
+        whole = lab.with_values(lab.good(), {g.key: g.bad for g in group})
+        points = {
+            "x_hi": lab.with_values(without, {f.key: f.bad}),
+            "x_lo": without,
+            "ref_hi": lab.with_values(whole, {f.key: f.bad}),
+            "ref_lo": whole,
+        }
+        keys = {n: lab.key(q) for n, q in points.items()}
+        verdict = self._fresh(
+            f"confirm {p.name} necessary to {f.name}",
+            points,
+            lambda s: C.theta_effect(
+                (keys["x_hi"], s["x_hi"]),
+                (keys["x_lo"], s["x_lo"]),
+                (keys["ref_hi"], s["ref_hi"]),
+                (keys["ref_lo"], s["ref_lo"]),
+            ),
+        )
+        return verdict == C.GOOD
+
+    def _fresh(
+        self, what: str, points: dict[str, Point], theta: Callable[[dict[str, list[float]]], C.Theta]
+    ) -> str:
+        """Classify as _classify does, on launches taken now for this question only, every point in turn."""
+        lab = self.lab
+        start = {name: self.asked.get(lab.key(q), 0) for name, q in points.items()}
+        n = self.o.launches
+        while True:
+            self._note({"event": "step", "what": what, "label": lab.label(next(iter(points.values())))})
+            self._ensure([(q, start[name] + n) for name, q in points.items()])
+            got = {name: lab.samples(q, start[name] + n).values for name, q in points.items()}
+            if any(v is None for v in got.values()):
+                self._decide(what, C.INCONCLUSIVE, None, points)
+                return C.INCONCLUSIVE
+            est = theta({name: v[start[name] :] for name, v in got.items() if v is not None})
+            verdict = C.classify(est, final=n >= self.o.max_launches)
+            if verdict != C.MORE:
+                self._decide(what, verdict, est, points)
+                return verdict
+            n = min(self.o.max_launches, n + self.o.launches)
 
     # -- the whole search ------------------------------------------------------------------------
 
@@ -348,6 +475,21 @@ class Search:
                 )
                 continue
             culprits += self._explain_step(chain, st.hi)
+        confirmed: list[Culprit] = []
+        for c in culprits:
+            doubt = self.confirm(c)
+            if doubt is None:
+                confirmed.append(c)
+            else:
+                self.unresolved.append(
+                    {
+                        "between": [lab.label(c.lo), lab.label(c.hi)],
+                        "factors": [f.label() for f in c.factors],
+                        "why": doubt,
+                    }
+                )
+        culprits = confirmed
+        unresolved += self.unresolved
         verdict = "CULPRIT" if culprits else C.INCONCLUSIVE
         statement = "" if culprits else "no culprit could be named"
         return Outcome(verdict, ends, culprits, unresolved, self.skipped, statement, time.monotonic() - t0)
@@ -361,11 +503,37 @@ class Search:
         if prefix:
             alone = lab.with_values(lab.good(), {f.key: f.bad})
             culprit.alone = self.effect_present(alone, lab.good(), chain[i], chain[i - 1], f"{f.name} alone")
-            if culprit.alone != C.BAD:
-                partners = self.partners(prefix, f, chain[i], chain[i - 1])
+            if culprit.alone == C.GOOD:
+                partners, unconfirmed = self.partners(prefix, f, chain[i], chain[i - 1], culprit.alone)
                 group = [*partners, f]
                 culprit.factors = group
                 culprit.interaction = bool(partners)
+                culprit.unconfirmed = unconfirmed
+                if unconfirmed:
+                    self.unresolved.append(
+                        {
+                            "between": [lab.label(chain[i - 1]), lab.label(chain[i])],
+                            "factors": [g.label() for g in unconfirmed],
+                            "why": f"{f.name} did not reproduce its effect alone; "
+                            f"{', '.join(g.name for g in unconfirmed)} could not be shown necessary to it "
+                            "(without each, the effect test was not GOOD): not named as culprits",
+                        }
+                    )
+            elif culprit.alone != C.BAD:
+                what = (
+                    "did part of its effect in context (PARTIAL): it acts alone; whether some of these "
+                    "add to it was not searched"
+                    if culprit.alone == C.PARTIAL
+                    else f"stayed {culprit.alone}: whether it acts alone or only with some of these could "
+                    "not be decided"
+                )
+                self.unresolved.append(
+                    {
+                        "between": [lab.label(chain[i - 1]), lab.label(chain[i])],
+                        "factors": [g.label() for g in prefix],
+                        "why": f"{f.name} tried alone {what}; it is named alone",
+                    }
+                )
         refined: list[Culprit] = []
         for m in group:
             if not kind_of(m).ordered:
@@ -399,6 +567,7 @@ class Search:
                     points[st.hi],
                     interaction=parent.interaction,
                     alone=parent.alone,
+                    unconfirmed=parent.unconfirmed,
                     within=m,
                     skipped=[{"point": m.show(values[j]), "reason": r} for j, r in st.skipped],
                 )
