@@ -304,7 +304,11 @@ class Search:
                 self._decide(what, C.SKIP, None, {"good": c.lo, "bad": c.hi})
                 return f"not confirmed: a launch of its re-measurement failed ({a.failure or b.failure})"
             r = C.regression(
-                a.values[start["lo"] :], b.values[start["hi"] :], self.o.margin, n >= self.o.max_launches
+                a.values[start["lo"] :],
+                b.values[start["hi"] :],
+                self.o.margin,
+                n >= self.o.max_launches,
+                better=self.lab.better(),
             )
             if r.verdict != C.MORE:
                 self._decide(what, r.verdict, r, {"good": c.lo, "bad": c.hi})
@@ -429,29 +433,45 @@ class Search:
         good, bad = lab.good(), lab.bad()
         if not self.factors:
             raise BadInput("the two sides do not differ in any factor this bisect can change")
+        ends = self._endpoints(good, bad)
+        if ends.verdict != C.REPRODUCED:
+            return Outcome(
+                ends.verdict, ends, statement=self._not_reproduced(ends), wall_s=time.monotonic() - t0
+            )
+        chain = [
+            lab.with_values(good, {f.key: f.bad for f in self.factors[:i]})
+            for i in range(len(self.factors) + 1)
+        ]
+        culprits, unresolved = self._search(chain)
+        culprits = self._confirmed(culprits)
+        unresolved += self.unresolved
+        verdict = "CULPRIT" if culprits else C.INCONCLUSIVE
+        statement = "" if culprits else "no culprit could be named"
+        return Outcome(verdict, ends, culprits, unresolved, self.skipped, statement, time.monotonic() - t0)
+
+    def _endpoints(self, good: Point, bad: Point) -> C.Regression:
+        """Do the endpoints differ? A side that cannot be measured is the user's input or the probe's."""
         try:
-            ends = self.differs(good, bad, "endpoints")
+            return self.differs(good, bad, "endpoints")
         except SideFailed as e:
             if isinstance(e.cause, MetricMissing):
                 raise BadInput(f"--metric: {e.cause}") from None
             if isinstance(e.cause, ProbeUsage):
                 raise BadInput(str(e.cause).removeprefix(USAGE)) from None
             raise ProbeError(f"the {e.side} endpoint cannot be measured: {e.cause}") from None
-        if ends.verdict != C.REPRODUCED:
-            why = (
-                f"the regression does not reproduce: all-bad / all-good = {ends.ratio:.3f} "
-                f"(95 % CI {ends.lo:.3f}..{ends.hi:.3f}, margin {self.o.margin:.0%})"
-            )
-            if ends.verdict == C.NOT_REPRODUCED:
-                why += "; these differences do not cause it here (a phantom, or a cause outside them)"
-            else:
-                why += f"; still unclear after {self.o.max_launches} launches per side"
-            return Outcome(ends.verdict, ends, statement=why, wall_s=time.monotonic() - t0)
 
-        chain = [
-            lab.with_values(good, {f.key: f.bad for f in self.factors[:i]})
-            for i in range(len(self.factors) + 1)
-        ]
+    def _not_reproduced(self, ends: C.Regression) -> str:
+        why = (
+            f"the regression does not reproduce: all-bad / all-good = {ends.ratio:.3f} "
+            f"(95 % CI {ends.lo:.3f}..{ends.hi:.3f}, margin {self.o.margin:.0%})"
+        )
+        if ends.verdict == C.NOT_REPRODUCED:
+            return why + "; these differences do not cause it here (a phantom, or a cause outside them)"
+        return why + f"; still unclear after {self.o.max_launches} launches per side"
+
+    def _search(self, chain: list[Point]) -> tuple[list[Culprit], list[dict[str, Any]]]:
+        """The steps of the chain that carry the regression, as culprits, and the brackets left unresolved."""
+        lab = self.lab
         culprits: list[Culprit] = []
         unresolved: list[dict[str, Any]] = []
         for st in self.ordered(chain, 0, len(chain) - 1, 1.0, "factors"):
@@ -463,18 +483,17 @@ class Search:
                         "why": st.why,
                     }
                 )
-                continue
-            if st.hi - st.lo > 1:
+            elif st.hi - st.lo > 1:
+                skipped = [{"point": lab.label(chain[i]), "reason": r} for i, r in st.skipped]
                 culprits.append(
-                    Culprit(
-                        list(self.factors[st.lo : st.hi]),
-                        chain[st.lo],
-                        chain[st.hi],
-                        skipped=[{"point": lab.label(chain[i]), "reason": r} for i, r in st.skipped],
-                    )
+                    Culprit(list(self.factors[st.lo : st.hi]), chain[st.lo], chain[st.hi], skipped=skipped)
                 )
-                continue
-            culprits += self._explain_step(chain, st.hi)
+            else:
+                culprits += self._explain_step(chain, st.hi)
+        return culprits, unresolved
+
+    def _confirmed(self, culprits: list[Culprit]) -> list[Culprit]:
+        """The culprits whose step reproduces on fresh launches; the others go to the unresolved."""
         confirmed: list[Culprit] = []
         for c in culprits:
             doubt = self.confirm(c)
@@ -483,16 +502,12 @@ class Search:
             else:
                 self.unresolved.append(
                     {
-                        "between": [lab.label(c.lo), lab.label(c.hi)],
+                        "between": [self.lab.label(c.lo), self.lab.label(c.hi)],
                         "factors": [f.label() for f in c.factors],
                         "why": doubt,
                     }
                 )
-        culprits = confirmed
-        unresolved += self.unresolved
-        verdict = "CULPRIT" if culprits else C.INCONCLUSIVE
-        statement = "" if culprits else "no culprit could be named"
-        return Outcome(verdict, ends, culprits, unresolved, self.skipped, statement, time.monotonic() - t0)
+        return confirmed
 
     def _explain_step(self, chain: list[Point], i: int) -> list[Culprit]:
         lab = self.lab
