@@ -431,7 +431,9 @@ def _adopt_header(run: dict[str, Any], header: dict[str, Any]) -> None:
     run["units"] = dict(header.get("units", {}))
     if isinstance(header.get("better"), dict):  # which way is better per metric: regdiag/direction.py
         run["better"] = dict(header["better"])
-    if isinstance(header.get("derived"), dict):  # metric -> the one it is computed from (compare tests it once)
+    if isinstance(
+        header.get("derived"), dict
+    ):  # metric -> the one it is computed from (compare tests it once)
         run["derived"] = dict(header["derived"])
     if header.get("labels"):
         run["labels"] = header["labels"]
