@@ -57,7 +57,7 @@ timeout -k 10 300 make -j 16 -C "$SRC/src" MPI=0 NCCL_HOME="$NCCL_HOME" CUDA_HOM
   NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90 BUILDDIR="$(realpath -m "$BUILD")" >"$OUT/build.log" 2>&1
 rc=$?
 echo "# build rc=$rc" >>"$ENVF"
-tail -5 "$OUT/build.log" >>"$ENVF"
+tail -5 "$OUT/build.log" | sed "s|$PWD/||g" >>"$ENVF" # paths relative to the checkout
 rm -f "$OUT/build.log"
 [ -x "$BUILD/all_reduce_perf" ] || log "BUILD FAILED (rc=$rc): nccl-tests rows will be empty; see env.txt"
 
