@@ -36,42 +36,10 @@ left() { [ $((SECONDS - START)) -lt "$BUDGET" ] || { log "SKIPPED (past ${BUDGET
 
 # --- build nccl-tests ---------------------------------------------------------------------------------
 log "build nccl-tests from $SRC"
-NCCL_HOME=${NCCL_HOME:-}
-if [ -z "$NCCL_HOME" ]; then
-  for p in /usr /usr/local /usr/local/cuda /opt/nvidia/nccl; do
-    [ -f "$p/include/nccl.h" ] && { NCCL_HOME=$p; break; }
-  done
-fi
-# nccl-tests' own default is /usr/local/cuda; elsewhere, the toolkit of the nvcc on PATH (links resolved).
-if [ -z "${CUDA_HOME:-}" ]; then
-  CUDA_HOME=/usr/local/cuda
-  [ -x $CUDA_HOME/bin/nvcc ] || CUDA_HOME=$(dirname "$(dirname "$(realpath "$(command -v nvcc)" 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")
-fi
-NVCC_BIN=$CUDA_HOME/bin/nvcc
-{
-  echo "# build: NCCL_HOME=$NCCL_HOME CUDA_HOME=$CUDA_HOME nvcc=$NVCC_BIN"
-  grep -h "define NCCL_MAJOR\|define NCCL_MINOR\|define NCCL_PATCH" "$NCCL_HOME/include/nccl.h" 2>/dev/null
-  cat "$SRC/SOURCE" 2>/dev/null # the commit the source was taken from, written when it was fetched
-} >>"$ENVF" 2>&1
-timeout -k 10 300 make -j 16 -C "$SRC/src" MPI=0 NCCL_HOME="$NCCL_HOME" CUDA_HOME="$CUDA_HOME" \
-  NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90 BUILDDIR="$(realpath -m "$BUILD")" >"$OUT/build.log" 2>&1
+. "$(dirname "$0")/nccl_tests.sh"
+build_nccl_tests "$SRC" "$BUILD" "$ENVF"
 rc=$?
-echo "# build rc=$rc" >>"$ENVF"
-tail -5 "$OUT/build.log" | sed "s|$PWD/||g" >>"$ENVF" # paths relative to the checkout
-rm -f "$OUT/build.log"
 [ -x "$BUILD/all_reduce_perf" ] || log "BUILD FAILED (rc=$rc): nccl-tests rows will be empty; see env.txt"
-
-# Run nccl-tests on the NCCL the probe loads (torch's wheel) when there is one: the same library on both
-# sides of the table. The library nccl-tests reports is in its header lines (nccl-library=...).
-NT_LD=$(python3 -c "
-import os
-try:
-    import nvidia.nccl as n
-    d = os.path.join(list(n.__path__)[0], 'lib')
-    print(d if os.path.exists(os.path.join(d, 'libnccl.so.2')) else '')
-except Exception:
-    print('')" 2>/dev/null)
-echo "# nccl-tests LD_LIBRARY_PATH prefix: ${NT_LD:-(system NCCL)}" >>"$ENVF"
 
 # nt NAME ENV-ASSIGNMENT BINARY ARGS...: one nccl-tests run, its output appended to nccl-tests.txt
 nt() {

@@ -13,13 +13,8 @@ mkdir -p "$OUT"
 R=$OUT/gap.txt
 : >"$R"
 BUILD=$OUT/build
-NCCL_HOME=/usr
-[ -f /usr/include/nccl.h ] || NCCL_HOME=/usr/local
-CUDA_HOME=/usr/local/cuda
-[ -x $CUDA_HOME/bin/nvcc ] || CUDA_HOME=$(dirname "$(dirname "$(realpath "$(command -v nvcc)")")")
-timeout 300 make -j 16 -C .nccl-tests/src MPI=0 NCCL_HOME=$NCCL_HOME CUDA_HOME=$CUDA_HOME \
-  NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90 BUILDDIR="$(realpath -m "$BUILD")" >/dev/null 2>&1
-NT_LD=$(python3 -c "import nvidia.nccl as n, os; print(os.path.join(list(n.__path__)[0], 'lib'))" 2>/dev/null)
+. "$(dirname "$0")/nccl_tests.sh"
+build_nccl_tests .nccl-tests "$BUILD" "$OUT/build-env.txt"
 nt() {
   echo "=== nccl-tests $*" >>"$R"
   LD_LIBRARY_PATH="${NT_LD:+$NT_LD:}${LD_LIBRARY_PATH:-}" timeout 60 "$BUILD/all_reduce_perf" -b 1K -e 8M -f 8 -n 50 -w 5 -c 0 "$@" 2>&1 |

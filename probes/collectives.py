@@ -212,7 +212,7 @@ def build_parser() -> ProbeArgParser:
                    help="how collectives are called: nccl (NCCL directly on the current CUDA stream, as "
                         "engines do in graphs), torch (torch.distributed), or auto (default: nccl on CUDA "
                         "when the library loads, torch on CPU)")  # fmt: skip
-    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+    p.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto",
                    help="default auto: bfloat16 for model: sweeps, float32 otherwise (as nccl-tests)")  # fmt: skip
     p.add_argument(
         "--iters", type=int, default=20, help="operations per timed repetition, at most (default 20)"

@@ -777,16 +777,15 @@ def _decide(results: list[MetricResult], margin: float, level: float, derived: d
     adjusted = stats.holm([p for _m, p in secondary])
     for (m, _p), p in zip(secondary, adjusted, strict=True):
         m.p_adjusted = p
-    for name, src in follows.items():
-        m = by_name[name]
-        if m.estimate is not None and m.estimate.p is not None:
-            m.p_adjusted = (
-                src.p_adjusted if src.p_adjusted is not None else src.estimate.p if src.estimate else None
-            )
-            m.note = m.note or f"computed from {src.name}: tested with it"
     for m in results:
         if m.role == "primary" and m.estimate is not None:
             m.p_adjusted = m.estimate.p
+    for name, src in follows.items():
+        m = by_name[name]
+        if m.estimate is not None and m.estimate.p is not None:
+            m.p_adjusted = src.p_adjusted
+            m.note = m.note or f"computed from {src.name}: tested with it"
+    for m in results:
         if m.estimate is None:
             continue
         m.verdict = stats.decide(m.estimate, m.p_adjusted, margin, m.higher_is_better, level)

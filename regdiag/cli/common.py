@@ -279,3 +279,19 @@ InstallerOpt = typer.Option("auto", "--installer", help="auto (uv if on PATH, el
 LaunchTimeoutOpt = typer.Option(
     600.0, "--launch-timeout", min=0.001, help="Seconds per launch (default 600)."
 )
+
+
+def progress_bar(disable: bool) -> Any:
+    """The rich bar of every command that shows one (description, bar, n/m, elapsed) on stderr, gone
+    when done; `disable` where PlainProgress prints its lines instead."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=disable,
+    )

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from regdiag import interrupts
 from regdiag.cli.common import (
@@ -23,6 +23,7 @@ from regdiag.cli.common import (
     output_file,
     print_json,
     probe_group,
+    progress_bar,
     show,
 )
 from regdiag.errors import BadInput, RegdiagError
@@ -89,12 +90,6 @@ class CollApi(str, Enum):
     auto = "auto"
     nccl = "nccl"
     torch = "torch"
-
-
-class CollDType(str, Enum):
-    auto = "auto"
-    float32 = "float32"
-    bfloat16 = "bfloat16"
 
 
 class CollMode(str, Enum):
@@ -212,7 +207,7 @@ def collectives(
     op: CollOp = typer.Option(CollOp.all_reduce, "--op", help="Collective of a numeric sweep (model: sweeps set their own)."),
     mode: CollMode = typer.Option(CollMode.auto, "--mode", help="eager, graph (the loop in a CUDA graph) or both; auto: both on CUDA, eager on CPU."),
     api: CollApi = typer.Option(CollApi.auto, "--api", help="nccl: NCCL called directly on the current CUDA stream, as engines call it in graphs; torch: torch.distributed (its own stream and events per call); auto: nccl on CUDA when the library loads, torch on CPU."),
-    dtype: CollDType = typer.Option(CollDType.auto, "--dtype", help="auto: bfloat16 for model: sweeps, else float32."),
+    dtype: DType = typer.Option(DType.auto, "--dtype", help="auto: bfloat16 for model: sweeps, else float32."),
     iters: int = typer.Option(20, "--iters", help="Operations per timed repetition, at most."),
     reps: int = typer.Option(5, "--reps", help="Timed repetitions per size (the 'cycles' of the record)."),
     warmup: int = typer.Option(5, "--warmup", help="Untimed operations per size."),
@@ -399,15 +394,7 @@ def _run_many(
 
 
 def _progress() -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-        disable=not err_console.is_terminal,
-    )
+    return progress_bar(disable=not err_console.is_terminal)
 
 
 def _code(e: RegdiagError | None) -> int:

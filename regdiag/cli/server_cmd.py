@@ -19,6 +19,7 @@ from regdiag.cli.common import (
     err_console,
     input_file,
     probe_group,
+    progress_bar,
     show,
 )
 from regdiag.errors import ProbeError
@@ -76,19 +77,10 @@ def _launch_line(la: dict[str, Any], total: int) -> str:
 def _progress_sink(total_launches: int, requests: int):  # type: ignore[no-untyped-def]
     """Progress on stderr (a rich bar on a terminal, plain lines otherwise), returned as (event
     callback, progress context)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.text import Text
 
     plain = PlainProgress("probe server")
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-        disable=plain.enabled,
-    )
+    progress = progress_bar(disable=plain.enabled)
     task = progress.add_task("requests", total=requests)
 
     def on_event(kind: str, data: dict[str, Any]) -> None:

@@ -250,7 +250,6 @@ def diff_snapshots(
     if not any(k[1].startswith("all.") for k in a) or not any(k[1].startswith("all.") for k in b):
         a = {k: v for k, v in a.items() if not k[1].startswith("all.")}
         b = {k: v for k, v in b.items() if not k[1].startswith("all.")}
-    items = []
     # A GPU present on one side only is one difference ("gpu3: <absent> -> NVIDIA H200"), not thirty.
     ga, gb = _gpu_set(a), _gpu_set(b)
     for i in sorted(ga ^ gb):
@@ -258,10 +257,33 @@ def diff_snapshots(
         old_v = a.get(("gpu", f"{name}.name"), "a GPU") if i in ga else ABSENT
         new_v = b.get(("gpu", f"{name}.name"), "a GPU") if i in gb else ABSENT
         a[("gpu", name)], b[("gpu", name)] = old_v, new_v
-    lone = {f"gpu{i}." for i in ga ^ gb}
+    lone = tuple(f"gpu{i}." for i in ga ^ gb)
+
+    def kept(flat: dict[tuple[str, str], Any]) -> dict[tuple[str, str], Any]:
+        return {k: v for k, v in flat.items() if not (k[0] == "gpu" and k[1].startswith(lone))}
+
+    return _diff_flat(kept(a), kept(b), env_a, env_b, include_volatile)
+
+
+def diff_env(old: dict[str, str], new: dict[str, str], source: str) -> list[dict[str, Any]]:
+    """Items for two sets of variables read somewhere other than a snapshot (what a probe's ranks saw,
+    from its header), ranked like the snapshot's env items; `source` says where they were read."""
+    meta = {"key": None, "sources": {name: source for name in set(old) | set(new)}}
+    return _diff_flat(
+        {("env", k): v for k, v in old.items()}, {("env", k): v for k, v in new.items()}, meta, meta, True
+    )
+
+
+def _diff_flat(
+    a: dict[tuple[str, str], Any],
+    b: dict[tuple[str, str], Any],
+    env_a: dict[str, Any],
+    env_b: dict[str, Any],
+    include_volatile: bool,
+) -> list[dict[str, Any]]:
+    """One item per (group, field) whose value differs, most likely culprits first."""
+    items = []
     for key in set(a) | set(b):
-        if key[0] == "gpu" and any(key[1].startswith(p) for p in lone):
-            continue
         va, vb = a.get(key, ABSENT), b.get(key, ABSENT)
         if va == vb:
             continue
@@ -291,24 +313,6 @@ def diff_snapshots(
                 item["source"] = src
         items.append(item)
     items.sort(key=lambda it: (it["rank"], it["_order"], _gpu_index(it["field"]), it["group"], it["field"]))
-    for it in items:
-        del it["_order"]
-    return items
-
-
-def diff_env(old: dict[str, str], new: dict[str, str], source: str) -> list[dict[str, Any]]:
-    """Items for two sets of variables read somewhere other than a snapshot (what a probe's ranks saw,
-    from its header), ranked like the snapshot's env items; `source` says where they were read."""
-    items = []
-    for name in sorted(set(old) | set(new)):
-        va, vb = old.get(name, ABSENT), new.get(name, ABSENT)
-        if va == vb:
-            continue
-        rank, order, why = _classify("env", name, va if va != ABSENT else vb)
-        change = "added" if va == ABSENT else "removed" if vb == ABSENT else "changed"
-        items.append({"group": "env", "field": name, "old": va, "new": vb, "change": change, "rank": rank,
-                      "why": WHY[why], "source": {"old": source, "new": source}, "_order": order})  # fmt: skip
-    items.sort(key=lambda it: (it["rank"], it["_order"], it["field"]))
     for it in items:
         del it["_order"]
     return items
