@@ -111,6 +111,36 @@ def install_argv(
             *src, *reqs]  # fmt: skip
 
 
+def env_key(
+    pins: Mapping[str, str],
+    commit: str | None,
+    *,
+    python: str,
+    repo: str | None,
+    setup: str | None,
+    find_links: str | None,
+    index_url: str | None,
+    host: str | None = None,
+) -> str | None:
+    """The content hash that names a built environment (its directory), here or on a host; None when
+    nothing is installed over the base interpreter. Only what shapes the environment goes in: the repo
+    and setup only with a commit, the package sources only with pins."""
+    if not pins and commit is None:
+        return None
+    content: dict[str, object] = {
+        "python": python,
+        "pins": dict(pins),
+        "commit": commit,
+        "repo": repo if commit else None,
+        "setup": setup if commit else None,
+        "find_links": find_links if pins else None,
+        "index_url": index_url if pins else None,
+    }
+    if host is not None:
+        content["host"] = host
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class Builder:
     def __init__(
         self,
@@ -158,20 +188,15 @@ class Builder:
 
     def key(self, packages: Mapping[str, str], commit: str | None) -> str | None:
         """Content hash of an environment; None when it is the base interpreter as it is."""
-        pins = self.installs(packages)
-        if not pins and commit is None:
-            return None
-        content = {
-            "python": os.path.realpath(self.base_python),
-            "pins": pins,
-            "commit": commit,
-            "repo": os.path.realpath(self.repo) if (commit and self.repo) else None,
-            "setup": self.setup if commit else None,
-            "find_links": os.path.realpath(self.find_links) if (pins and self.find_links) else None,
-            "index_url": self.index_url if pins else None,
-        }
-        blob = json.dumps(content, sort_keys=True).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
+        return env_key(
+            self.installs(packages),
+            commit,
+            python=os.path.realpath(self.base_python),
+            repo=os.path.realpath(self.repo) if self.repo else None,
+            setup=self.setup,
+            find_links=os.path.realpath(self.find_links) if self.find_links else None,
+            index_url=self.index_url,
+        )
 
     # -- building ------------------------------------------------------------------------------
 

@@ -18,7 +18,6 @@ keeping every launch that finished.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -29,6 +28,7 @@ from regdiag.bisect.envs import (
     SKIP_EXIT,
     Built,
     _last_line,
+    env_key,
     install_argv,
     venv_argv,
 )
@@ -167,20 +167,16 @@ class RemoteBuilder:
         return {n: v for n, v in sorted(packages.items()) if base.get(n) != v}
 
     def key(self, packages: Mapping[str, str], commit: str | None) -> str | None:
-        pins = self.installs(packages)
-        if not pins and commit is None:
-            return None
-        content = {
-            "host": self.host.name,
-            "python": self.base_python,
-            "pins": pins,
-            "commit": commit,
-            "repo": self.repo if commit else None,
-            "setup": self.setup if commit else None,
-            "find_links": self.find_links if pins else None,
-            "index_url": self.index_url if pins else None,
-        }
-        return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+        return env_key(
+            self.installs(packages),
+            commit,
+            python=self.base_python,
+            repo=self.repo,
+            setup=self.setup,
+            find_links=self.find_links,
+            index_url=self.index_url,
+            host=self.host.name,
+        )
 
     # -- building ------------------------------------------------------------------------------
 
