@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -206,7 +205,11 @@ def test_transformers_target_missing_names_the_version(cli, transformers):
 
 def test_ctrl_c_keeps_the_cycles_and_stops_the_engine(tmp_path):
     port = free_port()
-    env = {**os.environ, "REGDIAG_HOME": str(tmp_path)}
+    # Its own temporary directory: the hook files waited for below are this probe's, not those of a
+    # probe another test (or another suite on this machine) is running at the same moment.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "REGDIAG_HOME": str(tmp_path), "TMPDIR": str(scratch)}
     args = [sys.executable, "-m", "regdiag", "probe", "engine", *_fake_server(port, workers=2), *FAKE_PHASES,
             "-L", "2", "-R", "400", "--max-tokens", "90"]  # fmt: skip
     proc = subprocess.Popen(
@@ -217,8 +220,7 @@ def test_ctrl_c_keeps_the_cycles_and_stops_the_engine(tmp_path):
         hooks: list[Path] = []
         while time.monotonic() < deadline and not any(h.stat().st_size > 2000 for h in hooks):
             time.sleep(0.3)  # until the workers have written a few cycles
-            hooks = list(Path(tempfile.gettempdir()).glob("regdiag-*/out/hook-*.jsonl"))
-            hooks = [h for h in hooks if h.stat().st_mtime > time.time() - 60]
+            hooks = list(scratch.glob("regdiag-*/out/hook-*.jsonl"))
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
     finally:
