@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,20 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _stop_signals_as_a_terminal_gives_them() -> None:
+    """A suite started in the background of a script (`cmd &`, `nohup cmd &`) inherits SIGINT and SIGHUP
+    ignored, and every process it starts inherits that too: regdiag then rightly keeps running through
+    them, as nohup asks. The tests of Ctrl-C and hang-up need them delivered, as at a terminal, so the
+    suite restores the defaults for itself and its children once, here."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+_stop_signals_as_a_terminal_gives_them()
 
 
 @pytest.fixture(autouse=True)

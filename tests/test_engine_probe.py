@@ -225,6 +225,7 @@ def test_ctrl_c_keeps_the_cycles_and_stops_the_engine(tmp_path):
         _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
+        proc.communicate()  # reaped and its pipes closed here, not in whichever test runs the GC next
     assert proc.returncode == 130, err
     run = json.loads(next((tmp_path / "runs").glob("*.json")).read_text())
     assert run["status"] == "interrupted" and len(run["launches"]) == 1
