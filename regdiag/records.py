@@ -345,9 +345,21 @@ def make_private_dirs(directory: Path) -> None:
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write text to path so that readers see the old file or the new one, never a mix."""
     p = Path(path)
+    if _is_special(p):
+        # /dev/null, /dev/stdout, a named pipe: renaming a temporary file over it would replace the
+        # device node itself (as root, for every program on the machine), so the text goes through it.
+        try:
+            with open(p, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise RecordError(f"{p}: cannot write ({e.strerror or e})") from None
+        return
     directory = p.parent if str(p.parent) else Path(".")
-    make_private_dirs(directory)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=directory)
+    try:
+        make_private_dirs(directory)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=directory)
+    except OSError as e:  # the directory cannot be made or written: name the user's path, not a temp one
+        raise RecordError(f"{p}: cannot write ({e.strerror or e}); nothing was written") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -363,6 +375,15 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
             kept = "its previous version is kept" if p.exists() else "nothing was written"
             raise RecordError(f"{p}: cannot write ({e.strerror or e}); {kept}") from None
         raise
+
+
+def _is_special(p: Path) -> bool:
+    """An existing path that is neither a regular file nor a directory (a device, a pipe)."""
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
 def save_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:

@@ -3,6 +3,7 @@ regdiag.probe_runner, render (progress bar on stderr, summary table on stdout)."
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -224,8 +225,8 @@ def collectives(
     python: str = PythonOpt,
     ssh_config: Path = SshConfigOpt,
 ) -> None:  # fmt: skip
-    if target_ms <= 0:
-        raise BadInput("--target-ms must be > 0")
+    if not 0 < target_ms < math.inf:  # NaN too: the probe could not write it into its record
+        raise BadInput("--target-ms must be a positive number of milliseconds")
     for name, val, low in (
         ("--tp", tp, 1),
         ("--iters", iters, 1),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import socket
 import time
 from dataclasses import dataclass, field
@@ -58,7 +59,10 @@ class Endpoint:
     def __post_init__(self) -> None:
         if self.api not in APIS:
             raise EndpointError(f"unknown API {self.api!r}; choose one of {', '.join(APIS)}")
-        parts = urlsplit(self.url if "://" in self.url else f"http://{self.url}")
+        try:
+            parts = urlsplit(self.url if "://" in self.url else f"http://{self.url}")
+        except ValueError as e:  # an unclosed [IPv6 bracket
+            raise EndpointError(f"{self.url}: not a valid URL ({e})") from None
         if parts.scheme not in ("http", "https"):
             raise EndpointError(f"{self.url}: only http:// and https:// URLs are supported")
         if not parts.hostname:
@@ -73,8 +77,9 @@ class Endpoint:
         self.host = parts.hostname
         self.port = port or (443 if parts.scheme == "https" else 80)
         self.prefix = parts.path.rstrip("/")
-        if self.connect_timeout <= 0 or self.read_timeout <= 0:
-            raise EndpointError("timeouts must be positive")
+        # Written so that NaN fails too: a socket refuses it only later, mid-launch.
+        if not (0 < self.connect_timeout < math.inf and 0 < self.read_timeout < math.inf):
+            raise EndpointError("timeouts must be positive numbers of seconds")
 
     @property
     def display(self) -> str:

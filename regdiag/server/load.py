@@ -30,8 +30,11 @@ def load_prompts(path: str) -> list[str]:
     """One prompt per non-empty line, or JSON lines with a "prompt" or "text" field (or a JSON string)."""
     import json
 
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text file (not UTF-8)") from None
     prompts: list[str] = []
     jsonl = path.endswith((".jsonl", ".json"))
     for n, line in enumerate(text.splitlines(), start=1):

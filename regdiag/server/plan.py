@@ -6,6 +6,7 @@ ServerRequest from its options and calls `plan_probe`; bad input raises BadInput
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import statistics
 from collections.abc import Mapping
@@ -163,6 +164,11 @@ def plan_probe(r: ServerRequest, environ: Mapping[str, str] | None = None) -> Se
     """Check the request, in the order the options are read; BadInput names the first bad one."""
     ep = _endpoint(r, os.environ if environ is None else environ)
     prompts, desc = _prompts(r)
+    # NaN passes a `<= 0` test and then stops the launch mid-way (a wait that refuses it).
+    if not 0 < r.startup_timeout < math.inf:
+        raise BadInput(f"--startup-timeout {r.startup_timeout}: must be a positive number of seconds")
+    if not 0 <= r.stop_grace < math.inf:
+        raise BadInput(f"--stop-grace {r.stop_grace}: must be a number of seconds, 0 or more")
     argv: list[str] | None = None
     env: dict[str, str] = {}
     if r.launch_cmd is not None:

@@ -1,0 +1,101 @@
+"""Bad input found by a sweep of the CLI: each case is one real process of the CLI, and must end in one
+`regdiag: error:` line with the documented exit code, no traceback, and nothing written or replaced
+that should not be."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_cli
+
+LOG = ROOT / "tests" / "data" / "vllm_v1.log"
+SERVER = ["probe", "server", "--url", "http://127.0.0.1:9/", "--no-snapshot", "-L", "1", "-R", "1"]
+
+
+def one_error_line(r, code: int = 2) -> str:
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("regdiag: error: "), r.stderr[-2000:]
+    assert r.returncode == code, (r.returncode, r.stderr)
+    return lines[0]
+
+
+def test_output_to_a_named_pipe_goes_through_it(tmp_path: Path) -> None:
+    # -o /dev/stdout, /dev/null or a pipe: the record is written into it. Renaming a temporary file over
+    # it instead replaced the node itself (as root, /dev/null became a JSON file for the whole machine).
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, so that the writer does not block
+    try:
+        r = run_cli("ingest-log", str(LOG), "-o", str(fifo), timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode), "the named pipe was replaced by a file"
+        got = os.read(reader, 1 << 20)
+    finally:
+        os.close(reader)
+    assert b'"schema": "regdiag.run/1"' in got
+    assert not [p.name for p in tmp_path.iterdir() if p.name != "pipe"], "a temporary file was left"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_output_to_a_full_device_is_one_line_and_keeps_the_device(tmp_path: Path) -> None:
+    full = tmp_path / "full"
+    os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # a private /dev/full
+    r = run_cli("ingest-log", str(LOG), "-o", str(full), timeout=120)
+    line = one_error_line(r)
+    assert f"{full}: cannot write (No space left on device)" in line
+    assert stat.S_ISCHR(os.lstat(full).st_mode)
+
+
+def test_output_under_a_file_names_the_users_path_not_a_temporary_one(tmp_path: Path) -> None:
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    target = blocker / "run.json"
+    line = one_error_line(run_cli("ingest-log", str(LOG), "-o", str(target), timeout=120))
+    assert line == f"regdiag: error: {target}: cannot write (Not a directory); nothing was written"
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        ["--connect-timeout", "nan"],
+        ["--read-timeout", "nan"],
+        ["--read-timeout", "inf"],
+        ["--launch-cmd", "sleep 30", "--startup-timeout", "nan"],
+        ["--launch-cmd", "sleep 30", "--startup-timeout", "-1"],
+        ["--launch-cmd", "sleep 30", "--stop-grace", "nan"],
+        ["--launch-cmd", "sleep 30", "--stop-grace", "-5"],
+    ],
+)
+def test_server_timeouts_out_of_range_are_refused_before_any_launch(opts: list[str], tmp_path: Path) -> None:
+    r = run_cli(*SERVER, *opts, "-o", str(tmp_path / "run.json"), timeout=60)
+    line = one_error_line(r)
+    assert "seconds" in line
+    assert not (tmp_path / "run.json").exists()
+
+
+def test_server_url_with_an_unclosed_bracket_is_one_line() -> None:
+    line = one_error_line(run_cli("probe", "server", "--url", "http://[::1", "--no-snapshot", timeout=60))
+    assert "not a valid URL" in line
+
+
+def test_server_prompts_not_utf8_names_the_file(tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_bytes(b"\xff\xfe\x00 not text")
+    line = one_error_line(run_cli(*SERVER, "--prompts", str(prompts), timeout=60))
+    assert line == f"regdiag: error: {prompts}: not a text file (not UTF-8)"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_collectives_target_ms_not_finite_is_bad_input(value: str, tmp_path: Path) -> None:
+    # It used to start a launch whose probe then failed to write NaN into its record: exit 5, a record kept.
+    out = tmp_path / "run.json"
+    r = run_cli(
+        "probe", "collectives", "--tp", "2", "--sizes", "1K:4K", "--no-snapshot", "-L", "1",
+        "--target-ms", value, "-o", str(out), timeout=120,
+    )  # fmt: skip
+    assert "--target-ms" in one_error_line(r)
+    assert not out.exists()
