@@ -458,9 +458,14 @@ class FileLock:
 
         self.target = Path(target)
         directory = self.target.parent if str(self.target.parent) else Path(".")
-        make_private_dirs(directory)
         self.path = directory / f".{self.target.name}.lock"
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            make_private_dirs(directory)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        except OSError as e:  # the directory cannot be made or written: name the user's file, not the sidecar
+            raise RecordError(
+                f"{self.target}: cannot write ({e.strerror or e}); nothing was written"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

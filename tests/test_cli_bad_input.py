@@ -99,3 +99,27 @@ def test_collectives_target_ms_not_finite_is_bad_input(value: str, tmp_path: Pat
     )  # fmt: skip
     assert "--target-ms" in one_error_line(r)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0"])
+def test_engine_timeout_out_of_range_is_bad_input(value: str, tmp_path: Path) -> None:
+    # NaN and infinity gave a traceback from a thread's join; -1 stopped the engine at once, exit 5.
+    r = run_cli(
+        "probe", "engine", "--preset", "transformers", "--no-snapshot", "--no-check", "-L", "1",
+        "--launch-cmd", "true", "--timeout", value, timeout=60,
+    )  # fmt: skip
+    assert "--timeout" in one_error_line(r)
+
+
+def test_ab_output_prefix_in_a_missing_place_names_the_record(tmp_path: Path) -> None:
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    r = run_cli(
+        "ab", "--a", "X=1", "--b", "X=2", "--command", "false", "--launches", "2", "--no-snapshot",
+        "-o", str(blocker / "pre"), timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert (
+        last == f"regdiag: error: {blocker}/pre-a.json: cannot write (Not a directory); nothing was written"
+    )

@@ -5,6 +5,7 @@ EngineRequest from its options; bad input raises BadInput (exit 2), one line.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -114,6 +115,9 @@ def plan_engine(r: EngineRequest) -> EnginePlan:
         argv, env = split_launch_cmd(r.launch_cmd)
     except LaunchError as e:
         raise BadInput(str(e)) from None
+    # NaN and infinity too: a wait refuses them mid-launch, and a negative one stops the engine at once.
+    if not 0 < r.timeout < math.inf:
+        raise BadInput(f"--timeout {r.timeout}: must be a positive number of seconds")
     ep = None
     if r.url is not None:
         if r.api not in APIS:
