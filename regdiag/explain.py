@@ -178,14 +178,17 @@ class Explanation:
         }
 
 
+def check_given(cycle_ms: float | None, decode_ms: float | None, accept_len: float | None) -> None:
+    """Numbers given on the command line, with or without a run: each a finite positive number."""
+    for name, v in (("cycle", cycle_ms), ("accept length", accept_len), ("decode time", decode_ms)):
+        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise BadInput(f"{name} must be a positive number (got {v})")
+
+
 def explain_numbers(
     cycle_ms: float, decode_ms: float | None, accept_len: float, batch: int = 1
 ) -> ThroughputModel:
-    for name, v in (("cycle", cycle_ms), ("accept length", accept_len)):
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-            raise BadInput(f"{name} must be a positive number (got {v})")
-    if decode_ms is not None and not (math.isfinite(decode_ms) and decode_ms > 0):
-        raise BadInput(f"decode time must be a positive number (got {decode_ms})")
+    check_given(cycle_ms, decode_ms, accept_len)
     return ThroughputModel(accept_len, cycle_ms, decode_ms, batch, {"cycle": "given", "accept_len": "given"})
 
 
@@ -260,6 +263,7 @@ def explain_run(
     label: str = "RUN",
     baseline_label: str = "BASELINE",
 ) -> Explanation:
+    check_given(None, decode_ms, accept_len)
     run = _check_run(run, label)
     launches = _ok_launches(run)
     header = _header(launches)

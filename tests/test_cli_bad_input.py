@@ -4,6 +4,7 @@ that should not be."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -123,3 +124,37 @@ def test_ab_output_prefix_in_a_missing_place_names_the_record(tmp_path: Path) ->
     assert (
         last == f"regdiag: error: {blocker}/pre-a.json: cannot write (Not a directory); nothing was written"
     )
+
+
+RUN = ROOT / "baselines" / "h200-kimi-tp1-eagle.json"
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [["--accept-len", "nan"], ["--accept-len", "-2"], ["--cycle-ms", "nan"], ["--decode-ms", "inf"]],
+)
+def test_explain_numbers_given_with_a_run_are_checked_too(opts: list[str]) -> None:
+    # Without a RUN they were refused; with one, NaN went through: "nan tokens per cycle -> nan tok/s", exit 0.
+    line = one_error_line(run_cli("explain", str(RUN), *opts, timeout=60))
+    assert "must be a positive number" in line
+
+
+def _strict(text: str) -> object:
+    def refuse(name: str) -> None:
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--cycle-ms", "1e-308", "--accept-len", "2", "--decode-ms", "12"],
+        [str(RUN), "--accept-len", "1e308"],
+    ],
+)
+def test_explain_json_stays_json_when_a_number_overflows(args: list[str]) -> None:
+    r = run_cli("explain", *args, "--json", timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = _strict(r.stdout)  # was `"tok_s": Infinity`, which jq and JSON.parse refuse
+    assert isinstance(out, dict) and out["throughput"]["tok_s"] is None

@@ -170,6 +170,7 @@ def explain(
     from regdiag import explain as ex
 
     chosen = pick_format("explain", fmt, json_out, markdown)
+    ex.check_given(cycle_ms, decode_ms, accept_len)  # with a RUN too: they replace its numbers
 
     if run is None:
         if cycle_ms is None or accept_len is None:

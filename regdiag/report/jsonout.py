@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from regdiag.records import finite
 from regdiag.report.registry import Out
 
 
@@ -13,7 +14,9 @@ def _plain(data: Any) -> Any:
 
 
 def render(data: Any, out: Out) -> None:
-    out.text(json.dumps(_plain(data), indent=1, default=str) + "\n")
+    # Strict JSON: a NaN or an infinity (a tok/s of given extreme numbers) is null, as in records;
+    # Python would print the bare NaN / Infinity that jq and other parsers refuse.
+    out.text(json.dumps(finite(_plain(data)), indent=1, default=str, allow_nan=False) + "\n")
 
 
 def one_or_many(data: list[Any], out: Out) -> None:
