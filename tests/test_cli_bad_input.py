@@ -158,3 +158,10 @@ def test_explain_json_stays_json_when_a_number_overflows(args: list[str]) -> Non
     assert r.returncode == 0, r.stderr
     out = _strict(r.stdout)  # was `"tok_s": Infinity`, which jq and JSON.parse refuse
     assert isinstance(out, dict) and out["throughput"]["tok_s"] is None
+
+
+@pytest.mark.parametrize("value", ["inf", "1e12"])
+def test_snapshot_timeout_too_large_is_a_usage_error(value: str) -> None:
+    # It overflowed a thread's wait (OverflowError: timestamp out of range for platform time_t).
+    line = one_error_line(run_cli("snapshot", "--json", "--timeout", value, timeout=60))
+    assert "--timeout" in line and "86400" in line

@@ -178,7 +178,8 @@ def snapshot(
         10.0,
         "--timeout",
         min=0.5,
-        help="Seconds before a slow source is recorded as timed out (default 10).",
+        max=86400.0,  # beyond, a thread's wait overflows the platform's time_t (a traceback)
+        help="Seconds before a slow source is recorded as timed out (default 10, at most a day).",
     ),
     pid: int | None = typer.Option(
         None,
