@@ -165,3 +165,10 @@ def test_snapshot_timeout_too_large_is_a_usage_error(value: str) -> None:
     # It overflowed a thread's wait (OverflowError: timestamp out of range for platform time_t).
     line = one_error_line(run_cli("snapshot", "--json", "--timeout", value, timeout=60))
     assert "--timeout" in line and "86400" in line
+
+
+@pytest.mark.parametrize("value", ["inf", "1e300"])
+def test_demo_slow_ms_beyond_a_second_is_refused_before_any_work(value: str) -> None:
+    # inf failed the bad side's probe after the good side's launches (exit 5); 1e300 never ended.
+    line = one_error_line(run_cli("demo", "--slow-ms", value, timeout=60))
+    assert "--slow-ms" in line and "1000" in line

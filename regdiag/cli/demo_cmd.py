@@ -20,7 +20,11 @@ HELP = (
 def demo(
     launches: int = typer.Option(3, "--launches", min=2, help="Probe launches per environment (default 3)."),
     slow_ms: float = typer.Option(
-        20.0, "--slow-ms", min=0.0, help="Busy work the culprit adds to verify, in ms (default 20)."
+        20.0,
+        "--slow-ms",
+        min=0.0,
+        max=1000.0,  # inf failed the probe after a minute of work; 1e300 never ended
+        help="Busy work the culprit adds to verify, in ms (default 20, at most 1000).",
     ),
     json_out: bool = JsonOpt,
 ) -> None:
