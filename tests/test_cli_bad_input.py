@@ -172,3 +172,27 @@ def test_demo_slow_ms_beyond_a_second_is_refused_before_any_work(value: str) -> 
     # inf failed the bad side's probe after the good side's launches (exit 5); 1e300 never ended.
     line = one_error_line(run_cli("demo", "--slow-ms", value, timeout=60))
     assert "--slow-ms" in line and "1000" in line
+
+
+SECRET = "hunter2-sweep-secret"
+
+
+@pytest.mark.parametrize("probe", ["server", "engine"])
+def test_a_launch_cmd_that_cannot_start_keeps_its_secret(probe: str, tmp_path: Path) -> None:
+    # The program of --launch-cmd is named in the error; a mistaken `--api-key=SECRET` first word reached
+    # the screen and the record (server), or a traceback's tail stood for the message (engine).
+    home = tmp_path / "home"
+    args = (
+        ["--url", "http://127.0.0.1:9/", "-R", "1"]
+        if probe == "server"
+        else ["--preset", "transformers", "--no-check"]
+    )
+    r = run_cli(
+        "probe", probe, *args, "--no-snapshot", "-L", "1", "--launch-cmd", f"--api-key={SECRET} serve",
+        env={"REGDIAG_HOME": str(home)}, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 5 and "Traceback" not in r.stderr and "<frozen" not in r.stderr, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("regdiag: error: launch 0: ") and "No such file or directory" in last
+    assert SECRET not in r.stderr + r.stdout
+    assert not [p for p in home.rglob("*") if p.is_file() and SECRET in p.read_text(errors="replace")]

@@ -39,7 +39,11 @@ EXEC_WITH_HOOK = (
     "e = os.environ.get('PYTHONPATH')\n"
     "os.environ['PYTHONPATH'] = sys.argv[1] + (os.pathsep + e if e else '')\n"
     "os.environ['REGDIAG_ENGINE_HOOK'] = sys.argv[2]\n"
-    "os.execvp(sys.argv[3], sys.argv[3:])\n"
+    "try:\n"
+    "    os.execvp(sys.argv[3], sys.argv[3:])\n"
+    "except OSError as e:\n"  # one line for the error message, as a shell says it, not a traceback
+    "    sys.stderr.write(f'cannot start {sys.argv[3]}: {e.strerror}\\n')\n"
+    "    sys.exit(127)\n"
 )
 READER = (
     "import os, sys\n"

@@ -135,7 +135,8 @@ class ServerProcess:
                 self._started.set()
                 return
             if msg.get(MARK) == "error":
-                self.start_error = str(msg.get("error"))
+                # It names the program, a word of --launch-cmd: it can be `--api-key=...` by mistake.
+                self.start_error = scrub_text(str(msg.get("error")))
                 self._started.set()
                 return
             if msg.get(MARK) == "exited":
@@ -161,7 +162,7 @@ class ServerProcess:
                     f"launcher failed (exit {res.returncode}): {scrub_text(res.stderr_tail() or 'no output')}"
                 )
         except Exception as e:  # a host error must not leave start() waiting
-            self.start_error = f"{type(e).__name__}: {e}"
+            self.start_error = scrub_text(f"{type(e).__name__}: {e}")
         finally:
             self._started.set()
 
