@@ -41,6 +41,7 @@ def main() -> None:
         return
     import json
 
+    from regdiag.errors import one_line
     from regdiag.records import RecordError, save_record
     from regdiag.snapshot import collect
 
@@ -49,10 +50,11 @@ def main() -> None:
         try:
             save_record(str(opts["output"]), record)
         except OSError as e:
-            sys.stderr.write(f"regdiag: error: -o {opts['output']}: cannot write ({e.strerror or e})\n")
+            why = f"-o {opts['output']}: cannot write ({e.strerror or e})"
+            sys.stderr.write(f"regdiag: error: {one_line(why)}\n")
             sys.exit(2)
         except RecordError as e:
-            sys.stderr.write(f"regdiag: error: -o {e}\n")
+            sys.stderr.write(f"regdiag: error: {one_line(f'-o {e}')}\n")
             sys.exit(2)
     sys.stdout.write(json.dumps(record, indent=1, default=str) + "\n")
     sys.stdout.flush()

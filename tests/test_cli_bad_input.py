@@ -196,3 +196,22 @@ def test_a_launch_cmd_that_cannot_start_keeps_its_secret(probe: str, tmp_path: P
     assert last.startswith("regdiag: error: launch 0: ") and "No such file or directory" in last
     assert SECRET not in r.stderr + r.stdout
     assert not [p for p in home.rglob("*") if p.is_file() and SECRET in p.read_text(errors="replace")]
+
+
+@pytest.mark.parametrize(
+    "name, shown",
+    [("a\nb.json", "a\\nb.json"), ("\x1b[2Jx.json", "\\x1b[2Jx.json"), ("x\r.json", "x\\r.json")],
+)
+def test_a_file_name_with_control_characters_stays_one_line(name: str, shown: str, tmp_path: Path) -> None:
+    # A line break in a name split the error in two; an escape sequence reached the terminal as is.
+    line = one_error_line(
+        run_cli("diff", str(tmp_path / name), str(ROOT / "baselines" / "h200-snapshot.json"))
+    )
+    assert line == f"regdiag: error: {tmp_path}/{shown}: no such file"
+
+
+def test_the_fast_snapshot_path_keeps_its_error_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    line = one_error_line(run_cli("snapshot", "--json", "-o", f"{blocker}/a\nb.json", timeout=60))
+    assert f"{blocker}/a\\nb.json: cannot write" in line
