@@ -215,3 +215,21 @@ def test_the_fast_snapshot_path_keeps_its_error_one_line(tmp_path: Path) -> None
     blocker.write_text("x")
     line = one_error_line(run_cli("snapshot", "--json", "-o", f"{blocker}/a\nb.json", timeout=60))
     assert f"{blocker}/a\\nb.json: cannot write" in line
+
+
+def test_compare_html_over_an_input_run_is_refused_and_the_run_kept(tmp_path: Path) -> None:
+    # It wrote the HTML page over the measured record given as OLD.
+    old, new = tmp_path / "old.json", tmp_path / "new.json"
+    old.write_bytes(RUN.read_bytes())
+    new.write_bytes((ROOT / "baselines" / "h200-kimi-slice-eagle-vgraph-on-a.json").read_bytes())
+    line = one_error_line(run_cli("compare", str(old), str(new), "--allow-mismatch", "--html", str(old)))
+    assert "is an input of this command" in line
+    assert old.read_bytes() == RUN.read_bytes()
+
+
+def test_ingest_log_output_over_its_own_log_is_refused_and_the_log_kept(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_bytes(LOG.read_bytes())
+    line = one_error_line(run_cli("ingest-log", str(log), "-o", str(log), timeout=120))
+    assert line == f"regdiag: error: -o {log}: is an input of this command; writing it would replace it"
+    assert log.read_bytes() == LOG.read_bytes()

@@ -236,6 +236,20 @@ def check_output_file(path: Path, flag: str) -> Path:
     return path
 
 
+def refuse_input_as_output(output: Path | None, inputs: list[str], flag: str) -> None:
+    """An output file that is one of the command's own inputs would be replaced by what is written
+    (`compare A B --html A`, `ingest-log LOG -o LOG`): what was measured would be lost."""
+    if output is None:
+        return
+    for i in inputs:
+        try:
+            same = os.path.samefile(output, i)
+        except OSError:  # one of them does not exist (yet): not the same file
+            continue
+        if same:
+            raise BadInput(f"{flag} {output}: is an input of this command; writing it would replace it")
+
+
 def check_input_dir(path: Path, flag: str) -> Path:
     # A missing directory is left to the command (it may say more); a file where one is needed is not.
     if path.exists() and not path.is_dir():

@@ -19,6 +19,7 @@ from regdiag.cli.common import (
     output_file,
     pick_format,
     print_json,
+    refuse_input_as_output,
     show,
 )
 from regdiag.errors import BadInput
@@ -110,6 +111,7 @@ def compare(
         raise BadInput(f"--method {method!r}: use welch or bootstrap")
     old_run, old_name = baselines.resolve(old)
     new_run, new_name = baselines.resolve(new)
+    refuse_input_as_output(html, [old, new, old_name, new_name], "--html")
     result = compare_runs(
         old_run,
         new_run,

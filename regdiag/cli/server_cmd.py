@@ -20,6 +20,7 @@ from regdiag.cli.common import (
     input_file,
     probe_group,
     progress_bar,
+    refuse_input_as_output,
     show,
 )
 from regdiag.errors import ProbeError
@@ -275,6 +276,7 @@ def ingest_log(
 ) -> None:
     from regdiag.server.ingest import ingest_logs, ingest_summary
 
+    refuse_input_as_output(output, [str(f) for f in files], "-o")
     run = ingest_logs([str(f) for f in files], idle_gap_s=idle_gap, rank=rank)
     path = runs_dir() / f"{run['id']}.json"
     save_record(path, run)
