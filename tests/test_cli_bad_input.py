@@ -233,3 +233,13 @@ def test_ingest_log_output_over_its_own_log_is_refused_and_the_log_kept(tmp_path
     line = one_error_line(run_cli("ingest-log", str(log), "-o", str(log), timeout=120))
     assert line == f"regdiag: error: -o {log}: is an input of this command; writing it would replace it"
     assert log.read_bytes() == LOG.read_bytes()
+
+
+def test_ingest_log_refuses_one_log_given_twice(tmp_path: Path) -> None:
+    # Each file is one launch: the same log twice made two identical launches, double the evidence.
+    link = tmp_path / "again.log"
+    link.symlink_to(LOG)
+    for second in (str(LOG), str(link)):
+        line = one_error_line(run_cli("ingest-log", str(LOG), second, "-o", str(tmp_path / "run.json")))
+        assert "twice" in line and ("given twice" in line or f"same file as {LOG}" in line)
+        assert not (tmp_path / "run.json").exists()

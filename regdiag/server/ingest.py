@@ -41,6 +41,7 @@ def ingest_logs(paths: Sequence[str], *, idle_gap_s: float, rank: str | None) ->
     """The run record of these logs (not yet saved): BadInput for an unreadable file, a file with no
     line regdiag reads, or logs of different engines."""
     # The config holds how the log was read, not which file: two logs of one setup compare as they are.
+    _no_file_twice(paths)
     run = log_run({"idle_gap_s": idle_gap_s, "rank": rank})
     run["provenance"] = {"files": [os.path.abspath(p) for p in paths]}
     launches = [_launch(p, i, idle_gap_s, rank) for i, p in enumerate(paths)]
@@ -50,6 +51,22 @@ def ingest_logs(paths: Sequence[str], *, idle_gap_s: float, rank: str | None) ->
     run["launches"] = launches
     run["status"] = "complete" if all(la["status"] == "ok" for la in launches) else "partial"
     return run
+
+
+def _no_file_twice(paths: Sequence[str]) -> None:
+    """Each file is one launch: the same log twice (`logs/*.log logs/a.log`) would count its evidence twice."""
+    seen: dict[tuple[int, int], str] = {}
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue  # named as unreadable when read
+        first = seen.setdefault((st.st_dev, st.st_ino), p)
+        if first is not p:
+            same = "given twice" if first == p else f"is the same file as {first}"
+            raise BadInput(
+                f"{p}: {same}; each log is one launch, and one launch counted twice would overstate the evidence"
+            )
 
 
 def ingest_summary(run: dict[str, Any], path: str) -> dict[str, Any]:
