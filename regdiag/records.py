@@ -346,14 +346,10 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write text to path so that readers see the old file or the new one, never a mix."""
     p = Path(path)
     if _is_special(p):
-        # /dev/null, /dev/stdout, a named pipe: renaming a temporary file over it would replace the
-        # device node itself (as root, for every program on the machine), so the text goes through it.
-        try:
-            with open(p, "w", encoding="utf-8") as f:
-                f.write(text)
-        except OSError as e:
-            raise RecordError(f"{p}: cannot write ({e.strerror or e})") from None
-        return
+        # /dev/null, a named pipe: renaming a temporary file over it would replace the node itself (as
+        # root, /dev/null for every program on the machine); writing into it could wait forever for a
+        # pipe's reader. Refused, as the CLI's output options refuse it (cli.common.check_output_file).
+        raise RecordError(f"{p}: not a regular file (a device or a pipe); give a file name to write")
     directory = p.parent if str(p.parent) else Path(".")
     try:
         make_private_dirs(directory)
