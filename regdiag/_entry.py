@@ -41,7 +41,7 @@ def main() -> None:
         return
     import json
 
-    from regdiag.errors import one_line
+    from regdiag.errors import escape_controls
     from regdiag.records import RecordError, save_record
     from regdiag.snapshot import collect
 
@@ -51,10 +51,10 @@ def main() -> None:
             save_record(str(opts["output"]), record)
         except OSError as e:
             why = f"-o {opts['output']}: cannot write ({e.strerror or e})"
-            sys.stderr.write(f"regdiag: error: {one_line(why)}\n")
+            sys.stderr.write(f"regdiag: error: {escape_controls(why)}\n")
             sys.exit(2)
         except RecordError as e:
-            sys.stderr.write(f"regdiag: error: {one_line(f'-o {e}')}\n")
+            sys.stderr.write(f"regdiag: error: {escape_controls(f'-o {e}')}\n")
             sys.exit(2)
     sys.stdout.write(json.dumps(record, indent=1, default=str) + "\n")
     sys.stdout.flush()

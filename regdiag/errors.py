@@ -25,7 +25,7 @@ EXIT_INTERRUPTED = 130
 EXIT_OUTPUT_CLOSED = 141  # 128 + SIGPIPE, what the shell shows for a tool killed by a closed pipe
 
 
-def one_line(message: str) -> str:
+def escape_controls(message: str) -> str:
     """The message as the one line it is shown as: a line break in it (a file name can hold one) and any
     other control character (a NUL, a terminal escape read from a file) are shown escaped, as Python
     writes them, instead of breaking the line or being acted on by the terminal."""

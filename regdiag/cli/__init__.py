@@ -10,7 +10,7 @@ import typer
 
 from regdiag import __version__, interrupts
 from regdiag.cli.common import reflow_help
-from regdiag.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OUTPUT_CLOSED, RegdiagError, one_line
+from regdiag.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OUTPUT_CLOSED, RegdiagError, escape_controls
 from regdiag.records import RecordError
 
 app = typer.Typer(
@@ -88,7 +88,7 @@ def click_core():  # type: ignore[no-untyped-def]
 
 def _fail(message: str, code: int) -> None:
     err = sys.stderr
-    err.write(f"regdiag: error: {one_line(message)}\n")
+    err.write(f"regdiag: error: {escape_controls(message)}\n")
     err.flush()
     sys.exit(code)
 
