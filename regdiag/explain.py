@@ -259,11 +259,14 @@ def explain_run(
     bandwidth: float | None = None,
     decode_ms: float | None = None,
     accept_len: float | None = None,
+    cycle_ms: float | None = None,
     model: str | None = None,
     label: str = "RUN",
     baseline_label: str = "BASELINE",
 ) -> Explanation:
-    check_given(None, decode_ms, accept_len)
+    """What the run's cycle costs and why. decode_ms, accept_len and cycle_ms, when given, replace what
+    the run (or the baseline) says."""
+    check_given(cycle_ms, decode_ms, accept_len)
     run = _check_run(run, label)
     launches = _ok_launches(run)
     header = _header(launches)
@@ -287,6 +290,9 @@ def explain_run(
         tput = _throughput_model(launches, header, config, primary, accept_len, decode_ms, decode_src, batch)
         if tput is None:
             notes.append("no accept_len in this run: pass --accept-len for the throughput model")
+        elif cycle_ms is not None:
+            tput.cycle_ms = cycle_ms
+            tput.sources["cycle"] = "given"
     elif decode_ms is None:
         # A plain-decode run explains itself: its cycle is t_decode.
         decode_ms = _mean_of_launch_means(launches, "samples", primary)

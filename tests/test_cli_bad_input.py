@@ -237,3 +237,13 @@ def test_ingest_log_refuses_one_log_given_twice(tmp_path: Path) -> None:
         line = one_error_line(run_cli("ingest-log", str(LOG), second, "-o", str(tmp_path / "run.json")))
         assert "twice" in line and ("given twice" in line or f"same file as {LOG}" in line)
         assert not (tmp_path / "run.json").exists()
+
+
+def test_ingest_logs_refuses_the_very_same_path_object_twice() -> None:
+    # A library caller may pass one string object twice; it is the same file all the same.
+    from regdiag.errors import BadInput
+    from regdiag.server.ingest import ingest_logs
+
+    path = str(LOG)
+    with pytest.raises(BadInput, match="given twice"):
+        ingest_logs([path, path], idle_gap_s=5.0, rank=None)

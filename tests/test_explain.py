@@ -179,3 +179,12 @@ def test_explain_a_synthetic_cpu_run_without_header_uses_its_preset():
     assert "default: copy bandwidth measured on one H200" in e.bandwidth_source
     with pytest.raises(BadInput, match="no launch with samples"):
         ex.explain_run(run_record([]))
+
+
+def test_a_given_cycle_replaces_the_runs_own():
+    e = ex.explain_run(simulate_spec_run(1), decode_ms=12.0, cycle_ms=40.0)
+    assert e.throughput is not None and e.throughput.cycle_ms == 40.0
+    assert e.throughput.sources["cycle"] == "given"
+    assert e.throughput.tok_s == pytest.approx(e.throughput.accept_len / 40.0 * 1e3)
+    with pytest.raises(BadInput, match="cycle must be a positive number"):
+        ex.explain_run(simulate_spec_run(1), cycle_ms=float("nan"))

@@ -172,7 +172,7 @@ def explain(
     from regdiag import explain as ex
 
     chosen = pick_format("explain", fmt, json_out, markdown)
-    ex.check_given(cycle_ms, decode_ms, accept_len)  # with a RUN too: they replace its numbers
+    ex.check_given(cycle_ms, decode_ms, accept_len)  # before any file is read; the library checks again
 
     if run is None:
         if cycle_ms is None or accept_len is None:
@@ -193,13 +193,11 @@ def explain(
             bandwidth=bandwidth,
             decode_ms=decode_ms,
             accept_len=accept_len,
+            cycle_ms=cycle_ms,
             model=model,
             label=name,
             baseline_label=base[1] if base else "BASELINE",
         )
-        if cycle_ms is not None and result.throughput is not None:
-            result.throughput.cycle_ms = cycle_ms
-            result.throughput.sources["cycle"] = "given"
     show("explain", chosen, result)
 
 

@@ -61,8 +61,9 @@ def _no_file_twice(paths: Sequence[str]) -> None:
             st = os.stat(p)
         except OSError:
             continue  # named as unreadable when read
-        first = seen.setdefault((st.st_dev, st.st_ino), p)
-        if first is not p:
+        first = seen.get((st.st_dev, st.st_ino))
+        seen.setdefault((st.st_dev, st.st_ino), p)
+        if first is not None:
             same = "given twice" if first == p else f"is the same file as {first}"
             raise BadInput(
                 f"{p}: {same}; each log is one launch, and one launch counted twice would overstate the evidence"
