@@ -171,3 +171,41 @@ def test_a_partner_found_only_because_the_load_dropped_is_not_named(tmp_path, mo
     assert [f.split(" ")[0] for f in c["unconfirmed"]] == ["NCCL_ALGO"]
     [u] = r["unresolved"]
     assert "NCCL_ALGO could not be shown necessary" in u["why"]
+
+
+def test_a_confirmation_takes_new_launches_after_the_seeded_endpoints(tmp_path, monkeypatch) -> None:
+    """Endpoints seeded from a probe run (as the demo does) are used as they are, but the culprit's
+    confirmation re-measures both sides now: every one of its launches comes after the seeded ones."""
+    probe = tmp_path / "noisy.py"
+    probe.write_text(NOISY_PROBE, encoding="utf-8")
+    for k, v in (("NOISE_SEED", "5"), ("NOISE_SCALE", "0.02"), ("NOISE_KEYS", "SLOW"), ("NEEDS", "")):
+        monkeypatch.setenv(k, v)
+
+    def seeded(verify: float) -> list[dict]:
+        return [
+            {"index": i, "status": "ok", "duration_s": 0.1,
+             "samples": {"verify": [verify] * 7, "draft": [3.0] * 7, "cycle": [verify + 3.0] * 7}}
+            for i in range(3)
+        ]  # fmt: skip
+
+    journal = tmp_path / "journal.jsonl"
+    r = run_bisect(
+        Request(
+            good="-SLOW",
+            bad="SLOW=verify:20",
+            command=f"{{python}} {probe}",
+            metric="verify",
+            journal=str(journal),
+            launches=2,
+            max_launches=6,
+            seed_endpoints={"good": seeded(10.0), "bad": seeded(30.0)},
+        )
+    )
+    assert _names(r) == {"SLOW"}
+    launches = [e for e in map(json.loads, journal.read_text().splitlines()) if e["type"] == "launch"]
+    for point in {e["point"] for e in launches}:
+        mine = [e for e in launches if e["point"] == point]
+        seeds = [e for e in mine if e.get("source")]
+        assert len(seeds) == 3 and [e["index"] for e in seeds] == [0, 1, 2]
+        # The search asked 2 of each endpoint (the seeds answer that), then its confirmation 2 more.
+        assert len(mine) - len(seeds) >= 2, (point, [e["index"] for e in mine])

@@ -128,6 +128,9 @@ class Journal:
         if resume and not events:
             raise BadInput(f"{self.path}: --resume: no journal to resume here")
         self.launches: dict[str, list[Launch]] = {}
+        # Launches taken by another run and written in as a point's first ones (bisect's seeded
+        # endpoints): the search counts them as already used, so a fresh measurement starts after them.
+        self.seeded: dict[str, int] = {}
         self.env_skip: dict[str, str] = {}
         self.decisions: list[dict[str, Any]] = []
         self.mismatches: list[str] = []
@@ -183,6 +186,8 @@ class Journal:
                 raise BadInput(f"launch {ev['index']} of point {ev['point']} is out of order")
             lst.append(Launch.from_dict(ev))
             self.measured_s += float(ev.get("duration_s") or 0.0)
+            if ev.get("source"):
+                self.seeded[str(ev["point"])] = self.seeded.get(str(ev["point"]), 0) + 1
         elif kind == "env":
             if ev.get("status") == "skip":
                 self.env_skip[str(ev["point"])] = str(ev.get("reason"))
@@ -200,6 +205,7 @@ class Journal:
         line = {"type": "launch", "point": point, "index": index, "label": label, **launch.to_dict()}
         if source:
             line["source"] = source
+            self.seeded[point] = self.seeded.get(point, 0) + 1
         self._append(line)
         self.launches.setdefault(point, []).append(launch)
         self.measured_s += launch.duration_s

@@ -118,9 +118,9 @@ class Search:
         self.skipped: list[dict[str, str]] = []
         self.skip_known: dict[str, str] = {}
         self.unresolved: list[dict[str, Any]] = []  # found outside the ordered search (unconfirmed partners)
-        self.asked: dict[
-            str, int
-        ] = {}  # launches this search has asked of each point: a resume asks the same
+        # Launches this search has asked of each point (a resume asks the same), counting from the
+        # seeded ones: those were measured before the search began, so a fresh re-measurement skips them.
+        self.asked: dict[str, int] = dict(lab.journal.seeded)
 
     def _ensure(self, targets: Sequence[tuple[Point, int]]) -> None:
         for p, n in targets:
