@@ -247,3 +247,28 @@ def test_ingest_logs_refuses_the_very_same_path_object_twice() -> None:
     path = str(LOG)
     with pytest.raises(BadInput, match="given twice"):
         ingest_logs([path, path], idle_gap_s=5.0, rank=None)
+
+
+CONTEXT_PROBE = r"""
+import json, os
+print(json.dumps({"type": "header", "protocol": 1, "probe": "ctx", "version": "1", "primary": "cycle",
+                  "phases": ["cycle"], "units": {"cycle": "ms", "running_req": "requests"}}))
+for i in range(5):
+    print(json.dumps({"type": "cycle", "i": i, "t": {"cycle": 10.0 + i, "running_req": 4.0 + i}}))
+print(json.dumps({"type": "footer", "cycles": 5, "warmup_dropped": 0}))
+"""
+
+
+def test_bisect_on_a_context_metric_is_a_usage_error(tmp_path: Path) -> None:
+    # running_req is a setting of the measurement, not an outcome: it was a traceback after both
+    # endpoints had been measured.
+    probe = tmp_path / "ctx.py"
+    probe.write_text(CONTEXT_PROBE, encoding="utf-8")
+    r = run_cli(
+        "bisect", "--good", "-X", "--bad", "X=1", "--command", f"{{python}} {probe}", "--metric", "running_req",
+        "--journal", str(tmp_path / "j.jsonl"), timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("regdiag: error:")]
+    assert len(errors) == 1 and r.stderr.rstrip().endswith(errors[0])  # after its progress lines
+    assert "--metric running_req" in errors[0] and "no regression to bisect" in errors[0]

@@ -159,6 +159,10 @@ class Regression:
         return asdict(self)
 
 
+class NoDirection(ValueError):
+    """The metric is context (a setting, not an outcome): nothing is better or worse."""
+
+
 def regression(
     good: Sequence[float],
     bad: Sequence[float],
@@ -171,7 +175,9 @@ def regression(
     rate: `better` is the metric's direction, regdiag/direction.py)? regdiag.stats' Welch test and
     verdict rule."""
     if better == direction.CONTEXT:
-        raise ValueError("a context metric (a setting, not an outcome) has no regression to bisect")
+        raise NoDirection(
+            "a setting or condition of the measurement, not an outcome: it has no regression to bisect"
+        )
     g = np.log(np.asarray(good, dtype=float))
     b = np.log(np.asarray(bad, dtype=float))
     d, lo, hi, p, _df = stats.welch_core(g, b, level)

@@ -453,6 +453,8 @@ class Search:
         """Do the endpoints differ? A side that cannot be measured is the user's input or the probe's."""
         try:
             return self.differs(good, bad, "endpoints")
+        except C.NoDirection as e:
+            raise BadInput(f"--metric {self.lab.metric}: {e}") from None
         except SideFailed as e:
             if isinstance(e.cause, MetricMissing):
                 raise BadInput(f"--metric: {e.cause}") from None
