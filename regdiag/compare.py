@@ -738,6 +738,10 @@ def _verdicts(
     for n, role in names:
         m = _metric(n, role, lo_, ln_, units, how, better)
         if m.better == direction.CONTEXT:
+            if role == "primary":  # the overall verdict is the primary's, and a setting has none
+                raise BadInput(
+                    f"primary metric {n!r} is a setting of the measurement, not an outcome: nothing to judge"
+                )
             m.role, m.verdict = "context", None
             m.note = m.note or "a setting or condition of the measurement, not an outcome: no verdict"
             context.append(m)

@@ -111,3 +111,25 @@ def test_old_records_without_better_fall_back_on_unit_and_name() -> None:
     # a declaration wins over the fallback, an unknown word is not trusted
     assert direction.direction("queue_req", "", {"queue_req": "lower"}) == ("lower", "declared")
     assert direction.declared({"better": {"x": "sideways", "y": "context"}}) == {"y": "context"}
+
+
+def test_compare_refuses_a_primary_that_is_context_in_one_line() -> None:
+    # The overall verdict is the primary's; a setting has none (it was a bare StopIteration).
+    from compare_helpers import run_record
+
+    from regdiag.compare import compare_runs
+    from regdiag.errors import BadInput
+
+    def run(v: float) -> dict[str, Any]:
+        launches = [
+            {
+                "index": i,
+                "status": "ok",
+                "samples": {"running_req": [v + i, v + i + 1.0], "cycle": [5.0, 6.0]},
+            }
+            for i in range(3)
+        ]
+        return run_record(launches, primary="running_req", phases=[])
+
+    with pytest.raises(BadInput, match="primary metric 'running_req' is a setting"):
+        compare_runs(run(4.0), run(8.0))
