@@ -30,10 +30,6 @@ HIGHER_IS_BETTER_NAMES = frozenset(
 # per-size bandwidths (algbw_64KiB, busbw_arg_64KiB) and rates written with their unit in the name.
 HIGHER_IS_BETTER_PREFIXES = ("algbw_", "busbw_", "bandwidth_", "tok_s_")
 HIGHER_IS_BETTER_SUFFIXES = ("_tok_s", "_gbps", "_GBps", "_req_s", "_bw")
-# Settings and conditions that old ingest-log and server records wrote without a direction.
-CONTEXT_NAMES = frozenset(
-    {"tp_rank", "dp_rank", "running_req", "queue_req", "cuda_graph", "tokens_used", "output_tokens"}
-)
 CONTEXT_PREFIXES = ("experts_",)
 
 # What regdiag's own instruments write (the probes under probes/ declare theirs in their header, as
@@ -62,6 +58,11 @@ LOG_METRICS: dict[str, tuple[str, str]] = {
     "dp_rank": ("rank", CONTEXT),
     "cuda_graph": ("bool", CONTEXT),
 }
+# Settings and conditions that old ingest-log and server records wrote without a direction: the
+# context entries of the two tables above.
+CONTEXT_NAMES = frozenset(
+    k for t in (SERVER_METRICS, LOG_METRICS) for k, (_u, b) in t.items() if b == CONTEXT
+)
 
 
 def declare(run: dict[str, Any], metrics: dict[str, tuple[str, str]]) -> None:
@@ -98,10 +99,6 @@ def direction(name: str, unit: str, better: dict[str, str] | None = None) -> tup
 
 def higher_is_better(name: str, unit: str, better: dict[str, str] | None = None) -> bool:
     return direction(name, unit, better)[0] == HIGHER
-
-
-def is_context(name: str, unit: str, better: dict[str, str] | None = None) -> bool:
-    return direction(name, unit, better)[0] == CONTEXT
 
 
 def undeclared(record: dict[str, Any], names: set[str] | list[str]) -> list[str]:
