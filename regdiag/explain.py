@@ -287,12 +287,11 @@ def explain_run(
         decode_src = "this run's decode phase"
     tput = None
     if phases != ["decode"]:
-        tput = _throughput_model(launches, header, config, primary, accept_len, decode_ms, decode_src, batch)
+        tput = _throughput_model(
+            launches, header, config, primary, accept_len, decode_ms, decode_src, batch, cycle_ms
+        )
         if tput is None:
             notes.append("no accept_len in this run: pass --accept-len for the throughput model")
-        elif cycle_ms is not None:
-            tput.cycle_ms = cycle_ms
-            tput.sources["cycle"] = "given"
     elif decode_ms is None:
         # A plain-decode run explains itself: its cycle is t_decode.
         decode_ms = _mean_of_launch_means(launches, "samples", primary)
@@ -339,12 +338,15 @@ def _throughput_model(
     decode_ms: float | None,
     decode_src: str,
     batch: int,
+    cycle_ms: float | None = None,
 ) -> ThroughputModel | None:
-    """tok/s of this run's cycle and accept length (given or measured); None without an accept length."""
+    """tok/s of this run's cycle and accept length (each given or measured); None without either."""
     # A server run's primary is the inter-token latency; its speculative cycle, where the engine
     # reported an accept length, is recorded as the "cycle" series.
     cycle_metric = "cycle" if all("cycle" in (la.get("samples") or {}) for la in launches) else primary
-    cycle = _mean_of_launch_means(launches, "samples", cycle_metric)
+    cycle, cycle_src = cycle_ms, "given"
+    if cycle is None:
+        cycle, cycle_src = _mean_of_launch_means(launches, "samples", cycle_metric), f"mean {cycle_metric}"
     acc, acc_src = accept_len, "given"
     if acc is None:
         acc = _mean_of_launch_means(launches, "values", "accept_len")
@@ -353,9 +355,7 @@ def _throughput_model(
             acc_src += " (simulated by the probe)"
     if cycle is None or acc is None:
         return None
-    tput = ThroughputModel(
-        acc, cycle, decode_ms, batch, {"cycle": f"mean {cycle_metric}", "accept_len": acc_src}
-    )
+    tput = ThroughputModel(acc, cycle, decode_ms, batch, {"cycle": cycle_src, "accept_len": acc_src})
     if decode_ms is not None:
         tput.sources["decode"] = decode_src
     return tput
