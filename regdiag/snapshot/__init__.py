@@ -55,7 +55,7 @@ class _Taking:
     hasher: Any
     # The package list is needed by two groups (engine: which checkout; packages): read once, in the
     # packages thread; the engine thread waits for it only when no --repo was given.
-    dists: dict[str, Any] = field(default_factory=dict)
+    dists: Any = None  # packages.installed(...) once dists_ready is set
     dists_ready: threading.Event = field(default_factory=threading.Event)
 
 
@@ -68,11 +68,11 @@ def _gpu(t: _Taking) -> dict[str, Any]:
 def _engine(t: _Taking) -> dict[str, Any]:
     from regdiag.snapshot import engine
 
-    dists = None
     if not t.repo:
         t.dists_ready.wait(t.deadline.left())
-        dists = t.dists.get("d")
-    return engine.collect(repo=t.repo, dists=dists, timeout_s=t.call_timeout, backend=t.git_backend)
+    return engine.collect(
+        repo=t.repo, dists=None if t.repo else t.dists, timeout_s=t.call_timeout, backend=t.git_backend
+    )
 
 
 def _packages(t: _Taking) -> dict[str, Any]:
@@ -86,10 +86,10 @@ def _packages(t: _Taking) -> dict[str, Any]:
                 path = t.proc.search_path()
             except (RuntimeError, ValueError, KeyError) as e:
                 note = f"packages of the snapshot's interpreter, not of pid {t.proc.pid}: {e}"
-        t.dists["d"] = packages.installed(path)
+        t.dists = packages.installed(path)
     finally:
         t.dists_ready.set()
-    group = packages.collect(all_packages=t.all_packages, timeout_s=t.call_timeout, dists=t.dists["d"])
+    group = packages.collect(all_packages=t.all_packages, timeout_s=t.call_timeout, dists=t.dists)
     if note:
         group["note"] = F.one_line(note)
     return group
