@@ -176,7 +176,7 @@ def regression(
     verdict rule."""
     if better == direction.CONTEXT:
         raise NoDirection(
-            "a setting or condition of the measurement, not an outcome: it has no regression to bisect"
+            "a context metric (a setting of the measurement, not an outcome) has no regression to bisect"
         )
     g = np.log(np.asarray(good, dtype=float))
     b = np.log(np.asarray(bad, dtype=float))
