@@ -145,23 +145,26 @@ class Search:
         self.lab.journal.decision(rec)
         self._note({"event": "decision", "what": what, "verdict": verdict, "theta": rec.get("theta")})
 
-    def differs(self, good: Point, bad: Point, what: str) -> C.Regression:
+    def differs(self, good: Point, bad: Point, what: str, start: tuple[int, int] = (0, 0)) -> C.Regression:
         """The phantom check for a bracket: REPRODUCED, NOT-REPRODUCED or INCONCLUSIVE; SideFailed when
-        one side cannot be measured."""
+        one side cannot be measured. `start`: the launches of (good, bad) to leave out, counted from
+        the first: the question is then asked of launches taken after them only."""
         n = self.o.launches
         while True:
             self._note(
                 {"event": "step", "what": what, "good": self.lab.label(good), "bad": self.lab.label(bad)}
             )
-            self._ensure([(good, n), (bad, n)])
-            g, b = self.lab.samples(good, n), self.lab.samples(bad, n)
+            self._ensure([(good, start[0] + n), (bad, start[1] + n)])
+            g, b = self.lab.samples(good, start[0] + n), self.lab.samples(bad, start[1] + n)
             for side, got in (("good", g), ("bad", b)):
                 if got.failure is not None:
                     self._decide(what, C.SKIP, None, {"good": good, "bad": bad})
                     raise SideFailed(side, got.failure)
             assert g.values is not None and b.values is not None  # a Sample has values or a failure
             final = n >= self.o.max_launches
-            r = C.regression(g.values, b.values, self.o.margin, final, better=self.lab.better())
+            r = C.regression(
+                g.values[start[0] :], b.values[start[1] :], self.o.margin, final, better=self.lab.better()
+            )
             if r.verdict != C.MORE:
                 self._decide(what, r.verdict, r, {"good": good, "bad": bad})
                 return r
@@ -294,32 +297,18 @@ class Search:
         """
         lab = self.lab
         what = f"confirm {' + '.join(f.name for f in c.factors)}"
-        start = {k: self.asked.get(lab.key(p), 0) for k, p in (("lo", c.lo), ("hi", c.hi))}
-        n = self.o.launches
-        while True:
-            self._note({"event": "step", "what": what, "good": lab.label(c.lo), "bad": lab.label(c.hi)})
-            self._ensure([(c.lo, start["lo"] + n), (c.hi, start["hi"] + n)])
-            a, b = lab.samples(c.lo, start["lo"] + n), lab.samples(c.hi, start["hi"] + n)
-            if a.values is None or b.values is None:
-                self._decide(what, C.SKIP, None, {"good": c.lo, "bad": c.hi})
-                return f"not confirmed: a launch of its re-measurement failed ({a.failure or b.failure})"
-            r = C.regression(
-                a.values[start["lo"] :],
-                b.values[start["hi"] :],
-                self.o.margin,
-                n >= self.o.max_launches,
-                better=self.lab.better(),
-            )
-            if r.verdict != C.MORE:
-                self._decide(what, r.verdict, r, {"good": c.lo, "bad": c.hi})
-                if r.verdict == C.REPRODUCED:
-                    return None
-                return (
-                    f"not confirmed: re-measured with both sides taking turns, {lab.label(c.hi)} / "
-                    f"{lab.label(c.lo)} = {r.ratio:.3f} (95 % CI {r.lo:.3f}..{r.hi:.3f}, {r.verdict}, "
-                    f"{n} launches each); not named as a culprit"
-                )
-            n = min(self.o.max_launches, n + self.o.launches)
+        start = (self.asked.get(lab.key(c.lo), 0), self.asked.get(lab.key(c.hi), 0))
+        try:
+            r = self.differs(c.lo, c.hi, what, start)
+        except SideFailed as e:
+            return f"not confirmed: a launch of its re-measurement failed ({e.cause})"
+        if r.verdict == C.REPRODUCED:
+            return None
+        return (
+            f"not confirmed: re-measured with both sides taking turns, {lab.label(c.hi)} / "
+            f"{lab.label(c.lo)} = {r.ratio:.3f} (95 % CI {r.lo:.3f}..{r.hi:.3f}, {r.verdict}, "
+            f"{r.launches[0]} launches each); not named as a culprit"
+        )
 
     # -- interactions ----------------------------------------------------------------------------
 
