@@ -80,7 +80,7 @@ def ab(
     json_out: bool = JsonOpt,
 ) -> None:
     from regdiag.ab import AbRequest
-    from regdiag.cli.bisect_cmd import build_fields, probe_args
+    from regdiag.cli.common import build_fields, probe_args
     from regdiag.cli.compare_cmd import _margin
 
     extra = probe_args(ctx, probe)

@@ -19,10 +19,12 @@ from regdiag.cli.common import (
     RepoOpt,
     SetupOpt,
     SshConfigOpt,
+    build_fields,
     err_console,
     format_opt,
     output_file,
     pick_format,
+    probe_args,
     show,
 )
 from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, BadInput, HostError
@@ -186,36 +188,6 @@ def bisect(
     report = _run(req, host, python, ssh_config)
     show("bisect", chosen, report)
     raise typer.Exit(EXIT_OK if report["verdict"] == "CULPRIT" else EXIT_INCONCLUSIVE)
-
-
-def probe_args(ctx: typer.Context, probe: str | None) -> list[str]:
-    """What came after --: the probe's own options, refused without a --probe to take them."""
-    extra = list(ctx.args)
-    if extra and not probe:
-        raise BadInput(f"unexpected arguments {' '.join(extra)!r} (probe options after -- need --probe)")
-    return extra
-
-
-def build_fields(
-    repo: Path | None,
-    setup: str | None,
-    find_links: Path | None,
-    index_url: str | None,
-    python: str | None,
-    installer: str,
-) -> dict[str, Any]:
-    """The options that say how environments are built (bisect's and ab's) as a request's fields
-    (regdiag.bisect.lab.BuildInputs, plus the checkout); an unknown --installer is refused."""
-    if installer not in ("auto", "uv", "pip"):
-        raise BadInput(f"--installer {installer}: use auto, uv or pip")
-    return {
-        "repo": str(repo) if repo else None,
-        "setup": setup,
-        "find_links": str(find_links) if find_links else None,
-        "index_url": index_url,
-        "python": python,
-        "installer": installer,
-    }
 
 
 def _run(req: Request, host: str | None, python: str | None, ssh_config: Path | None) -> dict[str, Any]:

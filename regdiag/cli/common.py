@@ -309,3 +309,33 @@ def progress_bar(disable: bool) -> Any:
         transient=True,
         disable=disable,
     )
+
+
+def probe_args(ctx: typer.Context, probe: str | None) -> list[str]:
+    """What came after --: the probe's own options, refused without a --probe to take them."""
+    extra = list(ctx.args)
+    if extra and not probe:
+        raise BadInput(f"unexpected arguments {' '.join(extra)!r} (probe options after -- need --probe)")
+    return extra
+
+
+def build_fields(
+    repo: Path | None,
+    setup: str | None,
+    find_links: Path | None,
+    index_url: str | None,
+    python: str | None,
+    installer: str,
+) -> dict[str, Any]:
+    """The options that say how environments are built (bisect's and ab's) as a request's fields
+    (regdiag.bisect.lab.BuildInputs, plus the checkout); an unknown --installer is refused."""
+    if installer not in ("auto", "uv", "pip"):
+        raise BadInput(f"--installer {installer}: use auto, uv or pip")
+    return {
+        "repo": str(repo) if repo else None,
+        "setup": setup,
+        "find_links": str(find_links) if find_links else None,
+        "index_url": index_url,
+        "python": python,
+        "installer": installer,
+    }
