@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from regdiag import importers
 from regdiag.errors import BadInput
 from regdiag.records import RUN, FileLock, RecordError, load_record, save_record
 from regdiag.run_view import RunView
@@ -40,10 +41,7 @@ def path_of(name: str) -> Path:
 def save(name: str, run_path: str, force: bool = False) -> Path:
     """Store the run as baseline NAME; refuses to overwrite unless `force`."""
     target = path_of(name)
-    try:
-        run = load_record(resolve_run(run_path), RUN)
-    except RecordError as e:
-        raise BadInput(str(e)) from None
+    run, _label = resolve(run_path)
     if not RunView.of(run).usable:
         raise BadInput(f"{run_path}: the run has no launch with samples; nothing to keep as a baseline")
     run["baseline"] = {"name": name, "saved": now_iso(), "source": str(Path(run_path))}
@@ -101,10 +99,14 @@ def remove(name: str) -> Path:
 
 
 def resolve(ref: str) -> tuple[dict[str, Any], str]:
-    """A file path, a baseline name, or a stored run id -> (record, label)."""
-    p = Path(ref)
+    """A file path, a baseline name, or a stored run id -> (record, label).
+
+    A file may be another tool's result file (regdiag/importers/); FILE#NAME picks one result of a
+    file that holds several (a hyperfine export of two commands)."""
+    path, select = importers.split_selector(ref)
+    p = Path(path)
     if p.exists():
-        return _load(p), str(p)
+        return _load(p, select), ref
     if NAME_RE.match(ref) and not ref.endswith(".json"):
         b = baselines_dir() / f"{ref}.json"
         if b.exists():
@@ -116,10 +118,10 @@ def resolve(ref: str) -> tuple[dict[str, Any], str]:
     return _load(found), str(found)
 
 
-def _load(p: Path) -> dict[str, Any]:
+def _load(p: Path, select: str | None = None) -> dict[str, Any]:
     try:
-        return load_record(p, RUN)
-    except RecordError as e:
+        return importers.load_run(p, select=select)
+    except BadInput as e:
         msg = str(e)
         if "snapshot record" in msg:
             msg += " (compare takes runs: `regdiag probe ... -o FILE`; for environments use `regdiag diff`)"

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from regdiag import __version__, direction, phantom, stats
+from regdiag import __version__, direction, importers, phantom, stats
 from regdiag.attribution import Attribution, Throughput, attribute, throughput
 from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSED, BadInput
 from regdiag.records import COMPARISON, RUN, RecordError, check_record, finite, schema_id
@@ -249,7 +249,9 @@ def _check_kind(run: Any, label: str) -> dict[str, Any]:
         raise BadInput(msg) from None
 
 
-LOG_AND_SERVER = {"ingest-log", "server"}
+def _other_instrument(po: dict[str, Any], pn: dict[str, Any]) -> bool:
+    """Two different probes (or imported tools) that measure the same thing (`probe.measures`)."""
+    return po.get("name") != pn.get("name") and importers.measures(po) == importers.measures(pn)
 
 
 def _config_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -299,8 +301,9 @@ def compare_runs(
     _check_side(new, new_label, ln_, warnings)
     design = _design(old, new, lo_, ln_)
     lo_, ln_, paired = _pair_if_interleaved(design, lo_, ln_, method, warnings, notes)
-    # a log and a live run each have metrics the other cannot measure (e2e, ttft; gen_tok_s): left out
-    one_sided_ok = allow_mismatch or {po.get("name"), pn.get("name")} == LOG_AND_SERVER
+    # two instruments of one measurement each have metrics the other cannot measure (a server's e2e and
+    # ttft, a log's gen_tok_s; nccl-tests' out-of-place times): those are left out
+    one_sided_ok = allow_mismatch or _other_instrument(po, pn)
     names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, one_sided_ok, warnings)
     how = _Method(method, level, margin, n_boot, np.random.default_rng(seed), paired)
     derived = _derived(old, new)
@@ -372,11 +375,12 @@ def _check_same_measurement(
         )
     po, pn = old.get("probe") or {}, new.get("probe") or {}
     co, cn = po.get("config") or {}, pn.get("config") or {}
-    if {str(po.get("name")), str(pn.get("name"))} == LOG_AND_SERVER:
-        # A server's log and a live `probe server` run measure one thing (itl in ms): their configs
-        # describe different instruments, so only the keys both hold must match (docs/server.md).
+    if _other_instrument(po, pn):
+        # Two instruments of one measurement (a server's log and a live `probe server` run: itl in ms;
+        # nccl-tests and `probe collectives`): their configs describe different instruments, so only
+        # the keys both hold must match (docs/server.md, docs/compare.md "Other tools' files").
         co, cn = ({k: c[k] for k in set(co) & set(cn)} for c in (co, cn))
-        notes.append("a server log against a live server run: compared on itl; same engine and model assumed")
+        notes.append(_instrument_note(old, new))
     elif po.get("name") != pn.get("name"):
         msg = f"runs from different probes: {old_label} is {po.get('name')!r}, {new_label} is {pn.get('name')!r}"
         if not allow_mismatch:
@@ -395,6 +399,15 @@ def _check_same_measurement(
             f"the runs measure different things: primary {old.get('primary')!r} in {old_label}, "
             f"{new.get('primary')!r} in {new_label}"
         )
+
+
+def _instrument_note(old: dict[str, Any], new: dict[str, Any]) -> str:
+    po, pn = old.get("probe") or {}, new.get("probe") or {}
+    on = f"{old['primary']} and" if old.get("primary") else "the metrics and"
+    return (
+        f"{po.get('name')} against {pn.get('name')}: two instruments of one measurement "
+        f"({importers.measures(po)}), compared on {on} the config keys both hold; the same subject assumed"
+    )
 
 
 def _vocabulary(

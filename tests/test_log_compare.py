@@ -50,8 +50,8 @@ def test_a_log_compares_with_a_live_server_run(tmp_path: Path) -> None:
     out = json.loads(p.stdout)
     assert out["primary"] == "itl"
     assert (
-        "a server log against a live server run: compared on itl; same engine and model assumed"
-        in out["notes"]
+        "ingest-log against server: two instruments of one measurement (served-itl), compared on itl "
+        "and the config keys both hold; the same subject assumed" in out["notes"]
     )
     names = [m["name"] for m in out["metrics"]]
     assert names[0] == "itl" and "e2e" not in names and "gen_tok_s" not in names

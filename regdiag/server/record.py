@@ -53,6 +53,7 @@ def server_run(
         },
     )
     run["phases_sum_to_primary"] = False
+    run["probe"]["measures"] = "served-itl"  # as ingest-log's: compare takes the two as one measurement
     declare(run, SERVER_METRICS)  # unit and which way is better, per metric: regdiag/direction.py
     return run
 
@@ -343,6 +344,7 @@ def log_run(config: dict[str, Any]) -> dict[str, Any]:
         units={"itl": "ms", "cycle": "ms", "gen_tok_s": "tok/s", "accept_len": "tokens/step"},
     )
     run["phases_sum_to_primary"] = False
+    run["probe"]["measures"] = "served-itl"  # as a live server run's (regdiag/importers: measures)
     declare(run, LOG_METRICS)  # unit and which way is better, per metric: regdiag/direction.py
     run["ingested"] = now_iso()
     return run
