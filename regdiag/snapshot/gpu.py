@@ -15,6 +15,7 @@ from typing import Any
 
 from regdiag.probe_modules import load as load_probe_module
 from regdiag.snapshot import fields as F
+from regdiag.snapshot import gpu_smi
 
 # Clock-event ("throttle") reason bits: the one table, shared with the probes' clock sampler.
 _NVML = load_probe_module("_nvml")
@@ -72,8 +73,6 @@ def collect(timeout_s: float = 5.0, source: str = "auto") -> dict[str, Any]:
         if nvml is None and source == "nvml":
             return F.failed_group(F.UNSUPPORTED, "pynvml (nvidia-ml-py) is not installed")
     if nvml is None:
-        from regdiag.snapshot import gpu_smi
-
         return gpu_smi.collect(timeout_s)
     return _collect_nvml(nvml, timeout_s)
 

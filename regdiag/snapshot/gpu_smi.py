@@ -10,8 +10,11 @@ import csv
 import io
 from typing import Any
 
+from regdiag.probe_modules import load as load_probe_module
 from regdiag.snapshot import fields as F
-from regdiag.snapshot.gpu import reason_names
+
+# The one table of clock-event reasons (probes/_nvml.py), as gpu.py reads it for NVML.
+reason_names = load_probe_module("_nvml").reason_names
 
 # (query name, field name, converter). The event-reason bitmask was renamed in driver 535; the
 # older name is tried when nvidia-smi rejects the newer one.
