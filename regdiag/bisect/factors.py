@@ -21,24 +21,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from regdiag.bisect.kinds import KINDS, kind_of
+
+# Names of the built-in kinds (KINDS has them all, in the order factors are tried in).
+from regdiag.bisect.kinds.commit import COMMIT
+from regdiag.bisect.kinds.env import ENV
+from regdiag.bisect.kinds.package import PACKAGE
 from regdiag.errors import BadInput
 from regdiag.records import RUN, SNAPSHOT, RecordError, load_record, parse_schema
 from regdiag.snapshot.fields import field_value
-from regdiag.snapshot.packages import SELF, versions_of
+from regdiag.snapshot.packages import SELF, normalize, versions_of
+from regdiag.snapshot.redact import REDACTED
 
-# Names of the built-in kinds (regdiag.bisect.kinds has them all, in the order factors are tried in).
-PACKAGE = "package"
-ENV = "env"
-COMMIT = "commit"
+__all__ = [
+    "COMMIT",
+    "ENV",
+    "PACKAGE",
+    "Diff",
+    "Factor",
+    "Spec",
+    "diff",
+    "load_side",
+    "parse_spec",
+    "spec_from_snapshot",
+]
 
-REDACTED = "<redacted>"
 _PKG_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def normalize(name: str) -> str:
-    """PEP 503 name: 'SGL_Kernel' -> 'sgl-kernel'."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass
@@ -74,13 +83,9 @@ class Factor:
         return f"{self.kind}:{self.name}"
 
     def show(self, value: str | None) -> str:
-        from regdiag.bisect.kinds import kind_of
-
         return kind_of(self).show(self, value)
 
     def label(self) -> str:
-        from regdiag.bisect.kinds import kind_of
-
         return kind_of(self).label(self)
 
     def to_dict(self) -> dict[str, Any]:
@@ -104,8 +109,6 @@ def parse_spec(text: str, what: str = "spec") -> Spec:
         raise BadInput(f"{what}: cannot split {text!r}: {e}") from None
     if not tokens:
         raise BadInput(f"{what}: empty spec (give NAME==VERSION, NAME=VALUE, -NAME or commit=REV items)")
-    from regdiag.bisect.kinds import KINDS
-
     spec = Spec(source="spec")
     for tok in tokens:
         if any(k.parse(tok, spec) for k in KINDS.values()):
@@ -166,8 +169,6 @@ def spec_from_snapshot(snap: dict[str, Any], source: str) -> Spec:
         path = field_value(eng, "path")
         spec.repo = path if isinstance(path, str) else None
         spec.dirty = bool(field_value(eng, "dirty"))
-    from regdiag.bisect.kinds import KINDS
-
     for kind in KINDS.values():
         kind.read_snapshot(snap, spec)
     return spec
@@ -214,12 +215,10 @@ class Diff:
 def diff(good: Spec, bad: Spec) -> Diff:
     """The factors (ordered by kind: commit, packages, env vars, GPU clocks; names sorted) and what
     cannot be bisected."""
-    from regdiag.bisect.kinds import KINDS
-
     notes = list(good.notes) + list(bad.notes)
     factors: list[Factor] = []
     for kind in KINDS.values():
-        factors += kind.factors(good, bad, notes)
+        factors += [Factor(kind.name, name, g, b) for name, g, b in kind.differences(good, bad, notes)]
     same_env: dict[str, str | None] = {}
     for name in sorted(set(good.env) & set(bad.env)):
         g = good.env[name]

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 from packaging.version import InvalidVersion, Version
 
-from regdiag.bisect.factors import normalize
 from regdiag.errors import BadInput
+from regdiag.snapshot.packages import normalize
 
 if TYPE_CHECKING:
     from regdiag.hosts.base import Host

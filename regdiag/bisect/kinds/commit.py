@@ -3,16 +3,19 @@ history between the two."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from regdiag.bisect import ranges
-from regdiag.bisect.factors import COMMIT
-from regdiag.bisect.kinds import BuildPlan, Kind, Where
+from regdiag.bisect.kinds.base import BuildPlan, Difference, Kind, Where
 from regdiag.errors import BadInput
 
 if TYPE_CHECKING:
     from regdiag.bisect.factors import Factor, Spec
+
+
+COMMIT = "commit"
 
 
 def short(commit: str | None) -> str:
@@ -23,9 +26,7 @@ class CommitKind(Kind):
     name = COMMIT
     ordered = True
 
-    def factors(self, good: Spec, bad: Spec, notes: list[str]) -> list[Factor]:
-        from regdiag.bisect.factors import Factor
-
+    def differences(self, good: Spec, bad: Spec, notes: list[str]) -> list[Difference]:
         if good.commit == bad.commit:
             return []
         if good.commit is None or bad.commit is None:
@@ -38,11 +39,9 @@ class CommitKind(Kind):
                     f"{spec.source}: the engine checkout had uncommitted changes; a worktree of "
                     f"{short(spec.commit)} does not include them"
                 )
-        return [Factor(self.name, "commit", good.commit, bad.commit)]
+        return [("commit", good.commit, bad.commit)]
 
     def check(self, factors: list[Factor], where: Where) -> list[Factor]:
-        from regdiag.bisect.factors import Factor
-
         if not factors:
             return factors
         if not where.repo:
@@ -50,11 +49,10 @@ class CommitKind(Kind):
         if where.host is not None:
             host, repo = where.host, where.repo
             return [
-                Factor(
-                    f.kind,
-                    f.name,
-                    ranges.resolve_commit_on(host, repo, f.good or ""),
-                    ranges.resolve_commit_on(host, repo, f.bad or ""),
+                dataclasses.replace(
+                    f,
+                    good=ranges.resolve_commit_on(host, repo, f.good or ""),
+                    bad=ranges.resolve_commit_on(host, repo, f.bad or ""),
                 )
                 for f in factors
             ]
@@ -62,11 +60,10 @@ class CommitKind(Kind):
             raise BadInput(f"--repo {where.repo}: no such directory")
         repo = where.repo
         return [
-            Factor(
-                f.kind,
-                f.name,
-                ranges.resolve_commit(repo, f.good or ""),
-                ranges.resolve_commit(repo, f.bad or ""),
+            dataclasses.replace(
+                f,
+                good=ranges.resolve_commit(repo, f.good or ""),
+                bad=ranges.resolve_commit(repo, f.bad or ""),
             )
             for f in factors
         ]

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from regdiag.bisect.factors import ENV, REDACTED
-from regdiag.bisect.kinds import Kind, LaunchSetup
+from regdiag.bisect.kinds.base import Difference, Kind, LaunchSetup
+from regdiag.snapshot.redact import REDACTED, redact_value
 
 if TYPE_CHECKING:
     from regdiag.bisect.factors import Factor, Spec
 
 
+ENV = "env"
+
+
 class EnvKind(Kind):
     name = ENV
 
-    def factors(self, good: Spec, bad: Spec, notes: list[str]) -> list[Factor]:
-        from regdiag.bisect.factors import Factor
-
-        out = []
+    def differences(self, good: Spec, bad: Spec, notes: list[str]) -> list[Difference]:
+        out: list[Difference] = []
         for name in sorted(set(good.env) | set(bad.env)):
             g, b = good.env.get(name), bad.env.get(name)
             if g == b:
@@ -25,7 +26,7 @@ class EnvKind(Kind):
             if REDACTED in (g, b) or name in good.redacted or name in bad.redacted:
                 notes.append(f"{name} differs but its value was redacted in a snapshot; not bisected")
                 continue
-            out.append(Factor(self.name, name, g, b))
+            out.append((name, g, b))
         return out
 
     def show(self, f: Factor, value: str | None) -> str:
@@ -42,6 +43,4 @@ class EnvKind(Kind):
 
 def _shown(name: str, value: str) -> str:
     """An env value as labels and the screen show it: secrets out (the factor keeps the real value)."""
-    from regdiag.snapshot.redact import redact_value
-
     return redact_value(name, value)[0]

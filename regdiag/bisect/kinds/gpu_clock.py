@@ -25,7 +25,7 @@ import re
 from typing import TYPE_CHECKING, Any, Protocol
 
 from regdiag.bisect.failures import StepFailed
-from regdiag.bisect.kinds import Kind, LaunchSetup, Where
+from regdiag.bisect.kinds.base import Difference, Kind, LaunchSetup, Where
 from regdiag.errors import BadInput
 from regdiag.snapshot.fields import field_value
 
@@ -140,18 +140,16 @@ class GpuClockKind(Kind):
             if m and isinstance(mem, int) and isinstance(sm, int):
                 spec.settings.setdefault(self.name, {})[f"gpu{m.group(1)}.app_clocks"] = f"{mem},{sm}"
 
-    def factors(self, good: Spec, bad: Spec, notes: list[str]) -> list[Factor]:
-        from regdiag.bisect.factors import Factor
-
+    def differences(self, good: Spec, bad: Spec, notes: list[str]) -> list[Difference]:
         g, b = good.settings.get(self.name, {}), bad.settings.get(self.name, {})
-        out = []
+        out: list[Difference] = []
         for name in sorted(set(g) | set(b)):
             if g.get(name) == b.get(name):
                 continue
             if name not in g or name not in b:  # one snapshot saw no GPU there: nothing to go back to
                 notes.append(f"{name} is known on one side only; not bisected")
                 continue
-            out.append(Factor(self.name, name, g[name], b[name]))
+            out.append((name, g[name], b[name]))
         return out
 
     def check(self, factors: list[Factor], where: Where) -> list[Factor]:

@@ -6,22 +6,22 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from regdiag.bisect import ranges
-from regdiag.bisect.factors import PACKAGE
-from regdiag.bisect.kinds import BuildPlan, Kind, Where
+from regdiag.bisect.kinds.base import BuildPlan, Difference, Kind, Where
 from regdiag.errors import BadInput
 
 if TYPE_CHECKING:
     from regdiag.bisect.factors import Factor, Spec
 
 
+PACKAGE = "package"
+
+
 class PackageKind(Kind):
     name = PACKAGE
     ordered = True
 
-    def factors(self, good: Spec, bad: Spec, notes: list[str]) -> list[Factor]:
-        from regdiag.bisect.factors import Factor
-
-        out = []
+    def differences(self, good: Spec, bad: Spec, notes: list[str]) -> list[Difference]:
+        out: list[Difference] = []
         both_from_specs = good.source == "spec" and bad.source == "spec"
         for name in sorted(set(good.packages) | set(bad.packages)):
             g, b = good.packages.get(name), bad.packages.get(name)
@@ -37,7 +37,7 @@ class PackageKind(Kind):
                     "pinned versions but does not uninstall, so this difference is not bisected"
                 )
                 continue
-            out.append(Factor(self.name, name, g, b))
+            out.append((name, g, b))
         return out
 
     def show(self, f: Factor, value: str | None) -> str:
