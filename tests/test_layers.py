@@ -112,3 +112,88 @@ def test_no_function_body_runs_past_sixty_lines():
                 if n > MAX_BODY_LINES:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({n} lines)")
     assert long == []
+
+
+def _module_name(path: Path, root: Path = ROOT) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(path: Path, modules: set[str], root: Path = ROOT) -> set[str]:
+    """The regdiag modules a file imports when it runs, at the top or inside a function (a deferred
+    import still closes a circle); `if TYPE_CHECKING:` imports are for the type checker only."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING")
+        for stmt in node.body
+        for n in ast.walk(stmt)
+    }
+    name = _module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in modules}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*up, *([node.module] if node.module else [])])
+            # `from pkg import mod` imports the module; `from mod import name`, the module it names
+            out |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+    return (out & modules) - {name}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles_among_regdiag_modules():
+    # A circle means neither side can be read or tested without the other, and which one loads first
+    # decides whether a name exists yet. Break one by moving what both need below both.
+    paths = {_module_name(p): p for p in _files("regdiag")}
+    graph = {m: _runtime_imports(p, set(paths)) for m, p in paths.items()}
+    assert _circles(graph) == []
+
+
+def test_the_circle_finder_sees_a_deferred_import(tmp_path):
+    pkg = tmp_path / "regdiag"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("from regdiag.b import x\n", encoding="utf-8")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from regdiag import c\n"
+        "def f():\n    from regdiag import a\n",
+        encoding="utf-8",
+    )
+    (pkg / "c.py").write_text("import regdiag.b\n", encoding="utf-8")
+    names = {"regdiag", "regdiag.a", "regdiag.b", "regdiag.c"}
+    graph = {f"regdiag.{n}": _runtime_imports(pkg / f"{n}.py", names, tmp_path) for n in "abc"}
+    assert _circles(graph) == [["regdiag.a", "regdiag.b"]]
