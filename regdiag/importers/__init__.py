@@ -47,6 +47,8 @@ from regdiag.runs import new_run
 # NAME -> module. Sniffed in this order; a format whose markers are a subset of another's goes after it.
 IMPORTERS: dict[str, str] = {
     "pyperf": "regdiag.importers.pyperf",
+    "hyperfine": "regdiag.importers.hyperfine",
+    "nccl-tests": "regdiag.importers.nccl_tests",
 }
 
 IMPORT_KIND = "import"

@@ -1,0 +1,65 @@
+"""hyperfine `--export-json`: one run record per command of the file.
+
+hyperfine starts a fresh process for every timing, so each of a command's `times` is one launch here
+with one sample of `time` (wall clock, lower is better); compare's test on launches is then a test on
+hyperfine's runs, as its own `Summary` is. A run whose exit code was not 0 (kept by `-i`) is a failed
+launch. A file of several commands (`hyperfine -n old A -n new B`) is picked from as FILE#NAME:
+`regdiag compare hf.json#old hf.json#new`. hyperfine writes no version, host or date into the file.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from regdiag.direction import LOWER, declare
+from regdiag.errors import BadInput
+from regdiag.importers import launch, new_import
+
+NAME = "hyperfine"
+TITLE = "hyperfine --export-json"
+METRIC = "time"
+TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6))
+
+
+def sniff(text: str) -> bool:
+    head = text.lstrip()
+    return head.startswith("{") and '"results"' in head and '"command"' in head and '"times"' in head
+
+
+def parse(text: str, source: str) -> list[dict[str, Any]]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadInput(f"{source}: malformed hyperfine JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    results = doc.get("results") if isinstance(doc, dict) else None
+    if not isinstance(results, list):
+        raise BadInput(f'{source}: not a hyperfine export (no "results" list)')
+    return [_command(r, source, i) for i, r in enumerate(results)]
+
+
+def _command(r: Any, source: str, i: int) -> dict[str, Any]:
+    if not isinstance(r, dict) or not isinstance(r.get("times"), list) or not r["times"]:
+        raise BadInput(f'{source}: result {i} has no "times" list')
+    command = str(r.get("command") or f"command {i}")
+    times = r["times"]
+    if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 for t in times):
+        raise BadInput(f"{source}: result {command!r} holds a time that is not a number of seconds")
+    codes = r.get("exit_codes") if isinstance(r.get("exit_codes"), list) else [0] * len(times)
+    unit, scale = next((u, s) for u, s in TIME_UNITS if float(np.median(times)) >= s or s == 1e-6)
+    run = new_import(NAME, source, tool="hyperfine", config={}, primary=METRIC, select=command)
+    run["probe"]["command"] = command
+    params = r.get("parameters")
+    if isinstance(params, dict) and params:
+        run["labels"] = {str(k): str(v) for k, v in params.items()}
+    declare(run, {METRIC: (unit, LOWER)})
+    for k, t in enumerate(times):
+        code = codes[k] if k < len(codes) else 0
+        if t > 0 and code == 0:
+            run["launches"].append(launch(k, {METRIC: [t / scale]}, duration_s=t))
+        else:
+            why = f"exit code {code}" if code != 0 else "timed at 0 s"
+            run["launches"].append(launch(k, {}, status="error", error=why, duration_s=t))
+    return run
