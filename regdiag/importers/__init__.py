@@ -49,6 +49,7 @@ IMPORTERS: dict[str, str] = {
     "pyperf": "regdiag.importers.pyperf",
     "hyperfine": "regdiag.importers.hyperfine",
     "nccl-tests": "regdiag.importers.nccl_tests",
+    "nsys": "regdiag.importers.nsys",
 }
 
 IMPORT_KIND = "import"
