@@ -24,6 +24,28 @@ EXIT_PROBE = 5
 EXIT_INTERRUPTED = 130
 EXIT_OUTPUT_CLOSED = 141  # 128 + SIGPIPE, what the shell shows for a tool killed by a closed pipe
 
+# `--git-bisect` (docs/compare.md, "Under git bisect run"): git reads 0 as good, 125 as skip, 1-127 as
+# bad and anything above 127 as "stop the bisection". regdiag's own codes say more than git can hear,
+# so under that switch: a verdict that is no verdict (INCONCLUSIVE), a measurement that failed, input
+# that cannot be used (a record this commit could not make) and an unreachable host skip the commit;
+# a command line that cannot be parsed, or regdiag failing, stops the bisection (every commit would
+# fail alike); interrupted, hung up or output closed already exit above 127 and stop it too.
+GIT_SKIP = 125
+GIT_STOP = 128
+GIT_BISECT = {
+    EXIT_OK: EXIT_OK,
+    EXIT_REGRESSED: EXIT_REGRESSED,
+    EXIT_BAD_INPUT: GIT_SKIP,
+    EXIT_INCONCLUSIVE: GIT_SKIP,
+    EXIT_HOST: GIT_SKIP,
+    EXIT_PROBE: GIT_SKIP,
+}
+
+
+def for_git_bisect(code: int) -> int:
+    """The exit status git bisect run should see for one of regdiag's exit statuses."""
+    return GIT_BISECT.get(code, code if code > 127 else GIT_STOP)
+
 
 def escape_controls(message: str) -> str:
     """The message as the one line it is shown as: a line break in it (a file name can hold one) and any

@@ -5,12 +5,21 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
 
 import typer
 
 from regdiag import __version__, interrupts
 from regdiag.cli.common import reflow_help
-from regdiag.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_OUTPUT_CLOSED, RegdiagError, escape_controls
+from regdiag.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OUTPUT_CLOSED,
+    GIT_STOP,
+    RegdiagError,
+    escape_controls,
+    for_git_bisect,
+)
 from regdiag.records import RecordError
 
 app = typer.Typer(
@@ -26,6 +35,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+GIT_BISECT_FLAG = "--git-bisect"
 
 # Each module registers its commands on `app`; one module per command family.
 COMMAND_MODULES = [
@@ -113,7 +124,25 @@ def _output_closed() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: every user-facing error is one line on stderr with a documented exit code."""
+    """Console entry point: every user-facing error is one line on stderr with a documented exit code.
+
+    With `--git-bisect` on the command line (before any `--`), every exit status, an error's included,
+    is translated for `git bisect run` (errors.for_git_bisect); a crash of regdiag itself stops it."""
+    args = sys.argv[1:] if argv is None else argv
+    if GIT_BISECT_FLAG not in args[: args.index("--") if "--" in args else len(args)]:
+        _main(argv)
+        return
+    try:
+        _main(argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else EXIT_BAD_INPUT)
+        raise SystemExit(for_git_bisect(code)) from None
+    except Exception:
+        traceback.print_exc()
+        raise SystemExit(GIT_STOP) from None
+
+
+def _main(argv: list[str] | None) -> None:
     interrupts.install()  # SIGTERM and SIGHUP stop children and keep results, like Ctrl-C
     try:
         rv = app(args=argv, standalone_mode=False)
@@ -150,7 +179,10 @@ def main(argv: list[str] | None = None) -> None:
             # One line, like every other error: click's usage block is four lines on a CI log.
             ctx = getattr(e, "ctx", None)
             hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-            _fail(" ".join(e.format_message().split()) + hint, EXIT_BAD_INPUT)
+            # Under --git-bisect a command line that cannot be parsed stops the bisection (GIT_STOP):
+            # it would fail at every commit alike, and git would read "bad input" as "bad commit".
+            usage = GIT_STOP if GIT_BISECT_FLAG in (argv if argv is not None else sys.argv) else EXIT_BAD_INPUT
+            _fail(" ".join(e.format_message().split()) + hint, usage)
         raise
     # In non-standalone mode click returns the code of a `typer.Exit(code)` instead of exiting; newer
     # typer also turns Ctrl-C inside a command into a returned 130 rather than KeyboardInterrupt.

@@ -101,7 +101,15 @@ def compare(
         callback=output_file,
     ),
     fmt: str = format_opt("compare"),
+    git_bisect: bool = typer.Option(
+        False,
+        "--git-bisect",
+        help="Exit as `git bisect run` reads it: 0 unchanged or improved, 1 regressed, 125 (skip this "
+        "commit) for inconclusive, a failed measurement, unusable input or an unreachable host; 128 "
+        "(stop) for a command line that cannot be parsed. Default: regdiag's own exit codes.",
+    ),
 ) -> None:
+    # --git-bisect changes only how the exit status reads; regdiag.cli.main translates it (errors too).
     from regdiag import baselines
     from regdiag.compare import compare_runs
 
