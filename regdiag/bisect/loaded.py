@@ -1,0 +1,72 @@
+"""Does the measurement see the factor? A package can only cost milliseconds in a process that loads it.
+
+`probe spec-decode` is plain torch: a bisect of flashinfer or sgl-kernel measured by it can only say
+"does not reproduce", after many launches. Every launch of a probe (and of the engine hook) says in
+its footer which distributions the process loaded (probes/_loaded.py). The bisect checks each package
+factor against that:
+
+- before any launch, for a probe whose imports are known (PROBES[...]["loads"]): the probe's imports
+  are loaded in the bad endpoint's built environment (`python _loaded.py torch ...`), which costs one
+  interpreter start, not a measured launch;
+- after the first launch of each endpoint, for every measurement: against what it reported.
+
+A factor no measured process loaded is refused in one line (exit 2) unless --allow-unloaded. A
+measurement that does not say what it loaded (a --command of the user's) is noted, never refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from regdiag.bisect.factors import Factor
+from regdiag.errors import BadInput
+from regdiag.hosts.base import Host
+
+
+# What each synthetic probe imports (probes/spec_decode.py, probes/collectives.py: torch and its
+# distributed package, nothing else): enough to load, before any launch, what its processes will.
+PROBE_IMPORTS: dict[str, tuple[str, ...]] = {
+    "spec-decode": ("torch", "torch.distributed"),
+    "collectives": ("torch", "torch.distributed"),
+}
+
+
+def norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def package_factors(factors: Iterable[Factor]) -> list[Factor]:
+    return [f for f in factors if f.kind == "package"]
+
+
+def unloaded(factors: Iterable[Factor], loaded: Sequence[Mapping[str, Any]]) -> list[Factor]:
+    """The package factors among `factors` whose distribution is not in `loaded`."""
+    names = {norm(str(d.get("name", ""))) for d in loaded}
+    return [f for f in package_factors(factors) if norm(f.name) not in names]
+
+
+def refuse(missing: Sequence[Factor], measured_by: str) -> BadInput:
+    names = ", ".join(f.name for f in missing)
+    verb = "loads" if len(missing) == 1 else "load"
+    return BadInput(
+        f"{measured_by} never {verb} {names}: a change there cannot show; measure with what loads it "
+        "(--probe engine or --command) or give --allow-unloaded"
+    )
+
+
+def preflight(
+    host: Host, python: str, script: str, imports: Sequence[str], env: Mapping[str, str], timeout: float = 300.0
+) -> list[dict[str, str]] | None:
+    """What a process of `python` that imports `imports` loads (None when that cannot be told)."""
+    res = host.run([python, script, *imports], env=dict(env), timeout=timeout)
+    for line in reversed(res.stdout.decode("utf-8", "replace").splitlines()):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and obj.get("type") == "loaded" and isinstance(obj.get("dists"), list):
+            return [d for d in obj["dists"] if isinstance(d, dict)]
+    return None
