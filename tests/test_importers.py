@@ -158,3 +158,23 @@ def test_an_imported_file_can_be_a_baseline(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     p = run_cli("compare", "fast", str(fast), "--json", env=env)
     assert p.returncode in (0, 3) and json.loads(p.stdout)["old"]["probe"] == "pyperf", p.stderr
+
+
+@needs_pyperf
+def test_export_writes_pyperf_json_that_pyperf_compares(tmp_path: Path) -> None:
+    on, off = (ROOT / "baselines" / f"h200-kimi-slice-eagle-vgraph-{s}.json" for s in ("on-a", "off"))
+    a, b = tmp_path / "on.json", tmp_path / "off.json"
+    assert run_cli("export", str(on), "--to", "pyperf", "-o", str(a)).returncode == 0
+    assert run_cli("export", str(off), "-o", str(b)).returncode == 0
+    doc = json.loads(a.read_text())
+    verify = next(x for x in doc["benchmarks"] if x["metadata"]["name"] == "verify")
+    record = json.loads(on.read_text())
+    assert len(verify["runs"]) == len([la for la in record["launches"] if la.get("samples")])
+    assert verify["runs"][0]["values"][0] == pytest.approx(record["launches"][0]["samples"]["verify"][0] / 1e3)
+    p = subprocess.run(
+        [sys.executable, "-m", "pyperf", "compare_to", str(a), str(b)], capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 0, p.stderr
+    line = next(ln for ln in p.stdout.splitlines() if ln.startswith("| verify") or ln.startswith("verify"))
+    assert "slower" in line  # eager verify (graphs off) is slower, as compare says (docs/bench/gpu_probe.md)
+    assert "--to 'csv'" in one_error_line(run_cli("export", str(on), "--to", "csv"))

@@ -271,7 +271,39 @@ def baseline_rm(name: str = typer.Argument(...)) -> None:
     console.print(f"removed baseline {name} ({p})", highlight=False)
 
 
+EXPORT_FORMATS = ("pyperf",)
+
+
+def export(
+    run: str = typer.Argument(..., help="A run file, baseline name or stored run id (or another tool's file)."),
+    to: str = typer.Option("pyperf", "--to", help="The format to write: pyperf (JSON 1.0; default pyperf)."),
+    output: Path = typer.Option(
+        None, "-o", "--output", help="Write to this file (atomically) instead of stdout.", callback=output_file
+    ),
+) -> None:
+    """Write a run in another tool's format, e.g. for `python -m pyperf compare_to`: every time metric a
+    benchmark, every usable launch one of its runs (docs/compare.md, "Other tools' files")."""
+    from regdiag import baselines
+    from regdiag.importers.pyperf import to_pyperf
+
+    if to not in EXPORT_FORMATS:
+        raise BadInput(f"--to {to!r}: regdiag writes {', '.join(EXPORT_FORMATS)}")
+    rec, name = baselines.resolve(run)
+    refuse_input_as_output(output, [run, name], "-o")
+    doc = to_pyperf(rec)
+    if output is None:
+        print_json(doc)
+        return
+    import json
+
+    from regdiag.records import atomic_write_text
+
+    atomic_write_text(output, json.dumps(doc, indent=1) + "\n")
+    err_console.print(f"wrote {output}", style="dim", soft_wrap=True, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     app.command("compare", help=COMPARE_HELP)(compare)
     app.command("explain", help=EXPLAIN_HELP)(explain)
+    app.command("export")(export)
     app.add_typer(baseline_app, name="baseline")

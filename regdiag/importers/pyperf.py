@@ -131,3 +131,42 @@ def _benchmark(b: Any, common: dict[str, Any], source: str, i: int) -> tuple[str
 def _iso(date: Any) -> str | None:
     """pyperf's '2026-12-01 08:40:53.356789' (local time, no zone) as ISO 8601 ('T' between)."""
     return str(date).replace(" ", "T", 1) if isinstance(date, str) and date else None
+
+
+# --- the other way: a run record as pyperf JSON (`regdiag export RUN --to pyperf`) ---------------
+
+SECONDS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+def to_pyperf(run: dict[str, Any]) -> dict[str, Any]:
+    """A run as pyperf JSON 1.0: every time metric a benchmark, every usable launch one of its runs
+    (a worker process, as pyperf counts them), its samples the values in seconds. Other metrics (rates,
+    counts) are left out: pyperf's units are seconds, bytes and integers, and lower is better for all."""
+    from regdiag.run_view import usable
+
+    units = run.get("units") or {}
+    launches = [la for la in run.get("launches") or [] if usable(la)]
+    names = sorted({m for la in launches for m in la.get("samples") or {} if units.get(m, "ms") in SECONDS})
+    if not names:
+        raise BadInput(f"run {run.get('id')}: no time metric with samples to write as pyperf benchmarks")
+    benchmarks = []
+    for name in names:
+        scale = SECONDS[units.get(name, "ms")]
+        runs = [
+            {"metadata": _run_metadata(la), "values": [x * scale for x in la["samples"][name]]}
+            for la in launches
+            if la["samples"].get(name)
+        ]
+        benchmarks.append({"metadata": {"name": name, "unit": "second"}, "runs": runs})
+    host = (run.get("host") or {}).get("name")
+    meta = {"regdiag_run": str(run.get("id")), **({"hostname": str(host)} if host else {})}
+    return {"version": "1.0", "metadata": meta, "benchmarks": benchmarks}
+
+
+def _run_metadata(la: dict[str, Any]) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    if isinstance(la.get("started"), str):
+        meta["date"] = la["started"]
+    if isinstance(la.get("duration_s"), (int, float)):
+        meta["duration"] = float(la["duration_s"])
+    return meta
