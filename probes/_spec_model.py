@@ -318,8 +318,9 @@ class GQA:
 
 
 class Target:
-    def __init__(self, s: Shape, init: Init, comm: Comm, batch: int, slots: int, moe_impl: str,
-                 on_layer: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self, s: Shape, init: Init, comm: Comm, batch: int, slots: int, moe_impl: str, on_layer: Any = None
+    ) -> None:
         self.s, self.comm = s, comm
         self.embed = init.w(s.vocab, s.hidden, fan_in=1)  # replicated: a lookup reads T rows only
         self.layers: list[dict[str, Any]] = []

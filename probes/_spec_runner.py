@@ -1,4 +1,5 @@
-"""One rank of the spec-decode probe: set up, build the model and its graphs, time cycles, gather, report.
+"""One rank of the spec-decode probe: set up (_spec_setup.py), build the model and its graphs, time
+cycles, gather, report (rank 0, _spec_report.py).
 
 Timing (docs/probes.md, "Timing"): on CUDA, events recorded on the compute stream at the cycle start,
 between phases and at the cycle end, one synchronize per cycle; on CPU, perf_counter at the same points.
@@ -13,7 +14,6 @@ difference inside one launch).
 
 from __future__ import annotations
 
-# zip(strict=) is 3.10+; the probes run on the target host's python, which may be 3.9 (noqa: B905 below).
 import math
 import os
 import sys
@@ -25,20 +25,12 @@ from typing import Any
 import _presets
 import torch
 import torch.nn.functional as F
-from _dist import barrier, device_info, init_dist, max_over_ranks, nccl_version, pick_device, teardown
+from _dist import barrier, device_info, max_over_ranks, nccl_version, teardown
 from _hooks import hang_here
-from _protocol import Emitter, Progress, UsageError, summary
-from _spec_model import (
-    Comm,
-    Draft,
-    Init,
-    Pos,
-    Target,
-    available_bytes,
-    grouped_mm_available,
-    rope_tables,
-    simulate_accept_len,
-)
+from _protocol import Emitter, Progress
+from _spec_model import Comm, Draft, Init, Pos, Target, rope_tables, simulate_accept_len
+from _spec_report import Report
+from _spec_setup import Setup, setup
 
 
 def _spin_ms(ms: float) -> Callable[[], None]:
@@ -59,125 +51,6 @@ def _gpu_sleep_ms(ms: float) -> Callable[[], None]:
     ev1.synchronize()
     cycles = max(1, int(2_000_000 * ms / max(ev0.elapsed_time(ev1), 1e-3)))
     return lambda: torch.cuda._sleep(cycles)  # a spinning kernel on the compute stream
-
-
-def copy_bandwidth(device: torch.device, dtype: torch.dtype) -> float:
-    """Device copy bandwidth in GB/s (bytes read + bytes written), the HBM floor's denominator."""
-    n = (1 << 30) if device.type == "cuda" else (64 << 20)
-    src = torch.empty(n // dtype.itemsize, dtype=dtype, device=device)
-    src.normal_()
-    dst = torch.empty_like(src)
-    times = []
-    for i in range(8):
-        if device.type == "cuda":
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            dst.copy_(src)
-            e1.record()
-            e1.synchronize()
-            ms = e0.elapsed_time(e1)
-        else:
-            t = time.perf_counter()
-            dst.copy_(src)
-            ms = (time.perf_counter() - t) * 1e3
-        if i >= 2:
-            times.append(ms)
-    del src, dst
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return round(2 * n / (summary(times)["median"] / 1e3) / 1e9, 1)
-
-
-# ---------------------------------------------------------------------------------------- set-up
-
-
-@dataclass
-class Setup:
-    """The resolved configuration of one rank: device, group, preset, shapes."""
-
-    a: Any
-    rank: int
-    world: int
-    cuda: bool
-    device: torch.device
-    group: Any
-    preset: str
-    dtype: torch.dtype
-    shard: int
-    eagle: bool
-    ctx: int
-    shape: Any
-    layers_auto: bool
-    moe_impl: str
-    copy_gbps: float
-    t_rank0: float
-
-    @property
-    def elt(self) -> int:
-        return torch.finfo(self.dtype).bits // 8
-
-    @property
-    def t_in(self) -> int:
-        return self.a.num_draft_tokens if self.eagle else 1
-
-    @property
-    def comm_off(self) -> bool:
-        """Time the phases without communication too (only where there is communication)."""
-        return self.world > 1
-
-    @property
-    def target_phase(self) -> str:
-        return "verify" if self.eagle else "decode"
-
-
-def setup(a: Any, progress: Progress) -> Setup:
-    rank, world = a._rank, a._world
-    t_rank0 = time.time()
-    device = pick_device(a.device, rank, world)
-    cuda = device.type == "cuda"
-    if not cuda and "OMP_NUM_THREADS" not in os.environ:
-        # One thread per rank unless the user says otherwise: OpenMP teams spinning on a shared or
-        # oversubscribed CPU made cycles 8x slower and erratic (measured on a loaded 2-core VM).
-        torch.set_num_threads(1)
-    group = init_dist(a._port, rank, world, cuda)
-    preset = a.preset if a.preset != "auto" else ("kimi-k2" if cuda else "tiny")
-    dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}.get(a.dtype) or (
-        torch.bfloat16 if cuda else torch.float32
-    )
-    eagle = a.mode == "eagle"
-    shard = a.tp_slice or world
-    ctx = a.context or _presets.CONTEXT.get(preset, _presets.DEFAULT_CONTEXT)
-    progress("bandwidth", force=True)
-    copy_gbps = copy_bandwidth(device, dtype)
-    shape = _presets.resolve_shape(preset, a.layers, shard)
-    if a.layers is None:
-        shape = _presets.resolve_shape(preset, _layers_that_fit(shape, device, dtype, a, ctx, preset), shard)
-    moe_impl = a.moe_impl if a.moe_impl != "auto" else ("grouped_mm" if cuda else "loop")
-    if moe_impl == "grouped_mm" and not grouped_mm_available(device, dtype):
-        raise UsageError(
-            f"torch {torch.__version__} has no usable torch._grouped_mm on {device.type}; use --moe-impl loop"
-        )
-    return Setup(a, rank, world, cuda, device, group, preset, dtype, shard, eagle, ctx, shape,
-                 a.layers is None, moe_impl, copy_gbps, t_rank0)  # fmt: skip
-
-
-def _layers_that_fit(
-    shape: Any, device: torch.device, dtype: torch.dtype, a: Any, ctx: int, preset: str
-) -> int:
-    elt = torch.finfo(dtype).bits // 8
-    free = available_bytes(device)
-    cuda = device.type == "cuda"
-    reserve = int(4 * 2**30 + 0.05 * free) if cuda else int(2**30 + 0.25 * free)
-    t_in = a.num_draft_tokens if a.mode == "eagle" else 1
-    kv_layer = a.batch * (ctx + t_in) * (shape.kv_lora + shape.rope) * elt
-    n = _presets.fit_layers(shape, elt, free, reserve, kv_layer)
-    if n < 1:
-        per = shape.layer_bytes(elt)
-        raise UsageError(
-            f"{preset} at TP={shape.shard}: one MoE layer needs {_presets.gib(shape.experts * per['expert'])} GiB, "
-            f"{_presets.gib(free)} GiB free; use a larger --tp/--tp-slice or a smaller preset"
-        )
-    return n
 
 
 # ------------------------------------------------------------------------------------------ build
@@ -273,8 +146,15 @@ def build(s: Setup, progress: Progress) -> Model:
     comm = Comm(s.group, s.world)
     init = Init(s.device, s.dtype)
     ndt, steps, batch = a.num_draft_tokens, a.num_steps, a.batch
-    target = Target(shape, init, comm, batch, s.ctx + s.t_in, s.moe_impl,
-                    on_layer=lambda i, n: progress("build", i, n))  # fmt: skip
+    target = Target(
+        shape,
+        init,
+        comm,
+        batch,
+        slots=s.ctx + s.t_in,
+        moe_impl=s.moe_impl,
+        on_layer=lambda i, n: progress("build", i, n),
+    )
     # One static input buffer per cycle: the tokens (batch x t_in) then the accept index per sequence,
     # refreshed by a single device-to-device copy at the start of each cycle (the cycle's "other" time).
     inp = torch.zeros(batch * s.t_in + batch, dtype=torch.long, device=s.device)
@@ -455,7 +335,7 @@ def measure(s: Setup, m: Model, hooks: dict[str, Any], inputs: torch.Tensor, pro
             sys.stderr.flush()
             os._exit(17)
         runners = m.runners_nocomm if kind == "n" else m.runners
-        row, naive = _one_cycle(order, runners, slow, ev, m.inp, inputs[ci], kind != "b", cuda)
+        row, naive = _one_cycle(order, runners, slow, ev, m.inp, inputs[ci], inst=kind != "b", cuda=cuda)
         # Bare cycles do the same between-cycle work, so the kinds differ only inside the cycle.
         c = m.target.counts.cpu()
         if kind == "b":
@@ -470,9 +350,16 @@ def measure(s: Setup, m: Model, hooks: dict[str, Any], inputs: torch.Tensor, pro
     return out
 
 
-def _one_cycle(order: list[str], runners: dict[str, Callable[[], None]], slow: dict[str, Callable[[], None]],
-               ev: list[Any], inp: torch.Tensor, cycle_inputs: torch.Tensor, inst: bool,
-               cuda: bool) -> tuple[list[float], list[float]]:  # fmt: skip
+def _one_cycle(
+    order: list[str],
+    runners: dict[str, Callable[[], None]],
+    slow: dict[str, Callable[[], None]],
+    ev: list[Any],
+    inp: torch.Tensor,
+    cycle_inputs: torch.Tensor,
+    inst: bool,
+    cuda: bool,
+) -> tuple[list[float], list[float]]:
     """One cycle: [cycle, phase...] in ms (phases only when instrumented) and the naive perf_counter times."""
     tw0 = time.perf_counter()
     if cuda:
@@ -538,157 +425,18 @@ def run_rank(
     nocomm = max_over_ranks(got.nocomm, 1 + len(order), s.group, s.world, s.device)
     if s.rank == 0:
         t0 = a._t0 or s.t_rank0
-        report = Report(s, order, got.schedule, rows, bare, nocomm, got.experts, acc_len,
-                        (got.t_measure - t0, got.t_end - t0))  # fmt: skip
+        report = Report(
+            s=s,
+            order=order,
+            schedule=got.schedule,
+            rows=rows,
+            bare=bare,
+            nocomm=nocomm,
+            experts=got.experts,
+            acc_len=acc_len,
+            window=(got.t_measure - t0, got.t_end - t0),
+        )
         report.emit()
     progress("teardown", force=True)
     hang_here(hooks.get("hang"), s.rank, "teardown")
     teardown(s.world, s.cuda, release=m.release)
-
-
-# ------------------------------------------------------------------------------------------ report
-
-
-@dataclass
-class Report:
-    """Rank 0 turns the gathered (slowest-rank) numbers into cycle lines and the footer."""
-
-    s: Setup
-    order: list[str]
-    schedule: list[str]
-    rows: list[list[float]]
-    bare: list[float]
-    nocomm: list[list[float]]
-    experts: list[float]
-    acc_len: torch.Tensor
-    window: tuple[float, float]
-    kept: dict[str, list[float]] = field(default_factory=dict)
-    naive_kept: dict[str, list[float]] = field(default_factory=dict)
-
-    def emit(self) -> None:
-        em = Emitter()
-        stats = self._cycle_lines(em)
-        em.emit(self._footer(*stats))
-
-    def _cycle_lines(self, em: Emitter) -> tuple[list[float], list[float], list[float]]:
-        a, P = self.s.a, len(self.order)
-        self.kept = {k: [] for k in ["cycle", *self.order]}
-        self.naive_kept = {k: [] for k in [*self.order, "cycle"]} if a.naive_timer else {}
-        gaps: list[float] = []
-        accept: list[float] = []
-        exp_kept: list[float] = []
-        inst_i = [i for i, k in enumerate(self.schedule) if k in ("i", "w")]
-        for j, (ci, row) in enumerate(zip(inst_i, self.rows)):  # noqa: B905
-            warm = self.schedule[ci] == "w"
-            t = {"cycle": round(row[0], 5), **{ph: round(row[1 + k], 5) for k, ph in enumerate(self.order)}}
-            line: dict[str, Any] = {"type": "cycle", "i": ci, "t": t}
-            if warm:
-                line["warmup"] = True
-            if a.naive_timer:
-                line["naive"] = {**{ph: round(row[1 + P + k], 5) for k, ph in enumerate(self.order)},
-                                 "cycle": round(row[1 + 2 * P], 5)}  # fmt: skip
-            vals: dict[str, Any] = {f"experts_{self.s.target_phase}": round(self.experts[j], 3)}
-            if self.s.eagle:
-                vals["accept_len"] = float(self.acc_len[ci].float().mean())
-                line["accept_len_simulated"] = True
-            line["values"] = vals
-            em.emit(line)
-            if warm:
-                continue
-            for k_, v in t.items():
-                self.kept[k_].append(v)
-            for k_, v in line.get("naive", {}).items():
-                self.naive_kept[k_].append(v)
-            gaps.append(abs(row[0] - sum(row[1 : 1 + P])) / row[0] * 100 if row[0] > 0 else 0.0)
-            exp_kept.append(self.experts[j])
-            if self.s.eagle:
-                accept.append(vals["accept_len"])
-        for ci, v in zip([i for i, k in enumerate(self.schedule) if k == "b"], self.bare):  # noqa: B905
-            em.emit({"type": "cycle", "i": ci, "bare": True, "t": {"cycle": round(v, 5)}})
-        for ci, row in zip([i for i, k in enumerate(self.schedule) if k == "n"], self.nocomm):  # noqa: B905
-            t = {"cycle": round(row[0], 5), **{ph: round(row[1 + k], 5) for k, ph in enumerate(self.order)}}
-            em.emit({"type": "cycle", "i": ci, "nocomm": True, "t": t})
-        return gaps, accept, exp_kept
-
-    def _footer(self, gaps: list[float], accept: list[float], exp_kept: list[float]) -> dict[str, Any]:
-        s, a = self.s, self.s.a
-        med = {k_: summary(v) for k_, v in self.kept.items()}
-        inst_med, bare_med = med["cycle"]["median"], summary(self.bare)["median"]
-        inst_cycles = self.kept["cycle"]
-        paired = paired_overhead(inst_cycles, self.bare, a.cycles, a.block)
-        accept_mean = sum(accept) / len(accept) if accept else 1.0
-        unique = sum(exp_kept) / len(exp_kept) if exp_kept else 0.0
-        tp = s.target_phase
-        tokens = a.batch * s.t_in
-        floor_bytes = s.shape.target_bytes(
-            tokens, a.batch, s.ctx + s.t_in, s.elt, unique if s.shape.n_moe else 0.0
-        )
-        floor_ms = floor_bytes / (s.copy_gbps * 1e9) * 1e3
-        scalars: dict[str, Any] = {
-            "overhead_pct": paired, "copy_GBps": s.copy_gbps,
-            f"experts_{tp}_mean": round(unique, 3),
-            f"experts_{tp}_expected": round(s.shape.expected_unique(tokens), 3),
-            f"bytes_{tp}": floor_bytes, f"hbm_floor_ms_{tp}": round(floor_ms, 5),
-            f"floor_fraction_{tp}": round(floor_ms / med[tp]["median"], 4),
-            "tok_s": round(a.batch * accept_mean / inst_med * 1e3, 3),
-        }  # fmt: skip
-        if s.eagle:
-            scalars.update({"accept_len_mean": round(accept_mean, 4), "accept_len_simulated": True,
-                            "tok_s_simulated": True})  # fmt: skip
-        for ph in self.order if a.naive_timer else []:
-            nmed = summary(self.naive_kept[ph])["median"]
-            scalars[f"naive_over_event_{ph}"] = (
-                round(nmed / med[ph]["median"], 4) if med[ph]["median"] else None
-            )
-        comm = self._comm()
-        for ph, c in comm.items():
-            scalars[f"comm_ms_{ph}"] = c["comm_ms"]
-            scalars[f"comm_share_{ph}"] = c["share"]
-        return {
-            "type": "footer", "cycles": len(self.kept["cycle"]), "warmup_dropped": self.schedule.count("w"),
-            "bare_cycles": len(self.bare), "nocomm_cycles": len(self.nocomm), "summary": med,
-            "naive_summary": {k_: summary(v) for k_, v in self.naive_kept.items()} if a.naive_timer else None,
-            "bare_summary": summary(self.bare),
-            "overhead": {"instrumented_median_ms": inst_med, "bare_median_ms": bare_med,
-                         "pct": paired, "unpaired_pct": round((inst_med - bare_med) / bare_med * 100, 3),
-                         "pairs": math.ceil(a.cycles / a.block)},
-            "comm": comm or None,
-            "fidelity": {"phase_sum_gap_pct": summary(gaps)},
-            "scalars": scalars, "measure_window_s": [round(self.window[0], 3), round(self.window[1], 3)],
-            "duration_s": round(time.time() - s.t_rank0, 3),
-        }  # fmt: skip
-
-    def _comm(self) -> dict[str, dict[str, Any]]:
-        """Per phase (and the cycle): median with and without communication, and the communication
-        time as the median over adjacent (I, N) block pairs of the difference of their medians."""
-        if not self.nocomm:
-            return {}
-        a = self.s.a
-        out = {}
-        for k, name in enumerate(["cycle", *self.order]):
-            with_ = self.kept[name]
-            without = [row[k] for row in self.nocomm]
-            diffs = []
-            for b in range(math.ceil(a.cycles / a.block)):
-                wi, wo = with_[b * a.block : (b + 1) * a.block], without[b * a.block : (b + 1) * a.block]
-                if wi and wo:
-                    diffs.append(summary(wi)["median"] - summary(wo)["median"])
-            w_med, wo_med = summary(with_)["median"], summary(without)["median"]
-            comm_ms = summary(diffs)["median"] if diffs else w_med - wo_med
-            out[name] = {"with_ms": round(w_med, 5), "without_ms": round(wo_med, 5), "comm_ms": round(comm_ms, 5),
-                         "share": round(comm_ms / w_med, 4) if w_med > 0 else None, "pairs": len(diffs)}  # fmt: skip
-        return out
-
-
-def paired_overhead(inst: list[float], bare: list[float], cycles: int, block: int) -> float | None:
-    """The probe's overhead in %: median over adjacent (instrumented, bare) block pairs of
-    (median instrumented - median bare) / median bare. Pairing cancels slow drifts that a comparison
-    of the two overall medians would mistake for overhead."""
-    pcts = []
-    for b in range(math.ceil(cycles / block)):
-        n = min(block, cycles - b * block)
-        i_blk, b_blk = inst[b * block : b * block + n], bare[b * block : b * block + n]
-        if i_blk and b_blk:
-            mb = summary(b_blk)["median"]
-            pcts.append((summary(i_blk)["median"] - mb) / mb * 100)
-    return round(summary(pcts)["median"], 3) if pcts else None
