@@ -317,9 +317,21 @@ def setup(a: Any) -> Setup:
     preset = model_preset(a.sizes)
     dtype_name = a.dtype if a.dtype != "auto" else ("bfloat16" if preset else "float32")
     dtype = getattr(torch, dtype_name)
-    metrics = {m: [it["metrics"][m] for it in items] for m in modes}
-    return Setup(rank, world, device, cuda, modes, items, metrics, dtype, dtype_name,
-                 torch.finfo(dtype).bits // 8, api, comm, preset)  # fmt: skip
+    return Setup(
+        rank=rank,
+        world=world,
+        device=device,
+        cuda=cuda,
+        modes=modes,
+        items=items,
+        metrics={m: [it["metrics"][m] for it in items] for m in modes},
+        dtype=dtype,
+        dtype_name=dtype_name,
+        elt=torch.finfo(dtype).bits // 8,
+        api=api,
+        comm=comm,
+        preset=preset,
+    )
 
 
 def header(a: Any, s: Setup) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from typing import Any
 
 from scipy import stats as _st
 
+from regdiag.run_view import usable
+
 LEVEL = 0.95
 
 
@@ -50,7 +52,7 @@ def _size(n: int) -> str:
 
 def comm_shares(run: dict[str, Any]) -> list[CommShare]:
     """One CommShare per phase (and the cycle) of the ok launches that measured it; [] when none did."""
-    ok = [la for la in run.get("launches", []) if la.get("status") == "ok"]
+    ok = [la for la in run.get("launches", []) if usable(la)]
     per: dict[str, list[dict[str, Any]]] = {}
     for la in ok:
         for ph, c in ((la.get("footer") or {}).get("comm") or {}).items():
@@ -68,7 +70,15 @@ def comm_shares(run: dict[str, Any]) -> list[CommShare]:
                 _st.t.ppf(0.5 + LEVEL / 2, len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
             )
             ci = (mean - half, mean + half)
-        out.append(CommShare(ph, statistics.median(float(c["with_ms"]) for c in cs),
-                             statistics.median(float(c["without_ms"]) for c in cs), mean, ci, len(cs),
-                             list(table.get(ph) or [])))  # fmt: skip
+        out.append(
+            CommShare(
+                phase=ph,
+                with_ms=statistics.median(float(c["with_ms"]) for c in cs),
+                without_ms=statistics.median(float(c["without_ms"]) for c in cs),
+                comm_ms=mean,
+                ci_ms=ci,
+                launches=len(cs),
+                collectives=list(table.get(ph) or []),
+            )
+        )
     return out
