@@ -3,9 +3,31 @@ and torch only; torch is used only if the engine imported it).
 
 The configuration (JSON, path in REGDIAG_ENGINE_HOOK) names each target as `module:Qualified.name`:
 
-    {"phases": [["draft", "m:C.f"], ["verify", "m:C.g"]], "cycle": null, "sync": "m:C.h",
-     "accept": {"target": "m:C.h", "arg": "num_matches", "pos": 3, "plus": 1},
+    {"phases": [["draft", "m:C.f"], ["verify", "m:C.g"], ["verify", "m2:D.g"]], "cycle": null,
+     "sync": "m:C.h",
+     "accept": [{"target": "m:C.h", "arg": "num_matches", "pos": 3, "plus": 1},
+                {"target": "m:R.forward", "ret": "sampled_token_ids", "reduce": "count_ne", "value": -1}],
+     "graph": [{"phase": "verify", "context": "m:get_forward_context", "attr": "cudagraph_runtime_mode"},
+               {"phase": "*", "within": "m:GraphManager.run_fullgraph"},
+               {"phase": "verify", "ret": "3"},
+               {"phase": "verify", "target": "m:Worker.step", "ret": "can_run_cuda_graph"}],
      "out_dir": "/tmp/x/out", "warmup": 2, "block": 1}
+
+A phase may name several targets (the same phase in two model runners of one engine): whichever the
+engine imports is patched, and a target never imported is listed in the footer, not an error. A phase
+not called in a cycle is absent from that cycle's times (never a zero). The accept length comes from
+an argument or the return value of a target (`reduce`: a number as is, `mean` of a tensor or list,
+`count_ne` per row of a 2-D tensor or list of lists, `len` of each list, averaged over the rows);
+tensors are copied at the call and read when the cycle is emitted, after its events completed, so
+reading it never stalls the engine. A phase's CUDA-graph flag is read from what the engine says:
+a context object during the call (`context` + `attr`: an enum whose name is not NONE is a graph),
+a graph-replay target called inside the phase (`within`; phase "*": inside whichever phase is
+running), an attribute of the phase's return (`ret`), or of another target's return (`target`);
+`of` limits a reader to the phase targets it knows (one model runner's replay says nothing of the other).
+Each cycle line also carries `prev_period`: the previous cycle's start to its own start, that is
+the previous cycle plus the engine's time between cycles (the scheduler's included); with CUDA events
+`prev_host_period` too, on the host clock. regdiag files each under the cycle it belongs to (`period`),
+so a cycle line is written as soon as the cycle ends, and a process stopped by a signal loses none.
 
 Targets are patched when their module is imported (a sys.meta_path finder wraps the loader), never
 by importing the engine here. A cycle is one call of `cycle` when given; otherwise it opens when the
@@ -46,6 +68,20 @@ def _dist_version(module_name):
         return f"{top} {v}" if v else f"{top} (version unknown: not an installed distribution)"
 
 
+def _loaded():
+    """The distributions this process loaded (probes/_loaded.py, beside this directory), or None."""
+    try:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_loaded.py")
+        spec = importlib.util.spec_from_file_location("regdiag_loaded", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod.loaded_distributions()
+    except Exception:
+        return None
+
+
 class _Out:
     def __init__(self, out_dir):
         self.path = os.path.join(out_dir, f"hook-{os.getpid()}.jsonl")
@@ -79,22 +115,71 @@ def _out_dir_from_env():
 
 
 class _Cycle:
-    __slots__ = ("i", "start", "end", "marks", "bare", "warmup", "accept", "calls")
+    __slots__ = (
+        "i", "start", "end", "prev_start", "host_start", "host_prev", "marks", "bare", "warmup",
+        "accept", "calls", "graph", "graph_mode",
+    )  # fmt: skip
 
     def __init__(self, i, start, bare, warmup):
-        self.i, self.start, self.end = i, start, None
+        self.i, self.start, self.end, self.prev_start = i, start, None, None
+        self.host_start, self.host_prev = time.perf_counter(), None
         self.marks = []  # (phase, start mark, end mark)
         self.bare, self.warmup = bare, warmup
-        self.accept = None
+        self.accept = []  # (spec, value read at the call), reduced when the cycle is emitted
         self.calls = {}
+        self.graph, self.graph_mode = {}, {}
+
+
+def _attr(obj, path):
+    for part in [p for p in (path or "").split(".") if p]:
+        obj = obj[int(part)] if part.isdigit() else getattr(obj, part)
+    return obj
+
+
+def _keep(v):
+    """A value to read later: a tensor is copied now (the engine may reuse its buffer next step)."""
+    if hasattr(v, "detach") and hasattr(v, "clone"):
+        return v.detach().clone()
+    if isinstance(v, (list, tuple)):
+        return [list(x) if isinstance(x, (list, tuple)) else x for x in v]
+    return v
+
+
+def _reduce(v, spec):
+    """The accept length of one call: the value as is, or averaged over the batch's rows."""
+    how = spec.get("reduce")
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    if how is None:
+        return float(v)
+    if how == "mean":
+        xs = list(v) if isinstance(v, (list, tuple)) else [v]
+    elif how == "count_ne":
+        xs = [sum(1 for x in row if x != spec.get("value", -1)) for row in v]
+    elif how == "len":
+        xs = [len(row) for row in v]
+    else:
+        raise ValueError(f"unknown reduce {how!r}")
+    return sum(xs) / len(xs) if xs else None
+
+
+def _graph_of(value):
+    """A graph flag from what the engine says: an enum (CUDAGraphMode.NONE is eager), or a truth value."""
+    name = getattr(value, "name", None)
+    if isinstance(name, str):
+        return name != "NONE", name
+    return bool(value), None
 
 
 class Timer:
     def __init__(self, cfg):
         self.cfg = cfg
         self.out = _Out(cfg["out_dir"])
-        self.phases = [p[0] for p in cfg["phases"]]
+        self.phases = list(dict.fromkeys(p[0] for p in cfg["phases"]))
         self.first = self.phases[0]
+        acc = cfg.get("accept")
+        self.accepts = [acc] if isinstance(acc, dict) else list(acc or [])
+        self.graphs = list(cfg.get("graph") or [])
         self.warmup = int(cfg.get("warmup", 2))
         self.block = int(cfg.get("block", 1))
         # target "module:qual" -> roles: ("phase", name) | ("cycle",) | ("sync",) | ("accept",)
@@ -102,10 +187,13 @@ class Timer:
         for name, target in cfg["phases"]:
             self.roles.setdefault(target, []).append(("phase", name))
         for role in ("cycle", "sync"):
-            if cfg.get(role):
-                self.roles.setdefault(cfg[role], []).append((role,))
-        if cfg.get("accept"):
-            self.roles.setdefault(cfg["accept"]["target"], []).append(("accept",))
+            for target in [cfg[role]] if isinstance(cfg.get(role), str) else cfg.get(role) or []:
+                self.roles.setdefault(target, []).append((role,))
+        for k, spec in enumerate(self.accepts):
+            self.roles.setdefault(spec["target"], []).append(("accept", k))
+        for k, spec in enumerate(self.graphs):
+            if spec.get("within") or spec.get("target"):
+                self.roles.setdefault(spec.get("within") or spec["target"], []).append(("graph", k))
         self.pending_modules = {}
         for target in self.roles:
             self.pending_modules.setdefault(target.split(":")[0], []).append(target)
@@ -113,6 +201,7 @@ class Timer:
         self.cuda = None
         self.local = threading.local()
         self.cycle = None
+        self.last_start = None  # (mark, host time) of the last counted cycle's start: the period
         self.n_cycles = 0
         self.pending = []
         self.header_written = False
@@ -130,7 +219,7 @@ class Timer:
                     owner = getattr(owner, p)
                 static = inspect.getattr_static(owner, parts[-1])
             except AttributeError:
-                what = ", ".join(r[1] if r[0] == "phase" else r[0] for r in self.roles[target])
+                what = ", ".join(_role_name(r) for r in self.roles[target])
                 self.out.write(
                     {
                         "type": "error",
@@ -150,16 +239,16 @@ class Timer:
     def _wrap(self, fn, target):
         roles = self.roles[target]
         timer = self
-        acc = self.cfg.get("accept")
-        if acc and acc["target"] == target and acc.get("pos") is None:
-            try:  # the argument's position, for calls that pass it positionally
-                acc["pos"] = list(inspect.signature(fn).parameters).index(acc["arg"])
-            except (ValueError, TypeError):
-                pass
+        for acc in self.accepts:
+            if acc["target"] == target and acc.get("arg") and acc.get("pos") is None:
+                try:  # the argument's position, for calls that pass it positionally
+                    acc["pos"] = list(inspect.signature(fn).parameters).index(acc["arg"])
+                except (ValueError, TypeError):
+                    pass
 
         @functools.wraps(fn)
         def regdiag_timed(*args, **kwargs):
-            return timer.call(fn, roles, args, kwargs)
+            return timer.call(fn, roles, args, kwargs, target)
 
         regdiag_timed.__regdiag_target__ = target
         return regdiag_timed
@@ -187,7 +276,11 @@ class Timer:
         n = self.n_cycles
         self.n_cycles += 1
         bare = self.block > 0 and n >= self.warmup and ((n - self.warmup) // self.block) % 4 in (1, 2)
-        self.cycle = _Cycle(n, mark if mark is not None else self._mark(), bare, n < self.warmup)
+        c = _Cycle(n, mark if mark is not None else self._mark(), bare, n < self.warmup)
+        if self.last_start is not None:  # the period: the previous cycle's start to this one's
+            c.prev_start, c.host_prev = self.last_start
+        self.last_start = (c.start, c.host_start)
+        self.cycle = c
 
     def _close(self, mark=None, synced=False):
         c = self.cycle
@@ -196,6 +289,7 @@ class Timer:
         if self.first not in c.calls:  # e.g. a prefill through the cycle function: not a spec cycle
             self.skipped += 1
             self.n_cycles -= 1
+            self.last_start = None  # the next period would span the skipped call
             return
         self.pending.append(c)
         self._drain(force_all=synced)
@@ -215,22 +309,43 @@ class Timer:
             self._header()
         t = {"cycle": round(self._ms(c.start, c.end), 5)}
         line = {"type": "cycle", "i": c.i}
+        if c.prev_start is not None:  # the previous cycle's period, known now that this one started
+            line["prev_period"] = round(self._ms(c.prev_start, c.start), 5)
+            if self.cuda:
+                line["prev_host_period"] = round((c.host_start - c.host_prev) * 1e3, 5)
         if c.bare:
             line["bare"] = True
         else:
+            for name, a, b in c.marks:  # a phase not called in this cycle stays absent, never 0
+                t[name] = t.get(name, 0.0) + self._ms(a, b)
             for name in self.phases:
-                t[name] = 0.0
-            for name, a, b in c.marks:
-                t[name] = t[name] + self._ms(a, b)
-            for name in self.phases:
-                t[name] = round(t[name], 5)
-            line["values"] = {"accept_len": c.accept} if c.accept is not None else {}
+                if name in t:
+                    t[name] = round(t[name], 5)
+            line["values"] = self._values(c)
             line["calls"] = c.calls
+            if c.graph:
+                line["graph"] = dict(c.graph)
+            if c.graph_mode:
+                line["graph_mode"] = dict(c.graph_mode)
         if c.warmup:
             line["warmup"] = True
         line["t"] = t
         self.out.write(line)
         self.emitted += 1
+
+    def _values(self, c):
+        values = {}
+        acc = None
+        for spec, v in c.accept:
+            try:
+                r = _reduce(v, spec)
+            except Exception:  # a value of an unexpected shape: no accept length, not a dead engine
+                r = None
+            if r is not None:
+                acc = (acc or 0.0) + r + float(spec.get("plus", 0))
+        if acc is not None:
+            values["accept_len"] = round(acc, 5)
+        return values
 
     def _header(self):
         self.header_written = True
@@ -239,7 +354,7 @@ class Timer:
         if self.cuda:
             device["name"] = torch.cuda.get_device_name()
             device["index"] = torch.cuda.current_device()
-        versions = sorted({_dist_version(t.split(":")[0]) for t in self.roles})
+        versions = sorted({_dist_version(t.split(":")[0]) for t in self.patched or self.roles})
         self.out.write(
             {
                 "type": "header",
@@ -248,9 +363,13 @@ class Timer:
                 "version": VERSION,
                 "primary": "cycle",
                 "phases": self.phases,
-                "units": {k: "ms" for k in ["cycle", *self.phases]},
+                "units": {
+                    **{k: "ms" for k in ["cycle", "period", *self.phases]},
+                    "accept_len": "tokens/step",
+                },
+                "better": {"period": "lower", "accept_len": "higher", "host_period": "lower"},
                 "timer": self.timer_name,
-                "targets": {r[1] if r[0] == "phase" else r[0]: t for t, rs in self.roles.items() for r in rs},
+                "targets": _targets_by_role(self.roles),
                 "patched": list(self.patched),
                 "engine_versions": versions,
                 "python": sys.version.split()[0],
@@ -271,64 +390,133 @@ class Timer:
             and torch.cuda.is_current_stream_capturing()
         )
 
-    def call(self, fn, roles, args, kwargs):
+    def _cycle_for(self, phase, is_cycle):
+        """Open or turn over the cycle at this call; the start mark when this call opened one."""
+        has_cycle_fn = bool(self.cfg.get("cycle"))
+        if is_cycle:
+            if self.cycle is None:
+                self._open()
+            return None
+        if phase is None or phase != self.first or has_cycle_fn:
+            return None
+        start = self._mark()
+        if self.cycle is None:
+            self._open(start)
+        elif self.first in self.cycle.calls:
+            self._close(start)  # no sync point: the next cycle starts here
+            self._open(start)
+        else:
+            return None
+        return start
+
+    def call(self, fn, roles, args, kwargs, target=None):
         if self._capturing():  # an engine capturing a CUDA graph: an event there would be captured
             return fn(*args, **kwargs)
         depth = getattr(self.local, "depth", 0)
         if depth:  # nested inside another target: counted there
-            self._accept(roles, args, kwargs)
-            return fn(*args, **kwargs)
+            self._graph_within(roles)
+            result = fn(*args, **kwargs)
+            self._graph_ret(roles, result)
+            self._accept(roles, args, kwargs, result)
+            return result
         phase = next((r[1] for r in roles if r[0] == "phase"), None)
         is_cycle = any(r[0] == "cycle" for r in roles)
-        has_cycle_fn = bool(self.cfg.get("cycle"))
-        start = None
-        if is_cycle:
-            if self.cycle is None:
-                self._open()
-        elif phase is not None:
-            if self.cycle is None and not has_cycle_fn and phase == self.first:
-                start = self._mark()
-                self._open(start)
-            elif (
-                self.cycle is not None
-                and not has_cycle_fn
-                and phase == self.first
-                and self.first in self.cycle.calls
-            ):
-                start = self._mark()  # no sync point: the next cycle starts here
-                self._close(start)
-                self._open(start)
+        start = self._cycle_for(phase, is_cycle)
         c = self.cycle
         timed = phase is not None and c is not None and not c.bare
         if timed and start is None:
             start = self._mark()
         if phase is not None and c is not None:
             c.calls[phase] = c.calls.get(phase, 0) + 1
+            self._graph_before(c, phase, target)
         self.local.depth = depth + 1 if phase is not None else depth
+        self.local.phase = (phase, target)
         try:
             result = fn(*args, **kwargs)
         finally:
-            self.local.depth = depth
+            self.local.depth, self.local.phase = depth, None
         if timed:
             c.marks.append((phase, start, self._mark()))
-        self._accept(roles, args, kwargs)
-        if self.cycle is not None and (
-            (is_cycle and self.cycle is c) or (any(r[0] == "sync" for r in roles) and not has_cycle_fn)
-        ):
-            self._close(synced=any(r[0] == "sync" for r in roles))
+        if phase is not None and c is not None:
+            self._graph_after(c, phase, target, result)
+        self._graph_ret(roles, result)
+        self._accept(roles, args, kwargs, result)
+        is_sync = any(r[0] == "sync" for r in roles) and not self.cfg.get("cycle")
+        if self.cycle is not None and ((is_cycle and self.cycle is c) or is_sync):
+            self._close(synced=is_sync)
         return result
 
-    def _accept(self, roles, args, kwargs):
-        if self.cycle is None or not any(r[0] == "accept" for r in roles):
+    # -- what the engine says about a call: CUDA graph or eager, accepted tokens ----------------------
+    def _graph_specs(self, phase, target):
+        """The graph readers that speak for this phase's call: its name (or "*"), and its target where
+        the reader names the ones it knows ("of": a replay of one model runner says nothing of another's)."""
+        for spec in self.graphs:
+            if spec["phase"] in (phase, "*") and (not spec.get("of") or target in spec["of"]):
+                yield spec
+
+    def _graph_before(self, c, phase, target):
+        for spec in self._graph_specs(phase, target):
+            if not spec.get("context") or phase in c.graph:
+                continue
+            mod, qual = spec["context"].split(":", 1)
+            try:
+                flag, mode = _graph_of(_attr(_attr(sys.modules[mod], qual)(), spec.get("attr")))
+            except Exception:  # no context set (the engine's own check would fail too): no flag
+                continue
+            c.graph[phase] = flag
+            if mode is not None:
+                c.graph_mode[phase] = mode
+
+    def _graph_within(self, roles):
+        c = self.cycle
+        phase, target = getattr(self.local, "phase", None) or (None, None)
+        if c is None or phase is None:
             return
-        spec = self.cfg["accept"]
-        v = kwargs.get(spec["arg"]) if spec.get("arg") in kwargs else None
-        if v is None and spec.get("pos") is not None and len(args) > spec["pos"]:
-            v = args[spec["pos"]]
-        if v is None:
+        specs = list(self._graph_specs(phase, target))
+        for r in roles:
+            if r[0] == "graph" and self.graphs[r[1]].get("within") and self.graphs[r[1]] in specs:
+                c.graph[phase] = True
+
+    def _graph_ret(self, roles, result):
+        """A flag another target returns for a phase (SGLang's batch result says can_run_cuda_graph)."""
+        for r in roles:
+            spec = self.graphs[r[1]] if r[0] == "graph" else {}
+            if spec.get("target") and self.cycle is not None and spec["phase"] not in self.cycle.graph:
+                try:
+                    self.cycle.graph[spec["phase"]] = _graph_of(_attr(result, spec["ret"]))[0]
+                except Exception:
+                    pass
+
+    def _graph_after(self, c, phase, target, result):
+        for spec in self._graph_specs(phase, target):
+            if phase in c.graph or spec.get("target"):
+                continue
+            if spec.get("within") and spec["within"] in self.patched:
+                c.graph[phase] = False  # the replay target exists and was not called: eager
+            elif "ret" in spec and spec["phase"] == phase:
+                try:
+                    c.graph[phase] = _graph_of(_attr(result, spec["ret"]))[0]
+                except Exception:
+                    pass
+
+    def _accept(self, roles, args, kwargs, result):
+        if self.cycle is None:
             return
-        v = v.item() if hasattr(v, "item") else v
-        self.cycle.accept = (self.cycle.accept or 0) + float(v) + float(spec.get("plus", 0))
+        for r in roles:
+            if r[0] != "accept":
+                continue
+            spec = self.accepts[r[1]]
+            if "ret" in spec:
+                try:
+                    v = _attr(result, spec["ret"])
+                except Exception:
+                    continue
+            else:
+                v = kwargs.get(spec["arg"]) if spec.get("arg") in kwargs else None
+                if v is None and spec.get("pos") is not None and len(args) > spec["pos"]:
+                    v = args[spec["pos"]]
+            if v is not None:
+                self.cycle.accept.append((spec, _keep(v)))
 
     def finish(self):
         if self.cycle is not None and self.cfg.get("sync") is None and not self.cfg.get("cycle"):
@@ -343,8 +531,27 @@ class Timer:
                     "skipped": self.skipped,
                     "patched": self.patched,
                     "never_imported": missing,
+                    "loaded": _loaded(),
                 }
             )
+
+
+def _role_name(r):
+    return r[1] if r[0] == "phase" else r[0]
+
+
+def _targets_by_role(roles):
+    """{role: target}, or {role: [targets]} where a phase names several (one per model runner)."""
+    out = {}
+    for t, rs in roles.items():
+        for r in rs:
+            name = _role_name(r)
+            if name in out:
+                prev = out[name] if isinstance(out[name], list) else [out[name]]
+                out[name] = prev + [t] if t not in prev else prev
+            else:
+                out[name] = t
+    return out
 
 
 class _Loader(importlib.abc.Loader):

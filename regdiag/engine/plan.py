@@ -10,6 +10,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from regdiag.direction import HIGHER, LOWER, declare
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 from regdiag.runs import new_run
@@ -23,6 +24,12 @@ from .presets import Targets, resolve
 from .run import EngineProbe
 
 ENGINE_PROBE_VERSION = "1"
+# Beside the phases: start-to-start per cycle, on the timer's clock and (with CUDA events) the host's.
+ENGINE_METRICS = {
+    "period": ("ms", LOWER),
+    "host_period": ("ms", LOWER),
+    "accept_len": ("tokens/step", HIGHER),
+}
 
 
 @dataclass(frozen=True)
@@ -56,7 +63,7 @@ class EnginePlan:
 
     @property
     def phases(self) -> list[str]:
-        return [p for p, _ in self.targets.phases]
+        return self.targets.phase_names
 
     def config(self) -> dict[str, Any]:
         r = self.request
@@ -82,8 +89,8 @@ class EnginePlan:
             primary="cycle",
             phases=self.phases,
             host=target.describe(),
-            units={k: "ms" for k in ["cycle", *self.phases]},
         )
+        declare(run, {**{k: ("ms", LOWER) for k in ["cycle", *self.phases]}, **ENGINE_METRICS})
         run["engine"] = {
             "url": self.ep.display if self.ep else None,
             "launch_cmd": redact_argv([*(f"{k}={v}" for k, v in self.env.items()), *self.argv]),
@@ -133,10 +140,17 @@ def run_summary(run: dict[str, Any], phases: list[str]) -> dict[str, Any]:
     """Medians over the ok launches of each launch's median per phase, and of its key scalars."""
     ok = [la for la in run["launches"] if la.get("status") == "ok"]
     summary: dict[str, Any] = {"launches": len(ok)}
-    for k in ["cycle", *phases]:
+    for k in ["cycle", "period", *phases]:
         meds = [statistics.median(la["samples"][k]) for la in ok if la["samples"].get(k)]
         summary[f"{k}_ms_median"] = round(statistics.median(meds), 4) if meds else None
-    for k in ("accept_len_mean", "overhead_pct", "phase_sum_gap_pct_median"):
+    # A phase no launch ever called is absent (None above), not a zero.
+    summary["phases_absent"] = [p for p in phases if all(p in (la.get("phases_absent") or []) for la in ok)]
+    graphs: dict[str, list[float]] = {}
+    for la in ok:
+        for p, share in (la.get("graph_share") or {}).items():
+            graphs.setdefault(p, []).append(share)
+    summary["graph_share"] = {p: round(statistics.median(v), 4) for p, v in graphs.items()}
+    for k in ("accept_len_mean", "overhead_pct", "phase_sum_gap_pct_median", "between_cycles_ms"):
         vals = [la["scalars"][k] for la in ok if la["scalars"].get(k) is not None]
         summary[k] = round(statistics.median(vals), 4) if vals else None
     return summary

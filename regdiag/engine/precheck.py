@@ -2,7 +2,8 @@
 (importing SGLang or vLLM takes tens of seconds and may touch the GPUs). Runs on the target host.
 
 A method that a class does not define itself but may inherit from a base is "unknown" here: the hook
-resolves it at run time and reports it missing there. Everything else is decided here.
+resolves it at run time and reports it missing there. Everything else is decided here. A role given
+several targets (a phase in each of an engine's model runners) needs one of them.
 """
 
 from __future__ import annotations
@@ -28,13 +29,29 @@ def check(
             f"cannot check the phase targets with {host.python}: {res.stderr_tail() or 'no output'}"
         )
     found: list[dict[str, Any]] = json.loads(res.stdout.decode())
+    by_role: dict[str, list[dict[str, Any]]] = {}
     for f in found:
-        if f["state"] == "missing":
-            raise BadInput(f"{f['role']}: {f['target']} does not exist in the installed {f['version']}")
-        if f["state"] == "no-module":
-            mod = f["target"].split(":")[0]
-            raise BadInput(
-                f"{f['role']}: module {mod} is not installed for {host.python} "
-                f"({f['version']}); pass --python with the engine's interpreter"
-            )
+        by_role.setdefault(f["role"], []).append(f)
+    for role, fs in by_role.items():
+        present = [f for f in fs if f["state"] not in ("missing", "no-module")]
+        # One of several targets is enough (a phase in each of two model runners: the engine runs
+        # one); a graph-flag source is optional (without it the cycle has no flag, not a wrong one).
+        if role == "graph" or (len(fs) > 1 and present):
+            for f in fs:
+                if f not in present:
+                    f["optional"] = True
+            continue
+        absent = [f for f in fs if f not in present]
+        if absent:
+            _refuse(host, absent[0])
     return found
+
+
+def _refuse(host: Host, f: dict[str, Any]) -> None:
+    if f["state"] == "missing":
+        raise BadInput(f"{f['role']}: {f['target']} does not exist in the installed {f['version']}")
+    mod = f["target"].split(":")[0]
+    raise BadInput(
+        f"{f['role']}: module {mod} is not installed for {host.python} "
+        f"({f['version']}); pass --python with the engine's interpreter"
+    )

@@ -13,31 +13,73 @@ TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 @dataclass
 class Targets:
+    """What the hook wraps. A phase (or the cycle) may name several targets, one per model runner or
+    worker of the engine: whichever the engine imports at run time is patched, the others are never
+    imported. `accept` and `graph` say where the engine reports the accept length and whether a phase
+    ran as a CUDA graph (probes/_engine_hook/regdiag_phase_timer.py has their forms)."""
+
     phases: list[tuple[str, str]]
-    cycle: str | None = None
+    cycle: str | list[str] | None = None
     sync: str | None = None
-    accept: dict[str, Any] | None = None
+    accept: list[dict[str, Any]] = field(default_factory=list)
+    graph: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def phase_names(self) -> list[str]:
+        return list(dict.fromkeys(p for p, _ in self.phases))
 
     def config(self) -> dict[str, Any]:
         return {
             "phases": [list(p) for p in self.phases],
             "cycle": self.cycle,
             "sync": self.sync,
-            "accept": self.accept,
+            "accept": [dict(a) for a in self.accept],
+            "graph": [dict(g) for g in self.graph],
         }
 
     def all(self) -> list[tuple[str, str]]:
         out = list(self.phases)
-        out += [(role, t) for role, t in (("cycle", self.cycle), ("sync", self.sync)) if t]
-        if self.accept:
-            out.append(("accept", self.accept["target"]))
-        return out
+        cycles = [self.cycle] if isinstance(self.cycle, str) else list(self.cycle or [])
+        out += [("cycle", t) for t in cycles] + ([("sync", self.sync)] if self.sync else [])
+        out += [("accept", a["target"]) for a in self.accept]
+        out += [
+            ("graph", g.get("within") or g["target"])
+            for g in self.graph
+            if g.get("within") or g.get("target")
+        ]
+        return list(dict.fromkeys(out))
 
 
 _HF_CG = "transformers.generation.candidate_generator:AssistedCandidateGenerator"
 _SGL1 = "sglang.srt.speculative.eagle_worker:EAGLEWorker"
 _SGL2 = "sglang.srt.speculative.eagle_worker_v2"
+_V1 = "vllm.v1.worker"
+_V2 = "vllm.v1.worker.gpu"
+_V2_CG = f"{_V2}.cudagraph_utils"
+# Whether verify (V1: the forward context's cudagraph_runtime_mode, NONE / PIECEWISE / FULL) or any
+# phase (V2: a graph replay inside it) ran as a CUDA graph.
+_V1_VERIFY = f"{_V1}.gpu_model_runner:GPUModelRunner._model_forward"
+_V2_VERIFY = f"{_V2}.model_runner:GPUModelRunner.execute_model"
+_V2_DRAFT = f"{_V2}.spec_decode.target_dependent_ar.speculator:TargetDependentARSpeculator.propose"
+_V2_NGRAM = f"{_V2}.spec_decode.ngram.speculator:NgramGPUSpeculator.propose"
+_V2_PHASES = [_V2_VERIFY, _V2_DRAFT, _V2_NGRAM]
+_VLLM_GRAPH: list[dict[str, Any]] = [
+    {
+        "phase": "verify",
+        "context": "vllm.forward_context:get_forward_context",
+        "attr": "cudagraph_runtime_mode",
+        "of": [_V1_VERIFY],
+    },
+    *(
+        {"phase": "*", "within": f"{_V2_CG}:{fn}", "of": _V2_PHASES}
+        for fn in (
+            "ModelCudaGraphManager.run_fullgraph",
+            "CudaGraphManager.run_fullgraph",
+            "CudaGraphManager.run_pw_graph",
+        )
+    ),
+]
 
 # Each preset names the functions of one released version, read from its wheel (docs/engine.md has
 # the files and the call order; tests/test_engine_presets.py checks them against those wheels).
@@ -46,6 +88,9 @@ VERSIONS = {
     "sglang-eagle": ("sglang", "0.5.23"),
     "sglang-eagle-v1": ("sglang", "0.5.3"),
     "vllm-eagle": ("vllm", "0.33.0"),
+    "vllm": ("vllm", "0.33.0"),
+    "vllm-decode": ("vllm", "0.33.0"),
+    "sglang": ("sglang", "0.5.23"),
 }
 
 PRESETS: dict[str, Targets] = {
@@ -57,7 +102,7 @@ PRESETS: dict[str, Targets] = {
             ("verify", "transformers.modeling_utils:PreTrainedModel.__call__"),
         ],
         sync=f"{_HF_CG}.update_candidate_strategy",
-        accept={"target": f"{_HF_CG}.update_candidate_strategy", "arg": "num_matches", "pos": 3, "plus": 1},
+        accept=[{"target": f"{_HF_CG}.update_candidate_strategy", "arg": "num_matches", "pos": 3, "plus": 1}],
     ),
     # speculative/eagle_worker_v2.py EAGLEWorkerV2.forward_batch_generation (decode): draft_worker.draft(),
     # self.verify(), draft_worker._draft_extend_for_decode(); overlapped, so events are read deferred.
@@ -89,6 +134,79 @@ PRESETS: dict[str, Targets] = {
             ("draft", "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.propose"),
         ],
     ),
+    # Both model runners of one vLLM, and each drafter, whichever the engine imports at run time.
+    # V1 (v1/worker/gpu_model_runner.py; CPUModelRunner subclasses it, and CPU builds fall back to it:
+    # "Model Runner V2 requires Triton"): execute_model() calls _model_forward() inside
+    # set_forward_context(cudagraph_runtime_mode=...), sample_tokens() the RejectionSampler (its
+    # SamplerOutput.sampled_token_ids holds the accepted tokens plus the bonus, -1 for rejected
+    # places), propose_draft_token_ids() the drafter: NgramProposer.propose for "ngram", the
+    # SpecDecodeBaseProposer.propose that EagleProposer (EAGLE, EAGLE-3, MTP) and DraftModelProposer
+    # inherit. V2 (v1/worker/gpu/model_runner.py, the GPU default): execute_model() runs the model,
+    # replaying its graph through ModelCudaGraphManager.run_fullgraph (FULL) or
+    # CudaGraphManager.run_pw_graph (PIECEWISE), eager otherwise; sample() calls
+    # RejectionSampler.__call__ (SamplerOutput.num_sampled: accepted + 1 per request); the
+    # speculator's propose() (EagleSpeculator and MTPSpeculator inherit TargetDependentARSpeculator's;
+    # the n-gram one is NgramGPUSpeculator) replays through CudaGraphManager.run_fullgraph.
+    "vllm": Targets(
+        phases=[
+            ("verify", _V1_VERIFY),
+            ("verify", _V2_VERIFY),
+            ("reject", "vllm.v1.sample.rejection_sampler:RejectionSampler.forward"),
+            ("reject", f"{_V2}.spec_decode.rejection_sampler:RejectionSampler.__call__"),
+            ("draft", "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.propose"),
+            ("draft", "vllm.v1.spec_decode.ngram_proposer:NgramProposer.propose"),
+            (
+                "draft",
+                f"{_V2}.spec_decode.target_dependent_ar.speculator:TargetDependentARSpeculator.propose",
+            ),
+            ("draft", f"{_V2}.spec_decode.ngram.speculator:NgramGPUSpeculator.propose"),
+        ],
+        accept=[
+            {
+                "target": "vllm.v1.sample.rejection_sampler:RejectionSampler.forward",
+                "ret": "sampled_token_ids",
+                "reduce": "count_ne",
+                "value": -1,
+            },
+            {
+                "target": f"{_V2}.spec_decode.rejection_sampler:RejectionSampler.__call__",
+                "ret": "num_sampled",
+                "reduce": "mean",
+            },
+        ],
+        graph=_VLLM_GRAPH,
+    ),
+    # The same engine without speculation: one decode step per cycle, the same instrument, for
+    # `explain RUN --baseline DECODE_RUN` (start it without --speculative-config).
+    "vllm-decode": Targets(
+        phases=[
+            ("decode", _V1_VERIFY),
+            ("decode", _V2_VERIFY),
+        ],
+        graph=[{**g, "phase": "decode" if g["phase"] == "verify" else g["phase"]} for g in _VLLM_GRAPH],
+    ),
+    # Both EAGLE workers of SGLang (the spec-v2 one of 0.5.x's overlap scheduler, the v1 one before),
+    # whichever the server imports; the batch result carries accept_lens (accepted + 1 per request)
+    # and can_run_cuda_graph (whether the target's verify forward ran as a graph).
+    "sglang": Targets(
+        phases=[
+            ("draft", f"{_SGL2}:EagleDraftWorker.draft"),
+            ("draft", f"{_SGL1}.draft"),
+            ("verify", f"{_SGL2}:EAGLEWorkerV2.verify"),
+            ("verify", f"{_SGL1}.verify"),
+            ("extend", f"{_SGL2}:EagleDraftWorker._draft_extend_for_decode"),
+            ("extend", f"{_SGL1}.forward_draft_extend_after_decode"),
+        ],
+        cycle=[f"{_SGL2}:EAGLEWorkerV2.forward_batch_generation", f"{_SGL1}.forward_batch_generation"],
+        accept=[
+            {"target": t, "ret": "accept_lens", "reduce": "mean"}
+            for t in (f"{_SGL2}:EAGLEWorkerV2.forward_batch_generation", f"{_SGL1}.forward_batch_generation")
+        ],
+        graph=[
+            {"phase": "verify", "target": t, "ret": "can_run_cuda_graph"}
+            for t in (f"{_SGL2}:EAGLEWorkerV2.forward_batch_generation", f"{_SGL1}.forward_batch_generation")
+        ],
+    ),
 }
 
 
@@ -109,7 +227,13 @@ def resolve(
     if preset is not None and preset not in PRESETS:
         raise BadInput(f"unknown --preset {preset!r}; choose from {', '.join(PRESETS)}")
     base = PRESETS[preset] if preset else Targets(phases=[])
-    t = Targets(list(base.phases), base.cycle, base.sync, dict(base.accept) if base.accept else None)
+    t = Targets(
+        list(base.phases),
+        base.cycle,
+        base.sync,
+        [dict(a) for a in base.accept],
+        [dict(g) for g in base.graph],
+    )
     for item in phases:
         name, sep, target = item.partition("=")
         if not sep or not name.isidentifier():
@@ -126,5 +250,5 @@ def resolve(
         target, sep, arg = accept.partition("=")
         if not sep or not arg.isidentifier():
             raise BadInput(f"--accept {accept!r}: expected module:Qualified.name=ARGUMENT")
-        t.accept = {"target": check_target(target, "--accept"), "arg": arg, "pos": None, "plus": 1}
+        t.accept = [{"target": check_target(target, "--accept"), "arg": arg, "pos": None, "plus": 1}]
     return t

@@ -109,6 +109,8 @@ def combine(streams: list[LaunchStream]) -> dict[str, Any]:
     timed = [s for s in streams if s.cycles]
     if not timed:
         return {"samples": {}, "values": {}, "scalars": {}, "warmup_dropped": 0}
+    for s in timed:
+        file_periods(s.cycles)
     if len(timed) == 1:
         merged = timed[0]
     else:
@@ -122,34 +124,87 @@ def combine(streams: list[LaunchStream]) -> dict[str, Any]:
                     m["t"][k] = max(v, m["t"].get(k, v))
         merged.cycles = [by_i[i] for i in sorted(by_i)]
     launch = merged.to_launch()
-    paired = paired_overhead(merged.cycles)
     launch["processes_timed"] = len(timed)
     kept = [c for c in merged.cycles if not c.get("warmup") and not c.get("bare")]
+    phases = [p for p in ((merged.header or {}).get("phases") or []) if isinstance(p, str)]
+    launch.update(per_cycle_facts(kept, phases))
+    _scalars(launch, merged.cycles, kept, phases)
+    return launch
+
+
+def file_periods(cycles: list[dict[str, Any]]) -> None:
+    """The hook writes each cycle's start-to-start period on the next cycle's line (it is known only
+    then): file it under its own cycle, `t.period` (and `values.host_period` on the host clock)."""
+    by_i = {c.get("i"): c for c in cycles}
+    for c in cycles:
+        prev = by_i.get(c["i"] - 1) if isinstance(c.get("i"), int) else None
+        if prev is None:
+            continue
+        if isinstance(c.get("prev_period"), (int, float)):
+            prev.setdefault("t", {})["period"] = c["prev_period"]
+        if isinstance(c.get("prev_host_period"), (int, float)) and not prev.get("bare"):
+            prev.setdefault("values", {})["host_period"] = c["prev_host_period"]
+
+
+def per_cycle_facts(kept: list[dict[str, Any]], phases: list[str]) -> dict[str, Any]:
+    """How often each phase ran, which never did (absent: no samples, never zeros), and the share of
+    cycles each phase ran as a CUDA graph where the engine said so."""
     calls: dict[str, list[int]] = {}
+    graph: dict[str, list[bool]] = {}
+    modes: dict[str, dict[str, int]] = {}
     for c in kept:
         for k, v in (c.get("calls") or {}).items():
             calls.setdefault(k, []).append(v)
-    launch["calls_per_cycle"] = {k: round(statistics.fmean(v), 3) for k, v in calls.items()}
+        for k, v in (c.get("graph") or {}).items():
+            graph.setdefault(k, []).append(bool(v))
+        for k, v in (c.get("graph_mode") or {}).items():
+            modes.setdefault(k, {})[str(v)] = modes.setdefault(k, {}).get(str(v), 0) + 1
+    out: dict[str, Any] = {
+        "calls_per_cycle": {k: round(statistics.fmean(v), 3) for k, v in calls.items()},
+        "phase_cycles": {p: len(calls.get(p, [])) for p in phases},
+        "phases_absent": [p for p in phases if p not in calls],
+    }
+    if graph:
+        out["graph_share"] = {k: round(sum(v) / len(v), 4) for k, v in graph.items()}
+    if modes:
+        out["graph_modes"] = modes
+    return out
+
+
+def _scalars(
+    launch: dict[str, Any], cycles: list[dict[str, Any]], kept: list[dict[str, Any]], phases: list[str]
+) -> None:
     cyc = launch["samples"].get("cycle", [])
     bare = (launch.get("bare_samples") or {}).get("cycle", [])
     scalars = launch["scalars"]
-    phases = [k for k in launch["samples"] if k != "cycle"]
+    # The share of the cycle in no phase, per cycle, over the phases that ran in it.
     gaps = [
-        abs(c - sum(launch["samples"][p][i] for p in phases)) / c * 100 for i, c in enumerate(cyc) if c > 0
+        abs(t["cycle"] - sum(t.get(p, 0.0) for p in phases)) / t["cycle"] * 100
+        for t in (c.get("t") or {} for c in kept)
+        if t.get("cycle", 0) > 0
     ]
     if gaps:
         scalars["phase_sum_gap_pct_median"] = round(statistics.median(gaps), 3)
     mi, mb = _median(cyc), _median(bare)
     if mi and mb:
         scalars["overhead_unpaired_pct"] = round((mi - mb) / mb * 100, 3)
+    paired = paired_overhead(cycles)
     if paired is not None:
         scalars["overhead_pct"], scalars["overhead_pairs"] = paired
+    period = _median(launch["samples"].get("period", []))
+    if period and mi:
+        # Start to start against the cycle itself: the engine's time between cycles (scheduling,
+        # output processing), which a stream's token period includes and the GPU cycle does not.
+        scalars["period_ms_median"] = round(period, 4)
+        scalars["between_cycles_ms"] = round(period - mi, 4)
+        scalars["between_cycles_pct"] = round((period - mi) / period * 100, 3)
     acc = [v for v in launch["values"].get("accept_len", []) if v is not None]
     if acc and mi:
         scalars["accept_len_mean"] = round(statistics.fmean(acc), 4)
         scalars["tok_s"] = round(statistics.fmean(acc) / mi * 1000, 3)
         scalars["accept_len_source"] = "engine"
-    return launch
+        if period:
+            scalars["tok_s_period"] = round(statistics.fmean(acc) / period * 1000, 3)
 
 
 def read_streams(host: Host, out_dir: str) -> list[LaunchStream]:
@@ -196,7 +251,17 @@ def _fill(
     )
     never = sorted({t for f in footers for t in f.get("never_imported", [])})
     launch["hook"] = {"patched": patched, "never_imported": never}
+    launch["loaded"] = _loaded_union(footers)
     return usage, errors, patched
+
+
+def _loaded_union(footers: list[dict[str, Any]]) -> list[dict[str, str]] | None:
+    """The distributions any process of the engine loaded (None when no process said)."""
+    told = [f["loaded"] for f in footers if isinstance(f.get("loaded"), list)]
+    if not told:
+        return None
+    seen = {(d.get("name"), d.get("path")): d for lst in told for d in lst if isinstance(d, dict)}
+    return [seen[k] for k in sorted(seen, key=str)]
 
 
 def _drive(probe: EngineProbe, server: ServerProcess, launch: dict[str, Any]) -> str | None:
@@ -305,6 +370,7 @@ def protocol_lines(run: dict[str, Any]) -> list[dict[str, Any]]:
             "cycles": len(samples.get("cycle", [])),
             "warmup_dropped": la.get("warmup_dropped", 0),
             "scalars": la.get("scalars", {}),
+            "loaded": la.get("loaded"),
         }
     )
     return lines

@@ -36,6 +36,9 @@ class SpecWorker:
     def extend(self, accepted: int) -> None:
         self.state = _work(self.extend_n, self.state + bytes([accepted]))
 
+    def rollback(self) -> None:
+        """Never called by step(): a phase the engine does not run (recorded as absent, not as zeros)."""
+
     def commit(self, n_accepted: int) -> int:
         return int(n_accepted)
 
