@@ -29,6 +29,9 @@ from _protocol import (  # noqa: E402
 
 NAME = "spec-decode"
 VERSION = "1"
+# What a run record says before the first header arrives (regdiag reads these literals: measure/probes.py).
+PRIMARY = "cycle"
+PHASES = ("draft", "verify", "extend")
 
 
 def build_parser() -> ProbeArgParser:

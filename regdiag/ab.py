@@ -6,38 +6,45 @@ filling its page cache, a neighbour starting): `compare` cannot tell that drift 
 so a drift moves both and the paired comparison sees only the difference.
 
 A side is a spec like bisect's (`'sgl-kernel==0.3.5 NCCL_PROTO=LL commit=bba2fc4'`, a snapshot or a
-run record): its environment is built by bisect's Builder (a git worktree per commit, a venv per
-package set, cached) and its env vars are set per launch. The output is one `regdiag.run/1` record
-per side, each launch written as it finishes, with the launch's place in the run (`order`), its pair
-(`pair`) and the run's `design` (docs/records.md); `compare` recognises the two halves and uses the
+run record). The sides' differences are factors of bisect's kinds (regdiag/bisect/kinds/), asked as
+the lab asks them: `check` refuses what cannot be measured here (one line, exit 2), `prepare` says
+what a side needs built (bisect's builder, cached), `apply` sets what a launch needs (variables, GPU
+clocks) and undoes it after. No kind is named here. The output is one `regdiag.run/1` record per
+side, each launch written as it finishes, with its place in the run (`order`), its pair (`pair`),
+where it ran (`node`, on a host of several nodes) and the run's `design`, which names every
+difference between the sides (docs/records.md); `compare` recognises the two halves and uses the
 pairing.
 
-Library code: no typer, no rich. The launch records are made by regdiag.probe_runner's own helpers,
-so a launch here is exactly a launch of `regdiag probe`.
+On a host of several nodes (a Slurm allocation, docs/fleet.md) pair p runs on node p mod n, A and B
+back to back on that node in an order balanced per node, the nodes in parallel; a node that fails
+costs only its own pairs.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from regdiag import probe_runner as pr
-from regdiag.bisect import ranges
 from regdiag.bisect.envs import BuildFailed, Built
-from regdiag.bisect.factors import COMMIT, ENV, PACKAGE, Spec, diff, load_side
+from regdiag.bisect.factors import Factor, Spec, diff, load_side
+from regdiag.bisect.kinds import KINDS, BuildPlan, LaunchSetup, Where, kind_of
 from regdiag.bisect.lab import EnvBuilder, builder_for
-from regdiag.bisect.measure import wrap_env
 from regdiag.bisect.run import Request as BisectRequest
 from regdiag.bisect.run import argv_builder
 from regdiag.errors import BadInput, ProbeError
 from regdiag.hosts.base import CommandResult, Host
+from regdiag.measure.launch import UsageAbort, measure_launch, wrap_env
+from regdiag.measure.nodes import NodeFailed
+from regdiag.measure.probe import new_probe_run
+from regdiag.measure.session import Session, warn
+from regdiag.measure.stream import LaunchStream, adopt_header, env_for_record
 from regdiag.runs import RunWriter
 from regdiag.snapshot.redact import scrub_text
-from regdiag.stats import abba_order
 
 SIDES = ("A", "B")
 Progress = Callable[[dict[str, Any]], None]
@@ -66,10 +73,16 @@ class AbRequest:
 class Side:
     label: str
     spec: Spec
-    packages: dict[str, str]
-    commit: str | None
-    env: dict[str, str | None]
+    values: list[str | None]  # one per factor: the good (A) or bad (B) value
     built: Built | None = None
+
+
+@dataclass
+class AbPlan:
+    factors: list[Factor]
+    fixed_env: dict[str, str | None]  # what both sides set alike: set so in every launch
+    sides: dict[str, Side]
+    repo: str | None
 
 
 @dataclass
@@ -78,7 +91,9 @@ class AbResult:
     runs: dict[str, dict[str, Any]]
 
 
-def _sides(req: AbRequest) -> tuple[Side, Side, str | None]:
+def make_plan(req: AbRequest, host: Host) -> AbPlan:
+    """The two sides as factors of bisect's kinds, each kind checking its own (exit 2 for what cannot be
+    measured here: a GPU clock without NVML, a commit without --repo)."""
     # An empty spec is this environment as it is (the usual A of "does this one change matter?").
     a = load_side(req.a, "--a") if req.a.strip() else Spec(source="this environment")
     b = load_side(req.b, "--b") if req.b.strip() else Spec(source="this environment")
@@ -88,43 +103,27 @@ def _sides(req: AbRequest) -> tuple[Side, Side, str | None]:
     if d.notes:
         # A difference that cannot be reproduced here: measuring anyway would compare something else.
         raise BadInput(f"--a and --b: {d.notes[0]}")
-    repo = req.repo or a.repo or b.repo
-    out = []
-    for label, spec, pick in (("A", a, 0), ("B", b, 1)):
-        packages: dict[str, str] = {}
-        commit = None
-        env: dict[str, str | None] = dict(d.same_env)
-        for f in d.factors:
-            v = (f.good, f.bad)[pick]
-            if f.kind == PACKAGE and v is not None:
-                packages[f.name] = v
-            elif f.kind == COMMIT:
-                if not repo:
-                    raise BadInput("the engine commit differs; give --repo PATH (the engine's git checkout)")
-                if not Path(repo).is_dir():
-                    raise BadInput(f"--repo {repo}: no such directory")
-                commit = ranges.resolve_commit(repo, v or "")
-            elif f.kind == ENV:
-                env[f.name] = v
-        out.append(Side(label, spec, packages, commit, env))
-    return out[0], out[1], repo
+    here = host.builds_here
+    repo = req.repo or a.repo or b.repo if here else req.repo
+    python = (req.python or host.python) if here else host.python
+    where = Where(repo, req.find_links, req.index_url, python, None if here else host)
+    factors = [
+        g for name, kind in KINDS.items() for g in kind.check([f for f in d.factors if f.kind == name], where)
+    ]
+    sides = {
+        "A": Side("A", a, [f.good for f in factors]),
+        "B": Side("B", b, [f.bad for f in factors]),
+    }
+    return AbPlan(factors, dict(d.same_env), sides, repo)
 
 
-def _check(req: AbRequest, host: Host, sides: tuple[Side, Side]) -> None:
+def _check(req: AbRequest, host: Host) -> None:
     if req.launches < 2:
         raise BadInput("--launches must be at least 2 per side (a paired comparison needs two pairs)")
-    if req.find_links and not Path(req.find_links).is_dir():
+    if req.find_links and host.builds_here and not Path(req.find_links).is_dir():
         raise BadInput(f"--find-links {req.find_links}: no such directory")
-    if host.via != "local":
-        if req.command:
-            raise BadInput("--host runs --probe only (a --command runs on this machine)")
-        for s in sides:
-            if s.packages or s.commit:
-                raise BadInput(
-                    "--host compares env-var specs only: package sets and commits are built on this machine"
-                )
-            if any(v is None for v in s.env.values()):
-                raise BadInput("--host cannot unset a variable (-NAME); give it a value instead")
+    if req.command and not host.builds_here:
+        raise BadInput(f"a --command runs on this machine; on {host.name} give --probe")
 
 
 def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None = None) -> AbResult:
@@ -133,18 +132,22 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
 
     emit = progress or (lambda ev: None)
     host = host or LocalHost(req.python)
-    a, b, repo = _sides(req)
-    _check(req, host, (a, b))
+    _check(req, host)
+    plan = make_plan(req, host)
     argv_for = argv_builder(
-        BisectRequest(good=req.a, bad=req.b, command=req.command, probe=req.probe, probe_args=req.probe_args)
+        BisectRequest(good=req.a, bad=req.b, command=req.command, probe=req.probe, probe_args=req.probe_args),
+        host,
     )
-    if host.via == "local":
-        _build((a, b), builder_for(req, repo), emit)
-    writers = _writers(req, host, (a, b))
+    builder = builder_for(req, plan.repo, None if host.builds_here else host)
+    _build(plan, builder, emit)
+    writers = _writers(req, host, plan)
     emit({"event": "start", "paths": {k: str(w.path) for k, w in writers.items()}})
     try:
-        _measure(req, host, {"A": a, "B": b}, writers, argv_for, emit)
-    except _UsageAbort:
+        with Session(
+            host, list(writers.values()), req.snapshot, lambda when: emit({"event": "snapshot", "when": when})
+        ):
+            Pairs(req, host, plan, writers, argv_for, builder, emit).run()
+    except UsageAbort:
         for w in writers.values():
             w.path.unlink(missing_ok=True)  # nothing was measured: leave no record behind
         raise
@@ -162,24 +165,35 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
     return AbResult({k: w.path for k, w in writers.items()}, {k: w.run for k, w in writers.items()})
 
 
-def _build(sides: tuple[Side, Side], builder: EnvBuilder, emit: Progress) -> None:
-    """Each side's environment on this machine; one that cannot be built is bad input (exit 2)."""
-    for s in sides:
+def _build(plan: AbPlan, builder: EnvBuilder, emit: Progress) -> None:
+    """Each side's environment, as its kinds prepare it; one that cannot be built is bad input (exit 2)."""
+    for s in plan.sides.values():
+        bp = BuildPlan()
+        for f, v in zip(plan.factors, s.values, strict=True):
+            kind_of(f).prepare(f, v, bp)
         emit({"event": "build", "side": s.label})
         try:
-            s.built = builder.build(s.packages, s.commit)
+            s.built = builder.build(bp.packages, bp.commit)
         except BuildFailed as e:
             raise BadInput(f"side {s.label}: cannot build its environment: {e}") from None
 
 
-def _writers(req: AbRequest, host: Host, sides: tuple[Side, Side]) -> dict[str, RunWriter]:
-    """One run record per side, written at once: its design names the pair, the side and the other
-    side's record, so either half leads to the whole A/B run."""
+def differences(plan: AbPlan) -> list[dict[str, Any]]:
+    """Every difference between the two specs, of any kind, as both records name it (compare shows it)."""
+    return [
+        {"kind": f.kind, "name": f.name, "A": f.show(f.good), "B": f.show(f.bad), "label": f.label()}
+        for f in plan.factors
+    ]
+
+
+def _writers(req: AbRequest, host: Host, plan: AbPlan) -> dict[str, RunWriter]:
+    """One run record per side, written at once: its design names the pair, the side, every difference
+    and the other side's record, so either half leads to the whole A/B run."""
     pair_id = secrets.token_hex(6)
     name = req.probe or "command"
     writers: dict[str, RunWriter] = {}
-    for s in sides:
-        run = pr.new_probe_run(name, host)
+    for s in plan.sides.values():
+        run = new_probe_run(name, host)
         run["probe"]["args"] = list(req.probe_args)
         if req.command:
             run["probe"]["command"] = scrub_text(req.command)
@@ -190,120 +204,163 @@ def _writers(req: AbRequest, host: Host, sides: tuple[Side, Side]) -> dict[str, 
             "side": s.label,
             "spec": _spec_for_record(s.spec),
             "launches_per_side": req.launches,
+            "differences": differences(plan),
         }
-        run["env"] = pr._env_for_record({k: v for k, v in s.env.items() if v is not None})
+        run["env"] = {}
         path = f"{req.output}-{s.label.lower()}.json" if req.output else None
         writers[s.label] = RunWriter(path, run)
-    a, b = sides
-    for s, other in ((a, b), (b, a)):
-        writers[s.label].run["design"]["other"] = str(writers[other.label].path)
-        writers[s.label].flush()
+    for label, other in (("A", "B"), ("B", "A")):
+        writers[label].run["design"]["other"] = str(writers[other].path)
+        writers[label].flush()
     return writers
-
-
-class _UsageAbort(BadInput):
-    """The probe refused its arguments in the first launch: nothing was measured."""
-
-
-def _snapshots(host: Host, writers: dict[str, RunWriter], when: str, emit: Progress) -> None:
-    emit({"event": "snapshot", "when": when})
-    snap, why = pr._snapshot(host)
-    for w in writers.values():
-        w.run[f"snapshot_{when}"] = snap
-        if why:
-            w.run.setdefault("warnings", []).append(f"snapshot {when}: {why}")
-        w.flush()
-
-
-def _measure(
-    req: AbRequest,
-    host: Host,
-    sides: dict[str, Side],
-    writers: dict[str, RunWriter],
-    argv_for: Callable[[Built, int], list[str]],
-    emit: Progress,
-) -> None:
-    if req.snapshot:
-        _snapshots(host, writers, "before", emit)
-    done = {"A": 0, "B": 0}
-    order = abba_order(req.launches)
-    for pos, label in enumerate(order):
-        s, w = sides[label], writers[label]
-        i = done[label]
-        emit({"event": "launch", "side": label, "index": i, "order": pos, "of": len(order)})
-
-        def start(stream: pr.LaunchStream, s: Side = s, i: int = i) -> CommandResult:
-            return _run_once(req, host, s, argv_for, i, stream)
-
-        def keep(la: dict[str, Any], w: RunWriter = w, pos: int = pos) -> None:
-            _add(w, la, pos)
-
-        launch, stream, why = pr.measure_launch(i, start, req.launch_timeout, keep)
-        if why is not None and pos == 0 and (stream.error or {}).get("kind") == "usage":
-            raise _UsageAbort(why)
-        if i == 0 and stream.header is not None:
-            pr._adopt_header(w.run, stream.header)
-        _add(w, launch, pos)
-        done[label] += 1
-        emit({"event": "launch_end", "side": label, "index": i, "launch": launch})
-        if why is not None:
-            raise ProbeError(
-                f"side {label}, launch {i} failed: {why} (the launches before it are kept in "
-                f"{writers['A'].path} and {writers['B'].path})"
-            )
-    if req.snapshot:
-        _snapshots(host, writers, "after", emit)
 
 
 def _spec_for_record(spec: Any) -> dict[str, Any]:
     """A side's spec as a record may hold it: env values through the snapshot's redaction rules."""
     d = spec.to_dict()
     given = {k: v for k, v in d["env"].items() if v is not None}
-    kept = pr._env_for_record(given)
+    kept = env_for_record(given)
     d["env"] = {k: (None if v is None else kept[k]) for k, v in d["env"].items()}
     return d
 
 
-def _add(w: RunWriter, launch: dict[str, Any], pos: int) -> None:
-    launch["order"] = pos  # place in the whole A/B run, 0-based
-    launch["pair"] = launch["index"]  # launch k of A and launch k of B ran back to back
-    w.add_launch(launch)
+def pair_plan(pairs: int, nodes: int) -> list[list[tuple[int, str]]]:
+    """Per node, its pairs in the order they run: pair p on node p mod n, and on each node the pairs
+    alternate AB, BA, AB, ... so that the order is balanced on every node (one node: A B B A A B ...)."""
+    lanes: list[list[tuple[int, str]]] = [[] for _ in range(nodes)]
+    for p in range(pairs):
+        lane = lanes[p % nodes]
+        lane.append((p, "AB" if len(lane) % 2 == 0 else "BA"))
+    return lanes
 
 
-def _run_once(
-    req: AbRequest,
-    host: Host,
-    s: Side,
-    argv_for: Callable[[Built, int], list[str]],
-    index: int,
-    stream: pr.LaunchStream,
-) -> CommandResult:
-    values = {k: v for k, v in s.env.items() if v is not None}
-    if host.via != "local":
-        return pr._run_once(
-            host,
-            str(req.probe),
-            [*req.probe_args, "--launch-index", str(index)],
-            stream,
-            values,
-            req.launch_timeout,
+class Pairs:
+    """The launches of an A/B run: the pairs laid out over the host's nodes, run, and recorded."""
+
+    def __init__(
+        self,
+        req: AbRequest,
+        host: Host,
+        plan: AbPlan,
+        writers: dict[str, RunWriter],
+        argv_for: Callable[[Built, int], list[str]],
+        builder: EnvBuilder,
+        emit: Progress,
+    ) -> None:
+        self.req, self.host, self.plan, self.writers = req, host, plan, writers
+        self.argv_for, self.emit = argv_for, emit
+        base_path = getattr(builder, "base_path", None)
+        self.base_path: Callable[[], str] = base_path or (lambda: os.environ.get("PATH", ""))
+        self.lock = threading.Lock()
+        self.order = 0
+        self.adopted: set[str] = set()
+        self.total = 2 * req.launches
+
+    def run(self) -> None:
+        from regdiag.measure.nodes import fit_nodes, run_lanes
+
+        nodes = self.host.nodes()
+        if len(nodes) == 1:
+            self.lane(nodes[0], pair_plan(self.req.launches, 1)[0], alone=True)
+            return
+        nodes, unfit = fit_nodes(nodes, lambda ev: self.emit({"event": "health", **ev}))
+        lanes = pair_plan(self.req.launches, len(nodes))
+        jobs = [lambda n=n, lane=lane: self.lane(n, lane) for n, lane in zip(nodes, lanes, strict=True)]
+        failed = run_lanes(nodes, jobs, stop=self.host.close)
+        for w in self.writers.values():
+            w.run["design"]["nodes"] = {
+                n.name: [p for p, _ in lane] for n, lane in zip(nodes, lanes, strict=True)
+            }
+        record_node_failures(self.writers, {**unfit, **failed})
+        if len(failed) == len(nodes):
+            raise ProbeError(f"every node failed: {'; '.join(f'{k}: {v}' for k, v in failed.items())}")
+
+    def lane(self, node: Host, pairs: list[tuple[int, str]], alone: bool = False) -> None:
+        """One node's pairs, back to back. Alone (the only node), a failed launch ends the run as in
+        `regdiag probe`; on a node of several it raises NodeFailed and costs only this node."""
+        for pair, order in pairs:
+            down = None if alone else node.unavailable()
+            if down is not None:
+                raise NodeFailed(f"{down} before pair {pair}")
+            for label in order:
+                why = self.launch(node, label, pair)
+                if why is None:
+                    continue
+                if alone:
+                    w = self.writers
+                    raise ProbeError(
+                        f"side {label}, launch {pair} failed: {why} (the launches before it are kept in "
+                        f"{w['A'].path} and {w['B'].path})"
+                    )
+                raise NodeFailed(f"side {label}, launch {pair}: {why}")
+
+    def launch(self, node: Host, label: str, pair: int) -> str | None:
+        """One launch of side `label` as pair `pair`'s half, on `node`; why it failed, or None."""
+        s, w = self.plan.sides[label], self.writers[label]
+        with self.lock:
+            pos, self.order = self.order, self.order + 1
+        where = node.placement()
+        self.emit({"event": "launch", "side": label, "index": pair, "order": pos, "of": self.total, **where})
+
+        def keep(la: dict[str, Any]) -> None:
+            la["order"] = pos  # place in the whole A/B run, 0-based (the start order)
+            la["pair"] = pair  # launch k of A and launch k of B ran back to back, on one node
+            with self.lock:
+                w.add_launch(la)
+
+        with LaunchSetup(dict(self.plan.fixed_env)) as setup:
+            for f, v in zip(self.plan.factors, s.values, strict=True):
+                kind_of(f).apply(f, v, setup)
+            self._record_env(w, setup.variables)
+
+            def start(stream: LaunchStream) -> CommandResult:
+                return self._run_once(node, s, setup.variables, pair, stream)
+
+            launch, stream, why = measure_launch(pair, start, self.req.launch_timeout, keep, None, where)
+        with self.lock:
+            measured = any(la["status"] == "ok" for x in self.writers.values() for la in x.run["launches"])
+            if why is not None and (stream.error or {}).get("kind") == "usage" and not measured:
+                raise UsageAbort(why)
+            if stream.header is not None and label not in self.adopted:
+                self.adopted.add(label)
+                adopt_header(w.run, stream.header)
+        keep(launch)
+        self.emit({"event": "launch_end", "side": label, "index": pair, "launch": launch})
+        return why
+
+    def _record_env(self, w: RunWriter, variables: dict[str, str | None]) -> None:
+        """The variables a side's launches get, as its record says (redacted like a snapshot)."""
+        with self.lock:
+            w.run["env"] = env_for_record({k: v for k, v in variables.items() if v is not None})
+
+    def _run_once(
+        self, node: Host, s: Side, variables: dict[str, str | None], index: int, stream: LaunchStream
+    ) -> CommandResult:
+        built = s.built
+        assert built is not None
+        env = dict(built.process_env(self.base_path()))
+        if "PATH" not in env and os.path.dirname(built.python):
+            # `python` in a --command means the environment's interpreter, the base one included.
+            env["PATH"] = os.pathsep.join([os.path.dirname(built.python), self.base_path()])
+        env.update({k: v for k, v in variables.items() if v is not None})
+        env["REGDIAG_AB_SIDE"] = s.label
+        env["REGDIAG_LAUNCH_INDEX"] = str(index)
+        unset = [k for k, v in variables.items() if v is None]
+        return node.run(
+            wrap_env(self.argv_for(built, index), unset),
+            env=env,
+            cwd=built.worktree,
+            timeout=self.req.launch_timeout,
+            on_stdout_line=stream.stdout_line,
+            on_stderr_line=stream.stderr_line,
+            keep_output=False,
         )
-    built = s.built
-    assert built is not None
-    env = dict(built.process_env())
-    if "PATH" not in env:
-        # `python` in a --command means the environment's interpreter, the base one included.
-        env["PATH"] = os.pathsep.join([os.path.dirname(built.python), os.environ.get("PATH", "")])
-    env.update(values)
-    env["REGDIAG_AB_SIDE"] = s.label
-    env["REGDIAG_LAUNCH_INDEX"] = str(index)
-    unset = [k for k, v in s.env.items() if v is None]
-    return host.run(
-        wrap_env(argv_for(built, index), unset),
-        env=env,
-        cwd=built.worktree,
-        timeout=req.launch_timeout,
-        on_stdout_line=stream.stdout_line,
-        on_stderr_line=stream.stderr_line,
-        keep_output=False,
-    )
+
+
+def record_node_failures(writers: dict[str, RunWriter], failed: dict[str, str]) -> None:
+    """Each failed node, named with why, in both records (its pairs are left out by the pairing)."""
+    for w in writers.values():
+        for node, why in failed.items():
+            warn(w, f"node {node} failed: {why}; its pairs are left out")
+        w.run["design"]["failed_nodes"] = dict(failed)
+        w.flush()

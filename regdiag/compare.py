@@ -847,7 +847,13 @@ def _env_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str, 
     not say so: an A/B run's sides, or a variable set for the probe only, differ there alone."""
     from regdiag.snapshot.diff import diff_env, diff_snapshots
 
-    ranks = diff_env(_launch_env(old), _launch_env(new), "the probe's ranks (launch header)")
+    spec = _spec_differences(old, new)
+    named = {it["field"] for it in spec}
+    ranks = spec + [
+        it
+        for it in diff_env(_launch_env(old), _launch_env(new), "the probe's ranks (launch header)")
+        if it["field"] not in named
+    ]
     so, sn = old.get("snapshot_before"), new.get("snapshot_before")
     if not isinstance(so, dict) or not isinstance(sn, dict):
         missing = [lbl for lbl, s in (("old", so), ("new", sn)) if not isinstance(s, dict)]
@@ -863,6 +869,21 @@ def _env_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str, 
     if not items:
         return [], "environments identical (as far as the snapshots and the probe's ranks see)"
     return items, _differences(items)
+
+
+def _spec_differences(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
+    """The differences between the two sides' specs that an A/B run's records name (design.differences,
+    every kind: env vars, packages, commits, GPU clocks): set per launch, so no snapshot sees them."""
+    do, dn = old.get("design") or {}, new.get("design") or {}
+    if not do.get("pair_id") or do.get("pair_id") != dn.get("pair_id"):
+        return []
+    sides = (do.get("side"), dn.get("side"))
+    return [
+        {"group": "spec", "field": str(d.get("name")), "old": d.get(sides[0]), "new": d.get(sides[1]),
+         "change": "changed", "rank": 0, "why": f"the A/B run's sides differ here ({d.get('kind')})"}
+        for d in do.get("differences") or []
+        if isinstance(d, dict)
+    ]  # fmt: skip
 
 
 def _differences(items: list[dict[str, Any]]) -> str:

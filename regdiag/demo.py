@@ -117,7 +117,7 @@ def probe_sides(
     """`regdiag probe` of each side, its environment set in this process for the snapshot (every
     variable of either side dropped first) and given to each launch: (runs, record paths)."""
     from regdiag.hosts.local import LocalHost
-    from regdiag.probe_runner import run_probe
+    from regdiag.measure.probe import run_probe
 
     every = tuple(sorted({k for env in sides.values() for k in env}))
     runs: dict[str, dict[str, Any]] = {}

@@ -55,9 +55,9 @@ def test_records_and_snapshot_need_only_the_standard_library_and_each_other(path
     assert not {m.split(".")[0] for m in _imports(path)} & {"torch", "numpy", "rich", "typer", "scipy"}
 
 
-@pytest.mark.parametrize("name", ["search.py", "lab.py", "run.py", "envs.py"])
+@pytest.mark.parametrize("name", ["bisect/search.py", "bisect/lab.py", "bisect/run.py", "bisect/envs.py", "ab.py"])
 def test_the_bisect_machinery_never_names_a_factor_kind(name):
-    tree = ast.parse((PKG / "bisect" / name).read_text(encoding="utf-8"))
+    tree = ast.parse((PKG / name).read_text(encoding="utf-8"))
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     kinds = {"COMMIT", "PACKAGE", "ENV", "CommitKind", "PackageKind", "EnvKind", "GpuClockKind"}
@@ -215,3 +215,25 @@ def test_the_circle_finder_sees_a_deferred_import(tmp_path):
     names = {"regdiag", "regdiag.a", "regdiag.b", "regdiag.c"}
     graph = {f"regdiag.{n}": _runtime_imports(pkg / f"{n}.py", names, tmp_path) for n in "abc"}
     assert _circles(graph) == [["regdiag.a", "regdiag.b"]]
+
+
+def test_no_caller_asks_a_host_what_it_is():
+    """A host kind says how it runs regdiag's code, builds environments and places launches (hosts/base.py);
+    outside hosts/ nothing tests `host.via` or the class of a host."""
+
+    def asks(node: ast.AST) -> bool:
+        if isinstance(node, ast.Compare):
+            return any(isinstance(x, ast.Attribute) and x.attr == "via" for x in [node.left, *node.comparators])
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance" and node.args:
+            arg, cls = node.args[0], ast.unparse(node.args[1]) if len(node.args) > 1 else ""
+            return isinstance(arg, ast.Name) and arg.id in ("host", "target", "node") and "Host" in cls
+        return False
+
+    found = [
+        f"{p.relative_to(ROOT)}:{n.lineno}"
+        for p in _files("regdiag")
+        if "hosts" not in p.relative_to(PKG).parts
+        for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if asks(n)
+    ]
+    assert found == []

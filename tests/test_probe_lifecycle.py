@@ -99,7 +99,7 @@ def test_communication_share_is_measured_per_phase_at_tp2(tmp_path):
         assert sum(t["count"] for t in table if t["op"] == "all_reduce") == 8
         assert all(t["bytes"] > 0 for t in table)
     # gloo over loopback costs real time: communication is a clear share of verify
-    from regdiag.probe_runner import summarize_run
+    from regdiag.measure.summary import summarize_run
 
     s = summarize_run(run)
     v = s["comm"]["verify"]

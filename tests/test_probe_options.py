@@ -13,7 +13,9 @@ import pytest
 import typer
 
 from regdiag.cli import app
-from regdiag.probe_runner import PRESETS, PROBES, probe_script
+from regdiag.measure.probes import presets, probe_script, probe_table
+
+PRESETS, PROBES = presets(), probe_table()
 
 # regdiag's own options of a probe run, not the probe's.
 RUNNER_ONLY = {
@@ -25,6 +27,8 @@ RUNNER_ONLY = {
     "--host",
     "--python",
     "--ssh-config",
+    "--slurm",
+    "--slurm-args",
 }
 # The probe's options regdiag sets itself.
 PROBE_ONLY = {"--launch-index"}

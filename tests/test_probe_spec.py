@@ -179,9 +179,9 @@ def test_expert_touch_prediction():
 
 
 def test_presets_match_the_published_table_in_the_docs():
-    from regdiag.probe_runner import PRESETS
+    from regdiag.measure.probes import presets
 
-    assert PRESETS == ("auto", *_presets.PRESETS)
+    assert presets() == ("auto", *_presets.PRESETS)
     text = (ROOT / "docs" / "probes.md").read_text(encoding="utf-8")
     fields = ["hidden", "layers", "heads", "q_lora", "kv_lora", "nope", "rope", "v_head", "experts", "shared",
               "topk", "moe_inter", "inter", "dense_layers", "vocab"]  # fmt: skip

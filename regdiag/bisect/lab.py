@@ -230,11 +230,13 @@ class Lab:
                 env.update({k: v for k, v in setup.variables.items() if v is not None})
                 unset = [k for k, v in setup.variables.items() if v is None]
                 t0 = time.monotonic()
+                node = self.host.for_launch(index)  # launch i of every point on one node: a block
                 launch = run_launch(
-                    self.host, self.argv_for(built, index), self.metric,
+                    node, self.argv_for(built, index), self.metric,
                     env=env, unset=unset, cwd=built.worktree, timeout=self.launch_timeout,
                 )  # fmt: skip
                 launch.duration_s = time.monotonic() - t0
+                launch.placement = node.placement()
         except StepFailed as e:
             self._skip_point(p, key, e)
             return

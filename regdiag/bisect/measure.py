@@ -2,7 +2,7 @@
 
 The process speaks the probe protocol on stdout (docs/probes.md): a header line, one
 {"type": "cycle", "t": {metric: ms}} line per cycle (warm-up and bare cycles are marked and left
-out), a footer, or an error line. Parsing and the failure rules are regdiag.probe_runner's
+out), a footer, or an error line. Parsing and the failure rules are regdiag.measure's
 (LaunchStream), so a launch here means exactly what it means in `regdiag probe`. A launch is reduced
 to the median of each metric over its kept cycles: that is all a bisect keeps of it.
 
@@ -28,7 +28,8 @@ from regdiag.bisect.failures import (
     failure,
 )
 from regdiag.hosts.base import Host
-from regdiag.probe_runner import LaunchStream
+from regdiag.measure.launch import wrap_env
+from regdiag.measure.stream import LaunchStream
 from regdiag.snapshot.redact import scrub_text
 
 SKIP_EXIT = 125
@@ -47,6 +48,7 @@ class Launch:
     error: str | None = None
     failure: str | None = None  # the kind of regdiag.bisect.failures class of a failed launch
     better: str | None = None  # the metric's direction as the probe declared it (regdiag/direction.py)
+    placement: dict[str, Any] | None = None  # where it ran beyond the host (Slurm: node, allocation)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +60,7 @@ class Launch:
             "error": self.error,
             "failure": self.failure,
             "better": self.better,
+            **({"placement": self.placement} if self.placement else {}),
         }
 
     def failed(self) -> StepFailed | None:
@@ -79,21 +82,12 @@ class Launch:
             error=d.get("error"),
             failure=d.get("failure"),
             better=d.get("better"),
+            placement=d.get("placement") if isinstance(d.get("placement"), dict) else None,
         )
 
 
 def medians(samples: Mapping[str, Sequence[float]]) -> dict[str, float]:
     return {k: float(statistics.median(v)) for k, v in samples.items() if v}
-
-
-def wrap_env(argv: Sequence[str], unset: Sequence[str]) -> list[str]:
-    """A process without some variables: `env -u NAME ... --` (the Host interface can add, not remove)."""
-    if not unset:
-        return list(argv)
-    out = ["env"]
-    for name in sorted(unset):
-        out += ["-u", name]
-    return out + ["--"] + list(argv)
 
 
 def run_launch(

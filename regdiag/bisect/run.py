@@ -96,23 +96,21 @@ def argv_builder(req: Request, host: Host | None = None) -> Callable[[Built, int
         if not template:
             raise BadInput("--command is empty")
         return lambda built, index: [built.python if tok == "{python}" else tok for tok in template]
-    from regdiag.probe_runner import probe_script
+    from regdiag.measure.probes import probe_script
 
     args = list(req.probe_args)
-    if host is not None and is_remote(host):
-        from regdiag.hosts.remote import bundle_path
-
-        probe_script(str(req.probe))  # an unknown probe is refused here, before connecting to anything
-        bundle = bundle_path(host)
-        name = str(req.probe)
-        return lambda built, index: [built.python, bundle, "probe", name, *args, "--launch-index", str(index)]
-    script = str(probe_script(str(req.probe)))
-    # Each launch gets its own index, as in `regdiag probe` (the probe seeds its inputs with it).
-    return lambda built, index: [built.python, script, *args, "--launch-index", str(index)]
+    script = probe_script(str(req.probe)).name  # an unknown probe is refused here, before anything runs
+    where = host or LocalHost(req.python)
+    # Each launch gets its own index, as in `regdiag probe` (the probe seeds its inputs with it); the
+    # host says how its launches run regdiag's probes (a local script, the bundle it was sent).
+    return lambda built, index: where.regdiag_argv(
+        ["probe", script, *args, "--launch-index", str(index)], built.python
+    )
 
 
 def is_remote(host: Host | None) -> bool:
-    return host is not None and not isinstance(host, LocalHost)
+    """Environments for `host` are built there, and paths given are its (the host says)."""
+    return host is not None and not host.builds_here
 
 
 def _check(req: Request, remote: bool = False) -> None:

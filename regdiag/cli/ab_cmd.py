@@ -18,9 +18,12 @@ from regdiag.cli.common import (
     PythonOpt,
     RepoOpt,
     SetupOpt,
+    SlurmArgsOpt,
+    SlurmOpt,
     SshConfigOpt,
     console,
     err_console,
+    open_target,
     print_json,
 )
 from regdiag.errors import BadInput
@@ -77,6 +80,8 @@ def ab(
     host: list[str] = HostOpt,
     python: str | None = PythonOpt,
     ssh_config: Path | None = SshConfigOpt,
+    slurm: str | None = SlurmOpt,
+    slurm_args: str | None = SlurmArgsOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     from regdiag.ab import AbRequest
@@ -101,24 +106,19 @@ def ab(
         output=str(output) if output else None,
         snapshot=not no_snapshot,
     )
-    result = _run(req, host[0] if host else None, python, ssh_config)
+    result = _run(req, open_target(host[0] if host else None, python, ssh_config, slurm, slurm_args))
     _show(result, m, json_out)
 
 
-def _run(req: AbRequest, host: str | None, python: str | None, ssh_config: Path | None) -> AbResult:
-    """run_ab here or on --host, with progress on stderr."""
+def _run(req: AbRequest, target: Any) -> AbResult:
+    """run_ab on the target (this machine, --host or --slurm), with progress on stderr; the target is
+    closed however it ends (a Slurm allocation is cancelled)."""
     from regdiag.ab import run_ab
 
-    target = None
-    if host:
-        from regdiag.cli.probe_cmd import _open_host
-
-        target = _open_host(host, python, ssh_config)
     try:
         return run_ab(req, host=target, progress=_printer())
     finally:
-        if target is not None:
-            target.close()
+        target.close()
 
 
 def _show(result: AbResult, margin: float, json_out: bool) -> None:
@@ -126,15 +126,53 @@ def _show(result: AbResult, margin: float, json_out: bool) -> None:
     from regdiag.compare import compare_runs
 
     c = compare_runs(result.runs["A"], result.runs["B"], margin=margin, old_label="A", new_label="B")
+    fleet = fleet_reading(result.runs["A"], result.runs["B"], margin)
     if json_out:
         out = c.to_dict()
         out["records"] = {k: str(p) for k, p in result.paths.items()}
+        if fleet is not None:
+            out["fleet"] = fleet.to_dict()
         print_json(out)
     else:
         from regdiag.report import terminal
 
         terminal.render(c, console, str(result.paths["A"]), str(result.paths["B"]))
+        if fleet is not None:
+            show_fleet(fleet)
     raise typer.Exit(c.exit_code)
+
+
+def fleet_reading(a: dict[str, Any], b: dict[str, Any], margin: float) -> Any:
+    """The node-as-block reading of an A/B run over several nodes (regdiag.blocks), else None."""
+    from regdiag.blocks import analyse, has_nodes
+
+    if not (has_nodes(a) and has_nodes(b)):
+        return None
+    return analyse(a, b, str(a.get("primary") or "cycle"), margin)
+
+
+def show_fleet(f: Any) -> None:
+    """Per node: its pairs and change; the pooled change or the outlier; the notes (fewer than 3 nodes)."""
+
+    def pct(r: dict[str, Any]) -> str:
+        if r.get("ratio") is None:
+            return "no pairs"
+        ci = f" [{(r['lo'] - 1) * 100:+.1f}, {(r['hi'] - 1) * 100:+.1f}]" if r.get("lo") is not None else ""
+        return f"{(r['ratio'] - 1) * 100:+.1f} %{ci}"
+
+    console.print(f"nodes ({f.metric}, B against A within each node):", highlight=False)
+    for blk in f.nodes:
+        e = blk.estimate()
+        console.print(
+            f"  {blk.node}: {e['pairs']} pairs, {pct(e)}"
+            + (f", {blk.dropped} left out" if blk.dropped else ""),
+            highlight=False,
+        )
+    if f.pooled is not None:
+        p = "" if f.interaction_p is None else f" (no node x change interaction, p={f.interaction_p:.3g})"
+        console.print(f"  pooled over {f.pooled['pairs']} pairs: {pct(f.pooled)}{p}", highlight=False)
+    for note in f.notes:
+        console.print(f"  note: {note}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -162,6 +200,9 @@ def _printer() -> Any:
         elif kind == "build":
             say(f"environment of side {ev['side']}")
         elif kind == "launch":
-            say(f"launch {ev['order'] + 1}/{ev['of']}: {ev['side']} #{ev['index'] + 1}")
+            on = f" on {ev['node']}" if ev.get("node") else ""
+            say(f"launch {ev['order'] + 1}/{ev['of']}: {ev['side']} #{ev['index'] + 1}{on}")
+        elif kind == "health" and not ev.get("fit"):
+            say(f"node {ev['node']} left out: {ev['why']}")
 
     return on_event

@@ -18,10 +18,13 @@ from regdiag.cli.common import (
     PythonOpt,
     RepoOpt,
     SetupOpt,
+    SlurmArgsOpt,
+    SlurmOpt,
     SshConfigOpt,
     build_fields,
     err_console,
     format_opt,
+    open_target,
     output_file,
     pick_format,
     probe_args,
@@ -158,6 +161,8 @@ def bisect(
         "config (default: this machine).",
     ),
     ssh_config: Path | None = SshConfigOpt,
+    slurm: str | None = SlurmOpt,
+    slurm_args: str | None = SlurmArgsOpt,
     json_out: bool = JsonOpt,
     markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown on stdout."),
     fmt: str = format_opt("bisect"),
@@ -185,22 +190,24 @@ def bisect(
         journal=str(journal) if journal else None,
         resume=resume,
     )
-    report = _run(req, host, python, ssh_config)
+    report = _run(req, host, python, ssh_config, (slurm, slurm_args))
     show("bisect", chosen, report)
     raise typer.Exit(EXIT_OK if report["verdict"] == "CULPRIT" else EXIT_INCONCLUSIVE)
 
 
-def _run(req: Request, host: str | None, python: str | None, ssh_config: Path | None) -> dict[str, Any]:
-    """run_bisect here or on --host, with progress on stderr; a connection lost on the way says how to
-    continue from the journal."""
+def _run(
+    req: Request,
+    host: str | None,
+    python: str | None,
+    ssh_config: Path | None,
+    slurm: tuple[str | None, str | None] = (None, None),
+) -> dict[str, Any]:
+    """run_bisect here, on --host or on --slurm N nodes, with progress on stderr; a connection lost on
+    the way says how to continue from the journal."""
     from regdiag.bisect.run import run_bisect
 
     on_event, status = _progress_printer(quiet=False)
-    where = None
-    if host:
-        from regdiag.hosts.resolve import open_host
-
-        where = open_host(host, python, ssh_config)
+    where = open_target(host, python, ssh_config, *slurm) if host or slurm[0] else None
     try:
         with status if status is not None else contextlib.nullcontext():
             return run_bisect(req, progress=on_event, host=where)

@@ -45,6 +45,35 @@ PythonOpt = typer.Option(
 SshConfigOpt = typer.Option(
     None, "--ssh-config", help="SSH config file, as `ssh -F` (default: ~/.ssh/config).", dir_okay=False
 )
+SlurmOpt = typer.Option(
+    None,
+    "--slurm",
+    metavar="N",
+    help="Run on N nodes of one Slurm allocation (salloc), each launch a step pinned to a node that "
+    "regdiag chooses; A/B pairs on one node (docs/fleet.md). Default: no Slurm.",
+)
+SlurmArgsOpt = typer.Option(
+    None,
+    "--slurm-args",
+    help="Options for salloc, e.g. '--partition=gpu --gpus-per-node=8 --time=60' (default: none; "
+    "SLURM_* and SALLOC_* variables hold).",
+)
+
+
+def open_target(
+    host: str | None, python: str | None, ssh_config: Path | None, slurm: str | None, slurm_args: str | None
+) -> Any:
+    """The one host a command runs on: this machine, an SSH host (--host) or a Slurm allocation (--slurm);
+    the caller closes it."""
+    from regdiag.hosts.resolve import open_host, open_kind
+
+    if slurm_args and not slurm:
+        raise BadInput("--slurm-args needs --slurm N")
+    if slurm and host:
+        raise BadInput("--slurm and --host: give one of them")
+    if slurm:
+        return open_kind("slurm", slurm, python, {"slurm_args": slurm_args})
+    return open_host(host, python, ssh_config)
 
 
 PROGRESS_EVERY_ENV = "REGDIAG_PROGRESS_EVERY"

@@ -21,8 +21,8 @@ from regdiag.cli.common import (
     print_json,
     probe_group,
 )
-from regdiag.cli.server_cmd import snapshots_around  # one way to snapshot a launch host
 from regdiag.errors import BadInput, ProbeError
+from regdiag.measure.session import Session
 from regdiag.records import save_record
 from regdiag.runs import RunWriter
 
@@ -164,7 +164,7 @@ def _measure(
     target = open_host(host, python, ssh_config)
     try:
         run = plan.run_record(target)
-        with RunWriter(None, run) as writer, snapshots_around(writer, target, snapshot):
+        with RunWriter(None, run) as writer, Session(target, [writer], snapshot):
             if not quiet:
                 err_console.print(
                     f"regdiag: timing {', '.join(plan.phases)} in the engine; record {writer.path}",

@@ -1,5 +1,5 @@
 """`regdiag probe spec-decode`, `regdiag probe collectives`, `regdiag runs`: parse, call
-regdiag.probe_runner, render (progress bar on stderr, summary table on stdout)."""
+regdiag.measure.probe, render (progress bar on stderr, summary table on stdout)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,13 @@ from regdiag.cli.common import (
     JsonOpt,
     PlainProgress,
     PythonOpt,
+    SlurmArgsOpt,
+    SlurmOpt,
     SshConfigOpt,
     console,
     err_console,
     fitted_table,
+    open_target,
     output_file,
     print_json,
     probe_group,
@@ -180,11 +183,13 @@ def spec_decode(
     host: list[str] = HostOpt,
     python: str = PythonOpt,
     ssh_config: Path = SshConfigOpt,
+    slurm: str = SlurmOpt,
+    slurm_args: str = SlurmArgsOpt,
 ) -> None:  # fmt: skip
-    from regdiag.probe_runner import PRESETS
+    from regdiag.measure.probes import presets
 
-    if preset not in PRESETS:
-        raise BadInput(f"--preset {preset!r}: choose from {', '.join(PRESETS)}")
+    if preset not in presets():
+        raise BadInput(f"--preset {preset!r}: choose from {', '.join(presets())}")
     for name, val, low in (("--tp", tp, 1), ("--cycles", cycles, 1), ("--warmup", warmup, 0), ("--batch", batch, 1),
                            ("--context", context, 1), ("--num-steps", num_steps, 1), ("--block", block, 1)):  # fmt: skip
         if val is not None and val < low:
@@ -199,7 +204,8 @@ def spec_decode(
         "moe_impl": moe_impl.value, "seed": seed, "slow_phase": slow_phase or None, "crash_rank": crash_rank,
         "crash_at_launch": crash_at_launch, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu,
     }  # fmt: skip
-    _run("spec-decode", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config)
+    _run("spec-decode", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config,
+         (slurm, slurm_args))  # fmt: skip
 
 
 def collectives(
@@ -224,6 +230,8 @@ def collectives(
     host: list[str] = HostOpt,
     python: str = PythonOpt,
     ssh_config: Path = SshConfigOpt,
+    slurm: str = SlurmOpt,
+    slurm_args: str = SlurmArgsOpt,
 ) -> None:  # fmt: skip
     if not 0 < target_ms < math.inf:  # NaN too: the probe could not write it into its record
         raise BadInput("--target-ms must be a positive number of milliseconds")
@@ -237,7 +245,8 @@ def collectives(
             raise BadInput(f"{name} must be >= {low}")
     options = {"tp": tp, "sizes": sizes, "op": op.value, "mode": mode.value, "api": api.value, "dtype": dtype.value, "iters": iters, "reps": reps, "warmup": warmup, "target_ms": target_ms,
                "device": device.value, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu}  # fmt: skip
-    _run("collectives", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config)
+    _run("collectives", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config,
+         (slurm, slurm_args))  # fmt: skip
 
 
 def _run(
@@ -251,18 +260,20 @@ def _run(
     host_specs: list[str] | None,
     python: str | None,
     ssh_config: Path | None,
+    slurm: tuple[str | None, str | None] = (None, None),
 ) -> None:
-    from regdiag.probe_runner import probe_args, run_probe, summarize_run
+    from regdiag.measure.probe import run_probe
+    from regdiag.measure.summary import summarize_run
 
     if launches < 1:
         raise BadInput("--launches must be >= 1")
-    if host_specs and len(dict.fromkeys(host_specs)) > 1:
+    if host_specs and len(dict.fromkeys(host_specs)) > 1 and not slurm[0]:
         _run_many(
             name, options, launches, timeout, no_snapshot, output, json_out, host_specs, python, ssh_config
         )
         return
-    host = _open_host(host_specs[0] if host_specs else None, python, ssh_config)
-    args = probe_args(options)
+    host = open_target(host_specs[0] if host_specs else None, python, ssh_config, *slurm)
+    args = options_argv(options)
     progress = _progress()
     task = progress.add_task(f"{name}: starting", total=None)
     plain = PlainProgress(f"probe {name}")
@@ -330,9 +341,10 @@ def _run_many(
     """The same probe on several hosts at once, one thread and one run record per host. A host that
     fails (cannot connect, a launch fails) does not stop the others; the exit status is the worst."""
     from regdiag.hosts.remote import for_each_target
-    from regdiag.probe_runner import probe_args, run_probe, summarize_run
+    from regdiag.measure.probe import run_probe
+    from regdiag.measure.summary import summarize_run
 
-    args = probe_args(options)
+    args = options_argv(options)
     progress = _progress()
 
     def one(host: Any) -> dict[str, Any]:
@@ -348,11 +360,7 @@ def _run_many(
                     task, description=desc, total=data.get("total"), completed=data.get("done", 0)
                 )
 
-        out = (
-            None
-            if output is None
-            else output.with_name(f"{output.stem}.{_file_part(host.name)}{output.suffix}")
-        )
+        out = output and output.with_name(f"{output.stem}.{_file_part(host.name)}{output.suffix}")
         result = run_probe(
             host, name, args, launches=launches, output=out, timeout=timeout, snapshot=not no_snapshot,
             on_event=on_event,
@@ -416,12 +424,6 @@ def _launch_median(launch: dict[str, Any]) -> float | None:
     return s[len(s) // 2]
 
 
-def _open_host(spec: str | None, python: str | None, ssh_config: Path | None) -> Any:
-    from regdiag.hosts.resolve import open_host
-
-    return open_host(spec, python, ssh_config)
-
-
 def runs_cmd(json_out: bool = JsonOpt) -> None:
     from regdiag.runs import list_runs, runs_dir
 
@@ -454,3 +456,20 @@ def register(app: typer.Typer) -> None:
     group.command("spec-decode", help=SPEC_HELP)(spec_decode)
     group.command("collectives", help=COLL_HELP)(collectives)
     app.command("runs", help=RUNS_HELP)(runs_cmd)
+
+
+def options_argv(options: dict[str, Any]) -> list[str]:
+    """CLI options -> probe argv: None and False are left out, True is a bare flag, lists repeat."""
+    out: list[str] = []
+    for key, val in options.items():
+        if val is None or val is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if val is True:
+            out.append(flag)
+        elif isinstance(val, (list, tuple)):
+            for v in val:
+                out += [flag, str(v)]
+        else:
+            out += [flag, str(val)]
+    return out

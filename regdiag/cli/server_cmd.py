@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from regdiag.cli.common import (
     show,
 )
 from regdiag.errors import ProbeError
+from regdiag.measure.session import Session
 from regdiag.records import save_record
 from regdiag.report.server import fmt
 from regdiag.runs import RunWriter, runs_dir
@@ -212,7 +211,7 @@ def probe_server(
     try:
         with (
             RunWriter(None, run) as writer,
-            snapshots_around(writer, target, snapshot and plan.can_snapshot(target)),
+            Session(target, [writer], snapshot and plan.can_snapshot(target)),
         ):
             if not json_out:
                 err_console.print(
@@ -235,30 +234,6 @@ def probe_server(
     failed = failed_launches(writer.run)
     if failed:
         raise ProbeError(f"{failed}; record: {writer.path}")
-
-
-def _snapshot(writer: RunWriter, key: str, target: Any) -> None:
-    from regdiag.errors import HostError
-    from regdiag.hosts.local import LocalHost
-    from regdiag.hosts.remote import collect_snapshot
-
-    try:
-        writer.set(key, collect_snapshot(target if target is not None else LocalHost()))
-    except HostError as e:
-        err_console.print(f"regdiag: warning: no {key.replace('_', ' ')}: {e}")
-
-
-@contextmanager
-def snapshots_around(writer: RunWriter, target: Any, enabled: bool) -> Iterator[None]:
-    """The host's snapshot before the launches and after them, also when they fail (a missing snapshot
-    is a warning, never a failure); `target` None is this machine."""
-    if enabled:
-        _snapshot(writer, "snapshot_before", target)
-    try:
-        yield
-    finally:
-        if enabled:
-            _snapshot(writer, "snapshot_after", target)
 
 
 def ingest_log(

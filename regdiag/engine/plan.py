@@ -13,6 +13,7 @@ from typing import Any
 from regdiag.direction import HIGHER, LOWER, declare
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
+from regdiag.run_view import usable
 from regdiag.runs import new_run
 from regdiag.server.client import APIS, Endpoint, EndpointError
 from regdiag.server.launch import LaunchError, split_launch_cmd
@@ -137,8 +138,8 @@ def plan_engine(r: EngineRequest) -> EnginePlan:
 
 
 def run_summary(run: dict[str, Any], phases: list[str]) -> dict[str, Any]:
-    """Medians over the ok launches of each launch's median per phase, and of its key scalars."""
-    ok = [la for la in run["launches"] if la.get("status") == "ok"]
+    """Medians over the launches that count (run_view.usable) of each one's median per phase and scalars."""
+    ok = [la for la in run["launches"] if usable(la)]
     summary: dict[str, Any] = {"launches": len(ok)}
     for k in ["cycle", "period", *phases]:
         meds = [statistics.median(la["samples"][k]) for la in ok if la["samples"].get(k)]

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 LineCallback = Callable[[str], None]
 
@@ -89,5 +90,42 @@ class Host(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> dict[str, Any]:
         return {"name": self.name, "python": self.python, "via": self.via}
+
+    # -- what a host kind says about itself, so that no caller asks which kind it holds ----------------
+
+    # Environments (venvs, worktrees) for this host are built on this machine (True: this machine, or
+    # nodes that share its filesystem) or on the host itself, through regdiag.bisect.remote_envs.
+    builds_here: bool = False
+
+    def regdiag_argv(self, entry: Sequence[str], python: str | None = None) -> list[str]:
+        """The argv that runs regdiag's own code on this host: `entry` is a bundle command
+        (`probe SCRIPT ARGS...`, `snapshot ARGS...`; hosts/bundle_main.py), `python` the interpreter
+        (default: the host's). Default: the bundle, uploaded once per connection."""
+        from regdiag.hosts.bundle import upload_bundle
+
+        return [python or self.python, upload_bundle(self), *entry]
+
+    def check_regdiag(self, res: CommandResult) -> None:
+        """Raise HostError when `res` says regdiag's own code could not start here (no interpreter)."""
+        from regdiag.hosts.bundle import check_interpreter
+
+        check_interpreter(self, res)
+
+    def nodes(self) -> list[Host]:
+        """The machines a design lays its launches on, each one a Host (a Slurm allocation: its nodes)."""
+        return [self]
+
+    def for_launch(self, index: int) -> Host:
+        """The machine launch `index` of a series runs on: launch i of every point on one node."""
+        nodes = self.nodes()
+        return nodes[index % len(nodes)]
+
+    def unavailable(self) -> str | None:
+        """Why this machine should take no more launches now (a drained node), or None."""
+        return None
+
+    def placement(self) -> dict[str, Any]:
+        """What a launch record says about where it ran, beyond the run's host (Slurm: node, allocation)."""
+        return {}

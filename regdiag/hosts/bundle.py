@@ -16,11 +16,17 @@ import importlib.util
 import io
 import os
 import threading
+import weakref
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import regdiag
+
+if TYPE_CHECKING:
+    from regdiag.hosts.base import CommandResult, Host
 
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 _lock = threading.Lock()
@@ -45,6 +51,14 @@ def _package_dir(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def probes_dir() -> Path | None:
+    """The probes that belong with this regdiag: the source tree's, else the installed package's."""
+    root = Path(regdiag.__file__).parent
+    if (root.parent / "probes" / "_protocol.py").is_file():
+        return root.parent / "probes"
+    return _package_dir("regdiag.probes")
+
+
 def bundle_files() -> dict[str, bytes]:
     """Archive name -> content, for everything the bundle holds."""
     root = Path(regdiag.__file__).parent
@@ -59,9 +73,7 @@ def bundle_files() -> dict[str, bytes]:
         for f in sorted(snapshot.rglob("*.py")):
             if "__pycache__" not in f.parts:
                 files["regdiag/snapshot/" + f.relative_to(snapshot).as_posix()] = f.read_bytes()
-    # The probes that belong with this regdiag: the source tree's, else the installed package's.
-    probes = root.parent / "probes" if (root.parent / "probes" / "_protocol.py").is_file() else None
-    probes = probes or _package_dir("regdiag.probes")
+    probes = probes_dir()
     files["regdiag/probes/__init__.py"] = b""
     if probes is not None and probes.is_dir():
         for f in sorted(probes.glob("*.py")):
@@ -103,3 +115,47 @@ def local_bundle_path() -> Path:
         tmp.write_bytes(b.data)
         tmp.replace(path)
     return path
+
+
+EXIT_PYTHON_TOO_OLD = 97  # bundle_main.EXIT_TOO_OLD
+_uploads: weakref.WeakKeyDictionary[Host, str] = weakref.WeakKeyDictionary()
+_uploads_lock = threading.Lock()
+
+
+def upload_bundle(host: Host) -> str:
+    """Where the bundle is on `host`, uploaded on first use for this connection: through the host's own
+    `upload_once` where it has one (SSH), else into a temp dir per host object."""
+    b = build_bundle()
+    upload_once = getattr(host, "upload_once", None)
+    if upload_once is not None:
+        return str(upload_once(b.sha256, lambda: b.data, b.name))
+    with _uploads_lock:
+        if host not in _uploads:
+            d = host.make_tempdir()
+            path = f"{d}/{b.name}"
+            host.put_file(local_bundle_path(), path)
+            _uploads[host] = path
+            weakref.finalize(host, _quiet_remove, host.remove_tree, d)
+        return _uploads[host]
+
+
+def _quiet_remove(remove: Callable[[str], None], path: str) -> None:
+    try:
+        remove(path)
+    except Exception:
+        pass
+
+
+def check_interpreter(host: Host, res: CommandResult) -> None:
+    """HostError when the result says the host's python could not run the bundle at all."""
+    from regdiag.errors import HostError
+
+    err = res.stderr.decode("utf-8", "replace")
+    if res.returncode in (126, 127) and host.python in err:
+        what = "is not executable" if res.returncode == 126 else "was not found"
+        raise HostError(
+            f"{host.name}: python interpreter {host.python!r} {what}; pass the right one with --python PATH"
+        )
+    if res.returncode == EXIT_PYTHON_TOO_OLD and "regdiag-bundle:" in err:
+        line = next(ln for ln in err.splitlines() if "regdiag-bundle:" in ln)
+        raise HostError(f"{host.name}: {line.split('regdiag-bundle:', 1)[1].strip()}")

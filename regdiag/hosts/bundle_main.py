@@ -81,7 +81,7 @@ def _probe(args):
 
     if not args:
         return _fail("probe: which probe? " + USAGE, EXIT_USAGE)
-    # regdiag sends the script's file name (probe_runner.PROBES); a probe name still works by hand.
+    # regdiag sends the script's file name (measure/probes.py); a probe name still works by hand.
     name = args[0][:-3] if args[0].endswith(".py") else args[0].replace("-", "_")
     if not name.replace("_", "").isalnum() or name.startswith("_"):
         return _fail("probe: " + repr(args[0]) + " is not a probe name", EXIT_USAGE)

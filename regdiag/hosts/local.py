@@ -129,6 +129,15 @@ def _wait(proc: subprocess.Popen[bytes], stdin: bytes | None, timeout: float | N
 
 class LocalHost(Host):
     via = "local"
+    builds_here = True
+
+    def regdiag_argv(self, entry: Sequence[str], python: str | None = None) -> list[str]:
+        """A probe runs from this regdiag's own probes/ (no bundle needed here); anything else from the
+        bundle's local copy."""
+        return local_regdiag_argv(entry, python or self.python)
+
+    def check_regdiag(self, res: CommandResult) -> None:
+        pass  # a probe that cannot start here is the launch's own failure (its exit status)
 
     def __init__(self, python: str | None = None) -> None:
         self.name = socket.gethostname()
@@ -182,3 +191,14 @@ class LocalHost(Host):
     def put_file(self, local: Path, remote: str) -> None:
         shutil.copyfile(local, remote)
         os.chmod(remote, 0o600)
+
+
+def local_regdiag_argv(entry: Sequence[str], python: str) -> list[str]:
+    """regdiag's own code on this machine's filesystem: `probe SCRIPT ...` runs the script from probes/,
+    other entries the bundle's local copy (also for nodes that share this filesystem)."""
+    from regdiag.hosts.bundle import local_bundle_path, probes_dir
+
+    d = probes_dir()
+    if entry and entry[0] == "probe" and len(entry) > 1 and d is not None and (d / entry[1]).is_file():
+        return [python, str(d / entry[1]), *entry[2:]]
+    return [python, str(local_bundle_path()), *entry]

@@ -11,7 +11,6 @@ import json
 import os
 import sys
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,17 +18,13 @@ from typing import Any, Generic, TypeVar
 
 from regdiag.errors import HostError, RegdiagError
 from regdiag.hosts.base import CommandResult, Host, LineCallback
-from regdiag.hosts.bundle import build_bundle, local_bundle_path
+from regdiag.hosts.bundle import check_interpreter, local_bundle_path, upload_bundle
 from regdiag.hosts.local import LocalHost
 
 SNAPSHOT_TIMEOUT_S = 10.0  # the collector's own default deadline
 COMMAND_SLACK_S = 30.0  # interpreter start, upload, and the collector finishing after its deadline
-EXIT_PYTHON_TOO_OLD = 97  # bundle_main.EXIT_TOO_OLD
 
 T = TypeVar("T")
-
-_uploads: weakref.WeakKeyDictionary[Host, str] = weakref.WeakKeyDictionary()
-_uploads_lock = threading.Lock()
 
 
 def runs_in_process(host: Host) -> bool:
@@ -44,28 +39,9 @@ def runs_in_process(host: Host) -> bool:
 
 def bundle_path(host: Host) -> str:
     """Where the bundle is on `host` (uploading it on first use for this connection)."""
-    b = build_bundle()
     if isinstance(host, LocalHost):
         return str(local_bundle_path())
-    upload_once = getattr(host, "upload_once", None)
-    if upload_once is not None:
-        return str(upload_once(b.sha256, lambda: b.data, b.name))
-    with _uploads_lock:  # any other Host implementation: a temp dir per host object
-        if host not in _uploads:
-            d = host.make_tempdir()
-            path = f"{d}/{b.name}"
-            tmp = local_bundle_path()
-            host.put_file(tmp, path)
-            _uploads[host] = path
-            weakref.finalize(host, _quiet_remove, host.remove_tree, d)
-        return _uploads[host]
-
-
-def _quiet_remove(remove: Callable[[str], None], path: str) -> None:
-    try:
-        remove(path)
-    except Exception:
-        pass
+    return upload_bundle(host)
 
 
 def run_bundle(
@@ -102,19 +78,6 @@ def run_bundle(
     )
     check_interpreter(host, res)
     return res
-
-
-def check_interpreter(host: Host, res: CommandResult) -> None:
-    """HostError when the result says the host's python could not run the bundle at all."""
-    err = res.stderr.decode("utf-8", "replace")
-    if res.returncode in (126, 127) and host.python in err:
-        what = "is not executable" if res.returncode == 126 else "was not found"
-        raise HostError(
-            f"{host.name}: python interpreter {host.python!r} {what}; pass the right one with --python PATH"
-        )
-    if res.returncode == EXIT_PYTHON_TOO_OLD and "regdiag-bundle:" in err:
-        line = next(ln for ln in err.splitlines() if "regdiag-bundle:" in ln)
-        raise HostError(f"{host.name}: {line.split('regdiag-bundle:', 1)[1].strip()}")
 
 
 def collect_snapshot(

@@ -11,12 +11,32 @@ paramiko is imported only when an SSH host is asked for, so local commands do no
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from regdiag.errors import HostError
 from regdiag.hosts.base import Host
 from regdiag.hosts.local import LocalHost
+
+# Host kinds beyond this machine: the option that asks for one -> "module:function" opening it from that
+# option's value, the --python given and the other options. A new kind is one file under hosts/ plus
+# one line here (and its option in cli/common.py); docs/architecture.md works through Slurm.
+HOST_KINDS: dict[str, str] = {
+    "host": "regdiag.hosts.ssh:open_ssh",  # --host [user@]name[:port]
+    "slurm": "regdiag.hosts.slurm:open_slurm",  # --slurm N [--slurm-args '...']
+}
+
+
+def open_kind(kind: str, value: str, python: str | None, options: Mapping[str, Any]) -> Host:
+    """A connected Host of a kind in HOST_KINDS; the caller closes it."""
+    import importlib
+
+    module, _, func = HOST_KINDS[kind].partition(":")
+    opener: Callable[[str, str | None, Mapping[str, Any]], Host] = getattr(
+        importlib.import_module(module), func
+    )
+    return opener(value, python, options)
 
 
 def open_host(
@@ -30,11 +50,7 @@ def open_host(
     """
     if spec is None or spec == "":
         return LocalHost(python)
-    from regdiag.hosts.ssh import SSHHost
-    from regdiag.hosts.sshconfig import SSHConfigFile
-
-    target = SSHConfigFile(ssh_config).target(spec)
-    return SSHHost(target, python)
+    return open_kind("host", spec, python, {"ssh_config": ssh_config})
 
 
 def open_hosts(

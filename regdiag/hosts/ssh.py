@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from regdiag.errors import BadInput, HostError
 from regdiag.hosts.base import CommandResult, Host, LineCallback
@@ -453,3 +454,11 @@ def _pump(
             time.sleep(min(wait, 0.02))  # the channel's pipe stays readable after EOF: select would spin
         else:
             select.select([chan], [], [], wait)
+
+
+def open_ssh(spec: str, python: str | None, options: Mapping[str, Any]) -> SSHHost:
+    """`--host SPEC`: an alias of the SSH config (options["ssh_config"] replaces ~/.ssh/config) or
+    [user@]host[:port], connected."""
+    from regdiag.hosts.sshconfig import SSHConfigFile
+
+    return SSHHost(SSHConfigFile(options.get("ssh_config")).target(spec), python)

@@ -1,4 +1,4 @@
-"""A probe run's summary (regdiag.probe_runner.summarize_run) on the terminal: one row per metric."""
+"""A probe run's summary (regdiag.measure.summary.summarize_run) on the terminal: one row per metric."""
 
 from __future__ import annotations
 

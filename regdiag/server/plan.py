@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
+from regdiag.run_view import usable
 from regdiag.server.client import APIS, Endpoint, EndpointError
 from regdiag.server.launch import LaunchError, split_launch_cmd
 from regdiag.server.load import BUILTIN_PROMPTS, LoadSpec, load_prompts
@@ -182,8 +183,8 @@ def plan_probe(r: ServerRequest, environ: Mapping[str, str] | None = None) -> Se
 
 
 def run_summary(run: dict[str, Any]) -> dict[str, Any]:
-    """The run at a glance: medians over the ok launches of their per-launch scalars."""
-    ok = [la for la in run["launches"] if la.get("status") == "ok"]
+    """The run at a glance: medians over the launches that count (run_view.usable) of their scalars."""
+    ok = [la for la in run["launches"] if usable(la)]
 
     def med(key: str) -> float | None:
         xs = [la["scalars"][key] for la in ok if key in la.get("scalars", {})]

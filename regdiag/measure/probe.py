@@ -1,0 +1,139 @@
+"""The launch loop: L launches (fresh processes) of a probe on a host, each written to the run record as
+it finishes, inside a Session (snapshots before and after).
+
+    result = run_probe(LocalHost(), "spec-decode", ["--preset", "tiny", "--tp", "2"], launches=3)
+    result.path, result.run
+
+Failure semantics (docs/probes.md): a launch whose probe fails (a rank crashed, a timeout, no footer)
+is recorded with status "error" and a one-line error, the launches before it are kept, no further
+launch is started and ProbeError (exit 5) is raised; a usage error reported by the probe in its first
+launch raises BadInput (exit 2) and leaves no record, and so does a first launch refused because other
+processes hold the GPUs (ProbeError, exit 5); Ctrl-C, SIGTERM or SIGHUP (regdiag.interrupts) records the
+launch in flight as "interrupted" and re-raises (exit 130, 143, 129). On a host of several nodes (a
+Slurm allocation) launch i runs on node i mod n and its record names the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from regdiag.errors import BadInput, ProbeError
+from regdiag.hosts.base import CommandResult, Host
+from regdiag.measure.launch import BusyAbort, UsageAbort, deadline, measure_launch, run_probe_on
+from regdiag.measure.probes import probe_table
+from regdiag.measure.session import Session, warn
+from regdiag.measure.stream import LaunchStream, adopt_header, env_for_record
+from regdiag.runs import RunWriter, new_run
+
+EventCallback = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass
+class RunResult:
+    path: Path
+    run: dict[str, Any]
+
+
+def new_probe_run(name: str, host: Host) -> dict[str, Any]:
+    """A run record for probe `name` on `host`, before its first header says more (the probe table's
+    values; a protocol-speaking --command is a cycle of unknown phases)."""
+    info = probe_table().get(name, {"primary": "cycle", "phases": []})
+    return new_run(
+        kind="probe", probe_name=name, probe_version="?", config={}, primary=info["primary"],
+        phases=list(info["phases"]), host=host.describe(),
+    )  # fmt: skip
+
+
+def run_probe(
+    host: Host,
+    name: str,
+    args: Sequence[str],
+    *,
+    launches: int = 3,
+    output: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    snapshot: bool = True,
+    on_event: EventCallback | None = None,
+) -> RunResult:
+    """Run `launches` launches of probe `name` with `args` on `host`; see the module docstring.
+
+    `env` is added to each launch's environment (bisect's env-var factors); `timeout` bounds one launch
+    (None: LAUNCH_CAP_S for the first, then LAUNCH_FACTOR x the first's duration).
+    Events for a progress display: ("start", {"path", "id"}), ("snapshot", {"when"}), ("launch_start", {"index", "of"}),
+    ("progress", {"index", "stage", "done", "total"}), ("launch_end", {"index", "launch"}).
+    """
+    if launches < 1:
+        raise BadInput("--launches must be >= 1")
+    if name not in probe_table():
+        raise BadInput(f"unknown probe {name!r}; choose from {', '.join(probe_table())}")
+    emit = on_event or (lambda kind, data: None)
+    run = new_probe_run(name, host)
+    run["probe"]["args"] = list(args)
+    if env:
+        run["env"] = env_for_record(env)
+    writer = RunWriter(output, run)
+    emit("start", {"path": str(writer.path), "id": run["id"]})
+    try:
+        with Session(host, [writer], snapshot, lambda when: emit("snapshot", {"when": when})):
+            _launches(writer, host, name, args, launches, env, timeout, emit)
+    except (UsageAbort, BusyAbort):
+        writer.path.unlink(missing_ok=True)  # nothing was measured: leave no record behind
+        raise
+    except KeyboardInterrupt:
+        writer.finish("interrupted")
+        raise
+    except BaseException:
+        writer.finish(
+            "failed" if not any(la["status"] == "ok" for la in writer.run["launches"]) else "partial"
+        )
+        raise
+    writer.finish()
+    return RunResult(writer.path, writer.run)
+
+
+def _launches(
+    writer: RunWriter,
+    host: Host,
+    name: str,
+    args: Sequence[str],
+    launches: int,
+    env: Mapping[str, str] | None,
+    timeout: float | None,
+    emit: EventCallback,
+) -> None:
+    for i in range(launches):
+        first = writer.run["launches"][0] if writer.run["launches"] else None
+        limit = deadline(timeout, first)
+        node = host.for_launch(i)
+        emit("launch_start", {"index": i, "of": launches})
+
+        def start(stream: LaunchStream, i: int = i, limit: float = limit, node: Host = node) -> CommandResult:
+            return run_probe_on(node, name, [*args, "--launch-index", str(i)], stream, env, limit)
+
+        def keep(launch: dict[str, Any], i: int = i) -> None:
+            writer.add_launch(launch)
+            emit("launch_end", {"index": i, "launch": launch})
+
+        progress = _progress_to(emit, i)
+        launch, stream, why = measure_launch(i, start, limit, keep, progress, node.placement())
+        kind = (stream.error or {}).get("kind")
+        if why is not None and i == 0 and kind == "usage":
+            raise UsageAbort(why)
+        if why is not None and i == 0 and kind == "busy":
+            raise BusyAbort(why)
+        if i == 0 and stream.header is not None:
+            adopt_header(writer.run, stream.header)
+        elif stream.header is not None and stream.header.get("config") != writer.run["probe"]["config"]:
+            warn(writer, f"launch {i} ran with a different resolved config than launch 0")
+        keep(launch)
+        if why is not None:
+            kept = sum(1 for la in writer.run["launches"] if la["status"] == "ok")
+            raise ProbeError(f"launch {i} failed: {why} ({kept} earlier launch(es) kept in {writer.path})")
+
+
+def _progress_to(emit: EventCallback, index: int) -> Callable[[dict[str, Any]], None]:
+    return lambda p: emit("progress", {"index": index, **p})

@@ -1,0 +1,174 @@
+"""The JSON-lines stream protocol a probe speaks (docs/probes.md), read as it arrives, and the parts of
+a launch record that come from it.
+
+stdout carries protocol lines (a header, one line per cycle, a footer or an error, a teardown line);
+stderr carries progress (`regdiag-progress {...}`) and messages. The first header's resolved values
+(preset 'auto' -> the real one, layers that fit) define the run (`adopt_header`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from regdiag.hosts.base import CommandResult
+from regdiag.snapshot.redact import scrub_text
+
+PROGRESS_PREFIX = "regdiag-progress "
+PROTOCOL = 1
+
+
+@dataclass
+class LaunchStream:
+    """Parses one launch's stdout (protocol lines) and stderr (progress and messages) as they arrive."""
+
+    on_progress: Callable[[dict[str, Any]], None] | None = None
+    header: dict[str, Any] | None = None
+    footer: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    teardown: dict[str, Any] | None = None
+    cycles: list[dict[str, Any]] = field(default_factory=list)
+    stray: list[str] = field(default_factory=list)
+    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
+    bad_lines: int = 0
+
+    def stdout_line(self, line: str) -> None:
+        if not line.strip():
+            return
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            obj = None
+        if not isinstance(obj, dict) or "type" not in obj:
+            self.bad_lines += 1
+            if len(self.stray) < 5:
+                self.stray.append(line[:200])
+            return
+        kind = obj["type"]
+        if kind == "header":
+            self.header = obj
+        elif kind == "cycle":
+            self.cycles.append(obj)
+        elif kind == "footer":
+            self.footer = obj
+        elif kind == "error":
+            self.error = obj
+        elif kind == "teardown":
+            self.teardown = obj
+
+    def stderr_line(self, line: str) -> None:
+        if line.startswith(PROGRESS_PREFIX):
+            try:
+                obj = json.loads(line[len(PROGRESS_PREFIX) :])
+            except json.JSONDecodeError:
+                return
+            if self.on_progress is not None and isinstance(obj, dict):
+                self.on_progress(obj)
+            return
+        if line.strip():
+            self.stderr_tail.append(scrub_text(line))  # a rank's traceback can quote a token
+
+    def failure(self, res: CommandResult | None, timeout: float | None) -> str | None:
+        """The one-line reason this launch failed, or None when it succeeded."""
+        if res is not None and res.timed_out:
+            return f"the probe did not finish within {timeout:g} s (stopped it)"
+        if self.error is not None:
+            return scrub_text(str(self.error.get("message") or "the probe reported an error"))
+        if res is not None and res.returncode != 0:
+            tail = self.stderr_tail[-1] if self.stderr_tail else ""
+            return f"the probe exited with status {res.returncode}" + (f": {tail}" if tail else "")
+        if self.footer is None:
+            return "the probe ended without a footer line" + (
+                f" ({self.bad_lines} lines were not protocol)" if self.bad_lines else ""
+            )
+        return None
+
+    def to_launch(self) -> dict[str, Any]:
+        """The parts of a launch record that come from the stream (docs/records.md)."""
+        samples: dict[str, list[float]] = {}
+        values: dict[str, list[Any]] = {}
+        naive: dict[str, list[float]] = {}
+        bare: dict[str, list[float]] = {}
+        nocomm: dict[str, list[float]] = {}
+        warm = 0
+        for c in self.cycles:
+            if c.get("warmup"):
+                warm += 1
+                continue
+            t = c.get("t") or {}
+            if c.get("bare") or c.get("nocomm"):
+                side = bare if c.get("bare") else nocomm
+                for k, v in t.items():
+                    side.setdefault(k, []).append(v)
+                continue
+            for k, v in t.items():
+                samples.setdefault(k, []).append(v)
+            for k, v in (c.get("values") or {}).items():
+                values.setdefault(k, []).append(v)
+            for k, v in (c.get("naive") or {}).items():
+                naive.setdefault(k, []).append(v)
+        footer = dict(self.footer) if self.footer else None
+        clocks = footer.pop("clocks", []) if footer else []
+        launch: dict[str, Any] = {
+            "header": redacted_header(self.header),
+            "warmup_dropped": (footer or {}).get("warmup_dropped", warm),
+            "samples": samples,
+            "values": values,
+            "scalars": dict((footer or {}).get("scalars") or {}),
+            "clocks": clocks,
+            "footer": footer,
+        }
+        if naive:
+            launch["naive_samples"] = naive
+        if bare:
+            launch["bare_samples"] = bare
+        if nocomm:
+            launch["nocomm_samples"] = nocomm
+        if self.teardown is not None:
+            launch["teardown"] = {k: v for k, v in self.teardown.items() if k != "type"}
+        if self.error is not None and self.error.get("kind") == "hang":
+            launch["hang"] = {k: self.error.get(k) for k in ("rank", "stage", "stacks")}
+        if self.stray:
+            launch["stray_stdout"] = self.stray
+        return launch
+
+
+def env_for_record(env: Mapping[str, str] | None) -> dict[str, str]:
+    """Variables as a record may hold them: the snapshot's redaction rules, so no secret is stored."""
+    if not env:
+        return {}
+    from regdiag.snapshot.redact import redact_env
+
+    kept, redacted = redact_env(dict(env))
+    return {**kept, **{k: "<redacted>" for k in redacted}}
+
+
+def redacted_header(header: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The probe reports the NCCL_* variables each rank saw, raw (it knows no redaction rules)."""
+    if header is None or not isinstance(header.get("env"), dict):
+        return header
+    return {**header, "env": env_for_record({str(k): str(v) for k, v in header["env"].items()})}
+
+
+def adopt_header(run: dict[str, Any], header: dict[str, Any]) -> None:
+    """The first header's resolved values (preset 'auto' -> the real one, layers that fit) define the run."""
+    run["probe"]["version"] = str(header.get("version", "?"))
+    run["probe"]["config"] = header.get("config", {})
+    run["primary"] = header.get("primary", run["primary"])
+    run["phases"] = list(header.get("phases", run["phases"]))
+    run["units"] = dict(header.get("units", {}))
+    if isinstance(header.get("better"), dict):  # which way is better per metric: regdiag/direction.py
+        run["better"] = dict(header["better"])
+    if isinstance(
+        header.get("derived"), dict
+    ):  # metric -> the one it is computed from (compare tests it once)
+        run["derived"] = dict(header["derived"])
+    if header.get("labels"):
+        run["labels"] = header["labels"]
+    if header.get("protocol") not in (None, PROTOCOL):
+        run.setdefault("warnings", []).append(
+            f"probe speaks protocol {header.get('protocol')}, regdiag {PROTOCOL}"
+        )

@@ -1,0 +1,98 @@
+"""A run's summary for display: per metric the median and IQR over the kept cycles of the launches
+that count (`run_view.usable`, as compare counts them), the per-launch medians, clocks and scalars.
+Not for verdicts (compare decides those).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from regdiag.run_view import usable
+
+
+def _quartiles(xs: Sequence[float]) -> tuple[float, float, float]:
+    if len(xs) == 1:
+        return xs[0], xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], statistics.median(xs), q[2]
+
+
+def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
+    """Per metric (primary first, then phases, then the rest): median and IQR over the kept cycles of the
+    ok launches, and the per-launch medians (the unit of evidence). For display, not for verdicts."""
+    ok = [la for la in run.get("launches", []) if usable(la)]
+    order = [run.get("primary"), *run.get("phases", [])]
+    names: list[str] = [m for m in order if m]
+    for la in ok:
+        for m in la.get("samples", {}):
+            if m not in names:
+                names.append(m)
+    metrics = []
+    for m in names:
+        per_launch = [statistics.median(la["samples"][m]) for la in ok if la.get("samples", {}).get(m)]
+        pooled = [x for la in ok for x in la.get("samples", {}).get(m, [])]
+        if not pooled:
+            continue
+        p25, med, p75 = _quartiles(pooled)
+        metrics.append(
+            {"metric": m, "unit": run.get("units", {}).get(m, ""), "median": med, "p25": p25, "p75": p75,
+             "launch_medians": per_launch, "n": len(pooled)}
+        )  # fmt: skip
+    scalars: dict[str, Any] = {}
+    for key in ("overhead_pct", "tok_s", "accept_len_mean", "copy_GBps"):
+        vals = [la.get("scalars", {}).get(key) for la in ok]
+        vals = [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if vals:
+            scalars[key] = statistics.median(vals)
+    clocks = [c for la in ok for c in la.get("clocks", []) if isinstance(c.get("sm_mhz"), (int, float))]
+    clock = None
+    if clocks:
+        sm = [c["sm_mhz"] for c in clocks]
+        reasons = sorted(
+            {r for c in clocks for r in (c.get("reasons") or []) if r not in ("none", "gpu_idle")}
+        )
+        clock = {"sm_mhz_min": min(sm), "sm_mhz_median": statistics.median(sm), "sm_mhz_max": max(sm),
+                 "reasons": reasons, "samples": len(clocks)}  # fmt: skip
+    from regdiag.comm import comm_shares
+
+    return {
+        "comm": {c.phase: c.to_dict() for c in comm_shares(run)},
+        "id": run.get("id"),
+        "status": run.get("status"),
+        "probe": run.get("probe", {}).get("name"),
+        "config": run.get("probe", {}).get("config", {}),
+        "launches": len(run.get("launches", [])),
+        "ok_launches": len(ok),
+        "metrics": metrics,
+        "scalars": scalars,
+        "clocks": clock,
+        "accept_len_simulated": any(la.get("scalars", {}).get("accept_len_simulated") for la in ok),
+        "warnings": run.get("warnings", []),
+        "sizes": collective_sizes(ok),
+    }
+
+
+def collective_sizes(ok: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A collectives run as nccl-tests prints it: one row per (op, bytes) with latency and busbw of each
+    mode side by side, each the median over launches of the footer table's value. [] for other probes."""
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for la in ok:
+        for r in (la.get("footer") or {}).get("table") or []:
+            if not isinstance(r, dict) or not isinstance(r.get("bytes"), int):
+                continue
+            key = (str(r.get("op", "all_reduce")), r["bytes"])
+            row = rows.setdefault(key, {"op": key[0], "bytes": key[1], "label": r.get("label", ""), "_m": {}})
+            mode = str(r.get("mode", "eager"))
+            row["_m"].setdefault(mode, {"us": [], "busbw_GBps": []})
+            for k in ("us", "busbw_GBps"):
+                if isinstance(r.get(k), (int, float)):
+                    row["_m"][mode][k].append(float(r[k]))
+    out = []
+    for row in rows.values():
+        for mode, vals in row.pop("_m").items():
+            for k, xs in vals.items():
+                row[f"{mode}_{k}"] = statistics.median(xs) if xs else None
+        out.append(row)
+    return out

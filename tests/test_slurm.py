@@ -1,0 +1,207 @@
+"""`--slurm N` on a real Slurm (tests/slurm_helpers.py: munged, slurmctld and 4 fake nodes on this
+machine), with the tiny CPU probe and its test hook REGDIAG_PROBE_SLOW=verify:MS (MS of busy work in
+every verify) as the planted slowdown.
+
+What is held: A/B over 2 and 4 nodes finds the slowdown with each pair on one node and every launch
+naming its node and allocation; a bisect over 4 nodes names the culprit; a node drained mid-run costs
+only its own pairs and is named; kill -9 of regdiag leaves no job and no process; one node made slower
+(by a variable its TaskProlog sets, there only) is named as the slow node. The margin is wide (25 %):
+this is a shared 2-core machine running up to 4 fake nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import slurm_helpers
+
+from regdiag.records import load_record
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOW_MS = 60
+TINY = ["--probe", "spec-decode", "--", "--preset", "tiny", "--cycles", "12"]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not slurm_helpers.available(), reason="Slurm packages not installed (.ci/run installs them)"
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # Not under pytest's tmp: munged wants every directory above its socket executable by all.
+    d = Path(tempfile.mkdtemp(prefix="regdiag-slurm-"))
+    try:
+        with slurm_helpers.slurm_cluster(d, nodes=4) as c:
+            yield c
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def slurm(cluster):
+    yield cluster
+    for n in cluster.nodes:
+        cluster.resume(n)
+        cluster.node_env(n, {})
+    assert cluster.regdiag_jobs(wait=10) == [], "a regdiag job was left behind"
+
+
+def _ab(cli, slurm, tmp_path, nodes, launches, b=f"REGDIAG_PROBE_SLOW=verify:{SLOW_MS}", extra=()):
+    prefix = tmp_path / "ab"
+    r = cli(
+        "ab", "--slurm", str(nodes), "--a", "", "--b", b, "--launches", str(launches), "--margin", "25%",
+        "--no-snapshot", "-o", str(prefix), "--json", *extra, *TINY, env=slurm.env, timeout=600,
+    )  # fmt: skip
+    return r, prefix
+
+
+def _records(prefix):
+    return load_record(Path(f"{prefix}-a.json"), "run"), load_record(Path(f"{prefix}-b.json"), "run")
+
+
+def _assert_pairs_on_one_node(a, b):
+    by_pair = {la["pair"]: la for la in a["launches"]}
+    for lb in b["launches"]:
+        assert lb["node"] == by_pair[lb["pair"]]["node"], "a pair ran on two nodes"
+        assert lb["allocation"] == by_pair[lb["pair"]]["allocation"] == a["host"]["allocation"]
+
+
+@pytest.mark.parametrize("nodes", [2, 4])
+def test_ab_over_nodes_finds_the_slowdown_with_each_pair_on_one_node(cli, slurm, tmp_path, nodes):
+    r, prefix = _ab(cli, slurm, tmp_path, nodes, launches=4)
+    assert r.returncode == 1, r.stderr[-3000:]  # REGRESSED
+    out = json.loads(r.stdout)
+    verify = next(m for m in out["metrics"] if m["name"] == "verify")
+    assert verify["verdict"] == "REGRESSED" and verify["estimate"]["method"] == "paired"
+    a, b = _records(prefix)
+    _assert_pairs_on_one_node(a, b)
+    used = {la["node"] for la in a["launches"]}
+    assert used == set(slurm.nodes[:nodes]) and a["host"]["via"] == "slurm"
+    fleet = out["fleet"]
+    assert [n["node"] for n in fleet["nodes"]] == sorted(used)
+    assert fleet["pooled"] is not None and fleet["pooled"]["ratio"] > 1.1
+    claim = [n for n in fleet["notes"] if "needs at least 3" in n]
+    assert bool(claim) == (nodes < 3)
+    # The difference is named in both records, of its kind (no snapshot could see it).
+    assert a["design"]["differences"][0]["name"] == "REGDIAG_PROBE_SLOW"
+
+
+def test_bisect_over_slurm_names_the_culprit(cli, slurm, tmp_path):
+    r = cli(
+        "bisect", "--slurm", "4", "--good", "NCCL_PROTO=Simple",
+        "--bad", f"NCCL_PROTO=LL REGDIAG_PROBE_SLOW=verify:{SLOW_MS}", "--metric", "verify",
+        "--launches", "2", "--max-launches", "4", "--margin", "0.25", "--journal", str(tmp_path / "j.jsonl"),
+        "--json", *TINY, env=slurm.env, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads(r.stdout)
+    assert report["verdict"] == "CULPRIT"
+    names = {f["name"] for c in report["culprits"] for f in c["factors"]}
+    assert names == {"REGDIAG_PROBE_SLOW"}
+    journal = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines()]
+    nodes = {e["launch"]["placement"]["node"] for e in journal if "placement" in (e.get("launch") or {})}
+    assert len(nodes) >= 2  # launch i of every point on node i mod 4
+
+
+def test_a_node_drained_mid_run_costs_only_its_pairs(cli, slurm, tmp_path):
+    prefix = tmp_path / "ab"
+    argv = [sys.executable, "-m", "regdiag", "ab", "--slurm", "2", "--a", "", "--b", f"REGDIAG_PROBE_SLOW=verify:{SLOW_MS}",
+            "--launches", "6", "--margin", "25%", "--no-snapshot", "-o", str(prefix), "--json", *TINY]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, env={**os.environ, **slurm.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    b_path = Path(f"{prefix}-b.json")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # the first pair on n2 done: drain n2 before its next one
+        if b_path.exists() and any(
+            la.get("node") == "n2" for la in json.loads(b_path.read_text())["launches"]
+        ):
+            break
+        time.sleep(0.2)
+    slurm.drain("n2")
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode in (0, 1, 3), err[-3000:]
+    a, b = _records(prefix)
+    assert "n2" in a["design"]["failed_nodes"] and "drain" in a["design"]["failed_nodes"]["n2"]
+    assert any("node n2 failed" in w for w in a["warnings"])
+    on_n1 = [la for la in b["launches"] if la["node"] == "n1"]
+    assert len(on_n1) == 3  # n1 ran all of its pairs
+    assert len([la for la in b["launches"] if la["node"] == "n2"]) < 3
+
+
+def _marked_processes(mark: str) -> list[int]:
+    """Processes whose environment carries `mark` (regdiag, srun, the probe's tasks on the nodes)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if mark.encode() in (d / "environ").read_bytes():
+                    found.append(int(d.name))
+            except OSError:
+                pass
+    return found
+
+
+def test_kill_9_of_regdiag_leaves_no_job_and_no_process(slurm, tmp_path):
+    mark = f"REGDIAG_TEST_MARK={uuid.uuid4().hex}"
+    argv = [sys.executable, "-m", "regdiag", "ab", "--slurm", "2", "--a", "", "--b", "X=1", "--launches", "8",
+            "--no-snapshot", "-o", str(tmp_path / "ab"), *TINY[:-2], "--cycles", "400"]  # fmt: skip
+    env = {**os.environ, **slurm.env, mark.split("=")[0]: mark.split("=")[1]}
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(
+        "spec_decode" in _cmdline(p) for p in _marked_processes(mark)
+    ):
+        time.sleep(0.2)
+    assert slurm.regdiag_jobs(), "no allocation was made"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (slurm.regdiag_jobs() or _marked_processes(mark)):
+        time.sleep(0.2)
+    assert slurm.regdiag_jobs() == []  # within 30 s of the kill
+    assert [_cmdline(p) for p in _marked_processes(mark)] == []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_a_slow_node_is_named(cli, slurm, tmp_path):
+    slurm.node_env("n3", {"REGDIAG_PROBE_SLOW": f"verify:{SLOW_MS}"})  # its TaskProlog: n3 only
+    r, prefix = _ab(cli, slurm, tmp_path, 3, launches=6, b="X=1")
+    assert r.returncode in (0, 1, 3), r.stderr[-3000:]
+    fleet = json.loads(r.stdout)["fleet"]
+    assert fleet["slow_node"]["node"] == "n3" and fleet["slow_node"]["slower"]
+    assert any("node n3 is slower" in n for n in fleet["notes"])
+    assert not any("needs at least 3" in n for n in fleet["notes"])
+
+
+def test_no_slurm_configuration_is_one_line(cli, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    r = subprocess.run(
+        [sys.executable, "-m", "regdiag", "ab", "--slurm", "2", "--a", "", "--b", "X=1", *TINY],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 4, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "regdiag: error: Slurm has no configuration here: set SLURM_CONF to the cluster's slurm.conf"
+    ]
