@@ -9,6 +9,7 @@ straight to the collector; everything else goes through the full CLI. Both print
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 
 def _fast_snapshot_args(argv: list[str]) -> dict[str, object] | None:
@@ -42,20 +43,31 @@ def main() -> None:
     import json
 
     from regdiag.errors import escape_controls
+    from regdiag.files import check_output_path
     from regdiag.records import RecordError, save_record
     from regdiag.snapshot import collect
 
-    record = collect(all_packages=bool(opts["all_packages"]))
-    if opts["output"]:
+    def fail(why: str) -> NoReturn:
+        sys.stderr.write(f"regdiag: error: {escape_controls(why)}\n")
+        sys.exit(2)
+
+    output = str(opts["output"]) if opts["output"] else None
+    try:
+        if output:
+            check_output_path(output)  # before the snapshot: a bad -o costs nothing
+    except RecordError as e:
+        fail(f"-o {e}")
+    try:
+        record = collect(all_packages=bool(opts["all_packages"]))
+    except RecordError as e:  # a hash key refused or not made (regdiag.snapshot.keyedhash)
+        fail(str(e))
+    if output:
         try:
-            save_record(str(opts["output"]), record)
+            save_record(output, record)
         except OSError as e:
-            why = f"-o {opts['output']}: cannot write ({e.strerror or e})"
-            sys.stderr.write(f"regdiag: error: {escape_controls(why)}\n")
-            sys.exit(2)
+            fail(f"-o {output}: cannot write ({e.strerror or e})")
         except RecordError as e:
-            sys.stderr.write(f"regdiag: error: {escape_controls(f'-o {e}')}\n")
-            sys.exit(2)
+            fail(f"-o {e}")
     sys.stdout.write(json.dumps(record, indent=1, default=str) + "\n")
     sys.stdout.flush()
     sys.exit(0)

@@ -67,6 +67,7 @@ class AbRequest:
     launch_timeout: float | None = 600.0
     output: str | None = None  # PREFIX: PREFIX-a.json and PREFIX-b.json
     snapshot: bool = True
+    allow_code_from_record: bool = False  # a side's record may set PYTHONPATH, LD_PRELOAD, ...
 
 
 @dataclass
@@ -95,8 +96,9 @@ def make_plan(req: AbRequest, host: Host) -> AbPlan:
     """The two sides as factors of bisect's kinds, each kind checking its own (exit 2 for what cannot be
     measured here: a GPU clock without NVML, a commit without --repo)."""
     # An empty spec is this environment as it is (the usual A of "does this one change matter?").
-    a = load_side(req.a, "--a") if req.a.strip() else Spec(source="this environment")
-    b = load_side(req.b, "--b") if req.b.strip() else Spec(source="this environment")
+    allow = req.allow_code_from_record
+    a = load_side(req.a, "--a", allow) if req.a.strip() else Spec(source="this environment")
+    b = load_side(req.b, "--b", allow) if req.b.strip() else Spec(source="this environment")
     if (a.commit is None) != (b.commit is None):
         raise BadInput("commit= is given for one side only: give the engine commit of both sides")
     d = diff(a, b)

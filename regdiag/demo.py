@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from regdiag.files import make_private_dirs
 from regdiag.runs import regdiag_home
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def run_demo(
 
     t0 = time.monotonic()
     work = workdir or regdiag_home() / "demo" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    work.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(work)
     runs, paths = probe_sides(side_envs(slow_ms), work, launches, on_stage, on_probe_event)
 
     on_stage("compare", {})

@@ -25,9 +25,12 @@ import json
 import math
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
+
+# Writes (atomic, never through a planted link) and locks live in regdiag.files; the error, the lock and
+# the atomic write are exported here as well, where the readers and writers of records import them.
+from regdiag.files import FileLock, RecordError, atomic_write_text, open_appending  # noqa: F401
 
 SNAPSHOT = "snapshot"
 RUN = "run"
@@ -49,10 +52,6 @@ def schema_id(kind: str) -> str:
 
 SNAPSHOT_SCHEMA = schema_id(SNAPSHOT)
 RUN_SCHEMA = schema_id(RUN)
-
-
-class RecordError(ValueError):
-    """A record file that cannot be used. The message is one line naming the file and the problem."""
 
 
 def parse_schema(value: Any) -> tuple[str, int]:
@@ -231,11 +230,33 @@ def _check_run(record: dict[str, Any], source: str, values: bool = True) -> None
             raise RecordError(f"{source}: primary metric {primary!r} is in no launch's samples (has {have})")
 
 
+class DuplicateKey(ValueError):
+    """One JSON object names a key twice: which value counts would be the parser's choice, not the writer's."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):  # rare, so found only then
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise DuplicateKey(f"key {k!r} appears twice in one object (a record names each field once)")
+            seen.add(k)
+    return obj
+
+
+def loads_json(text: str) -> Any:
+    """json.loads for what regdiag reads from disk or a host: a key given twice is DuplicateKey, not the last one."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def loads_record(text: str, source: str, expect: str | tuple[str, ...] | None = None) -> dict[str, Any]:
     if not text.strip():
         raise RecordError(f"{source}: file is empty")
     try:
-        record = json.loads(text)
+        record = loads_json(text)
+    except DuplicateKey as e:
+        raise RecordError(f"{source}: {e}") from None
     except RecursionError:
         raise RecordError(f"{source}: JSON nested too deeply to be a regdiag record") from None
     except json.JSONDecodeError as e:
@@ -330,58 +351,6 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"cannot store {type(obj).__name__} in a record")
 
 
-def make_private_dirs(directory: Path) -> None:
-    """mkdir -p, each directory made here 0700: records and journals hold environment data."""
-    missing = []
-    d = directory
-    while not d.exists() and d != d.parent:
-        missing.append(d)
-        d = d.parent
-    for d in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # another regdiag made it meanwhile
-            d.mkdir(mode=0o700)
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write text to path so that readers see the old file or the new one, never a mix."""
-    p = Path(path)
-    if _is_special(p):
-        # /dev/null, a named pipe: renaming a temporary file over it would replace the node itself (as
-        # root, /dev/null for every program on the machine); writing into it could wait forever for a
-        # pipe's reader. Refused, as the CLI's output options refuse it (cli.common.check_output_file).
-        raise RecordError(f"{p}: not a regular file (a device or a pipe); give a file name to write")
-    directory = p.parent if str(p.parent) else Path(".")
-    try:
-        make_private_dirs(directory)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=directory)
-    except OSError as e:  # the directory cannot be made or written: name the user's path, not a temp one
-        raise RecordError(f"{p}: cannot write ({e.strerror or e}); nothing was written") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(e, OSError):
-            kept = "its previous version is kept" if p.exists() else "nothing was written"
-            raise RecordError(f"{p}: cannot write ({e.strerror or e}); {kept}") from None
-        raise
-
-
-def _is_special(p: Path) -> bool:
-    """An existing path that is neither a regular file nor a directory (a device, a pipe)."""
-    try:
-        mode = p.stat().st_mode
-    except OSError:
-        return False
-    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
-
-
 def save_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
     """Validate (the shape) then write atomically."""
     check_record(record, str(path), values=False)
@@ -394,11 +363,11 @@ def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
         line = json.dumps(obj, sort_keys=False, allow_nan=False, default=_json_default)
     except ValueError:
         line = json.dumps(finite(obj), sort_keys=False, allow_nan=False, default=_json_default)
-    # 0600 whatever the umask: journals hold environment data, like records (mkstemp makes those 0600).
+    # 0600 whatever the umask: journals hold environment data, like records.
+    fd = open_appending(path)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        with os.fdopen(fd, "ab") as f:
+            f.write((line + "\n").encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
     except OSError as e:
@@ -429,7 +398,9 @@ def read_jsonl_numbered(path: str | os.PathLike[str]) -> list[tuple[int, dict[st
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads_json(line)
+        except DuplicateKey as e:
+            raise RecordError(f"{p}: line {i + 1}: {e}") from None
         except (json.JSONDecodeError, RecursionError):
             if i >= len(lines) - 2:  # the last, unterminated line
                 break
@@ -438,52 +409,3 @@ def read_jsonl_numbered(path: str | os.PathLike[str]) -> list[tuple[int, dict[st
             raise RecordError(f"{p}: line {i + 1} is a {type(obj).__name__}, not a JSON object")
         out.append((i + 1, obj))
     return out
-
-
-class FileLock:
-    """An exclusive lock on a file regdiag writes (a run, a baseline, a journal), for as long as it is held.
-
-    flock on a sidecar `.NAME.lock` next to the file, holding the holder's pid: a second regdiag that
-    would write the same file gets RecordError naming that pid instead of silently replacing its work.
-    The kernel drops the lock when the holder exits, kill -9 included; the sidecar stays (removing it
-    would let two processes lock two different files of the same name).
-    """
-
-    def __init__(self, target: str | os.PathLike[str], what: str) -> None:
-        import fcntl
-
-        self.target = Path(target)
-        directory = self.target.parent if str(self.target.parent) else Path(".")
-        self.path = directory / f".{self.target.name}.lock"
-        try:
-            make_private_dirs(directory)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-        except OSError as e:  # the directory cannot be made or written: name the user's file, not the sidecar
-            raise RecordError(
-                f"{self.target}: cannot write ({e.strerror or e}); nothing was written"
-            ) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "?"
-            os.close(fd)
-            raise RecordError(
-                f"{self.target}: {what} is being written by another regdiag (pid {holder}); "
-                "wait for it to finish, or write to another file"
-            ) from None
-        with contextlib.suppress(OSError):  # a full disk: the lock holds, only the pid is not shown
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd: int | None = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self) -> FileLock:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()

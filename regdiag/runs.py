@@ -13,12 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from regdiag import __version__
+from regdiag.files import regdiag_home
 from regdiag.records import RUN, RUN_SCHEMA, FileLock, RecordError, load_record, save_record
 from regdiag.run_view import RunView
-
-
-def regdiag_home() -> Path:
-    return Path(os.environ.get("REGDIAG_HOME") or Path.home() / ".regdiag")
 
 
 def runs_dir() -> Path:

@@ -50,7 +50,8 @@ def test_output_under_a_file_names_the_users_path_not_a_temporary_one(tmp_path: 
     blocker.write_text("x")
     target = blocker / "run.json"
     line = one_error_line(run_cli("ingest-log", str(LOG), "-o", str(target), timeout=120))
-    assert line == f"regdiag: error: {target}: cannot write (Not a directory); nothing was written"
+    # Refused at the option, before the log is read (records.check_output_path).
+    assert line == f"regdiag: error: -o {target}: cannot write (Not a directory); nothing was written"
 
 
 @pytest.mark.parametrize(
@@ -115,9 +116,8 @@ def test_ab_output_prefix_in_a_missing_place_names_the_record(tmp_path: Path) ->
     )  # fmt: skip
     assert r.returncode == 2 and "Traceback" not in r.stderr
     last = r.stderr.strip().splitlines()[-1]
-    assert (
-        last == f"regdiag: error: {blocker}/pre-a.json: cannot write (Not a directory); nothing was written"
-    )
+    # Refused at the option (cli.common.check_output_prefix), before any environment is built.
+    assert last == f"regdiag: error: -o {blocker}/pre: cannot write (Not a directory); nothing was written"
 
 
 RUN = ROOT / "baselines" / "h200-kimi-tp1-eagle.json"
@@ -208,7 +208,9 @@ def test_the_fast_snapshot_path_keeps_its_error_one_line(tmp_path: Path) -> None
     blocker = tmp_path / "afile"
     blocker.write_text("x")
     line = one_error_line(run_cli("snapshot", "--json", "-o", f"{blocker}/a\nb.json", timeout=60))
-    assert f"{blocker}/a\\nb.json: cannot write" in line
+    assert f"{blocker}/a\\nb.json" in line and "control character" in line
+    line = one_error_line(run_cli("snapshot", "--json", "-o", f"{blocker}/ab.json", timeout=60))
+    assert line == f"regdiag: error: -o {blocker}/ab.json: cannot write (Not a directory); nothing was written"
 
 
 def test_compare_html_over_an_input_run_is_refused_and_the_run_kept(tmp_path: Path) -> None:

@@ -44,11 +44,13 @@ def test_probes_import_nothing_of_regdiag():
     ] == []
 
 
-@pytest.mark.parametrize("path", [PKG / "records.py", *_files("regdiag", "snapshot")], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [PKG / "records.py", PKG / "files.py", *_files("regdiag", "snapshot")], ids=lambda p: p.name
+)
 def test_records_and_snapshot_need_only_the_standard_library_and_each_other(path):
     regdiag_imports = {m for m in _imports(path) if m.startswith("regdiag")}
     # probe_modules loads the probe kit's stdlib-only tables (NVML reasons, model shapes): travels in the bundle.
-    allowed = {"regdiag", "regdiag.records", "regdiag.probe_modules"} | {
+    allowed = {"regdiag", "regdiag.records", "regdiag.files", "regdiag.probe_modules"} | {
         m for m in regdiag_imports if m.startswith("regdiag.snapshot")
     }
     assert regdiag_imports <= allowed

@@ -117,7 +117,10 @@ def test_writes_are_atomic_and_leave_no_temp_files(tmp_path: Path) -> None:
 
 
 def test_cli_output_file_is_a_valid_record(cli, tmp_path: Path) -> None:
-    out_path = tmp_path / "deep" / "snap.json"
+    # A missing directory outside REGDIAG_HOME is not made (as root it could be anywhere): one line, exit 2.
+    refused = cli("snapshot", "--json", "-o", str(tmp_path / "deep" / "snap.json"))
+    assert refused.returncode == 2 and "does not exist" in refused.stderr and not (tmp_path / "deep").exists()
+    out_path = tmp_path / "snap.json"
     out = cli("snapshot", "--json", "-o", str(out_path))
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == load_record(out_path, expect="snapshot")

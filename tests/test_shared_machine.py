@@ -151,11 +151,14 @@ def test_files_that_hold_environment_data_are_private_whatever_the_umask(tmp_pat
     old = os.umask(0)
     try:
         r = run_cli("baseline", "save", "b", str(RUN_A), env={"REGDIAG_HOME": str(home)})
-        s = run_cli("snapshot", "--json", "-o", str(tmp_path / "new" / "snap.json"))
+        # A missing directory is made only inside REGDIAG_HOME (elsewhere -o refuses it).
+        s = run_cli(
+            "snapshot", "--json", "-o", str(home / "new" / "snap.json"), env={"REGDIAG_HOME": str(home)}
+        )
     finally:
         os.umask(old)
     assert r.returncode == 0 and s.returncode == 0, r.stderr + s.stderr
-    for p in (home / "baselines" / "b.json", tmp_path / "new" / "snap.json"):
+    for p in (home / "baselines" / "b.json", home / "new" / "snap.json", home / "snapshot.key"):
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
-    for d in (home, home / "baselines", tmp_path / "new"):
+    for d in (home, home / "baselines", home / "new", home / "locks"):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, d

@@ -227,8 +227,10 @@ def test_two_engines_differing_only_in_sitecustomize_diff_first_and_bisect_facto
     human = cli("diff", str(tmp_path / "good.json"), str(tmp_path / "bad.json"), env={"COLUMNS": "300"})
     assert f"(from {sc})" in human.stdout
 
-    # bisect's factor extraction: exactly one factor, the variable, with its two values.
-    d = diff(load_side(str(tmp_path / "good.json"), "--good"), load_side(str(tmp_path / "bad.json"), "--bad"))
+    # bisect's factor extraction: exactly one factor, the variable, with its two values. Both snapshots
+    # set PYTHONPATH (the engines' own), which loads code: allowed here, as --allow-code-from-record does.
+    good, bad = (load_side(str(tmp_path / f"{s}.json"), f"--{s}", allow_code=True) for s in ("good", "bad"))
+    d = diff(good, bad)
     assert d.factors == [Factor(ENV, "NCCL_PROTO", None, "LL")]
     assert d.same_env["NCCL_ALGO"] == "Ring"
     assert "SHLVL" not in d.same_env and "_" not in d.same_env
@@ -265,6 +267,7 @@ def test_bisect_takes_a_sitecustomize_variable_as_its_culprit(tmp_path, engines,
         "--journal",
         str(tmp_path / "j.jsonl"),
         "--json",
+        "--allow-code-from-record",  # the snapshots' PYTHONPATH is held fixed in every launch
     )
     assert r.returncode == 0, r.stdout + r.stderr  # 0: a culprit was named
     report = json.loads(r.stdout)

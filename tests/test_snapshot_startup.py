@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from regdiag.bisect.factors import ENV, Factor, diff, load_side
 from regdiag.snapshot import env as env_group
 from regdiag.snapshot import keyedhash, startup
@@ -112,12 +114,12 @@ def test_the_hash_key_is_private_stable_and_never_recorded(tmp_path: Path, monke
     items = diff_snapshots({"groups": {"env": g1}}, {"groups": {"env": g3}})
     it = next(i for i in items if i["field"] == "SGLANG_API_KEY")
     assert it["change"] == "unknown" and it["old"] == it["new"] == "<hashed>"
-    # A key file that cannot be created: the value is redacted, the snapshot still made.
+    # A key file that cannot be made is an error naming it, never a snapshot with hashing off.
     blocked = tmp_path / "blocked"
     blocked.write_text("a file, not a directory")
     monkeypatch.setenv("REGDIAG_HOME", str(blocked))
-    g4 = env_group.collect({"SGLANG_API_KEY": "s3cretvalue"})
-    assert g4["fields"]["SGLANG_API_KEY"]["value"] == "<redacted>" and "no hash key" in g4["note"]
+    with pytest.raises(keyedhash.KeyFileError, match="snapshot.key: cannot"):
+        env_group.collect({"SGLANG_API_KEY": "s3cretvalue"})
 
 
 def test_every_variable_reaches_the_snapshot_diff_and_bisect(tmp_path: Path, cli) -> None:

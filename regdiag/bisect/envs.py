@@ -21,7 +21,6 @@ exit status of 125 asks for exactly that (git bisect's convention).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -35,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from regdiag.bisect.failures import BuildFailed
-from regdiag.records import atomic_write_text
+from regdiag.files import FileLock, append_text, atomic_write_text, make_private_dirs
 from regdiag.runs import regdiag_home
 from regdiag.snapshot.fields import one_line
 from regdiag.snapshot.redact import redact_argv, scrub_text
@@ -204,7 +203,7 @@ class Builder:
         key = self.key(packages, commit)
         if key is None:
             return Built("base", self.base_python, None, None, None, True, 0.0)
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.root)
         with self._lock(key):
             d = self.root / key
             ready = d / READY
@@ -227,7 +226,7 @@ class Builder:
             return built
 
     def _build(self, key: str, d: Path, pins: dict[str, str], commit: str | None) -> Built:
-        d.mkdir(parents=True)
+        d.mkdir(mode=0o700)  # private: nobody else can plant a name in it (build.log, venv)
         log = d / "build.log"
         worktree = venv = None
         if commit is not None:
@@ -252,12 +251,8 @@ class Builder:
             raise BuildFailed(f"{what}: timed out") from None
         except OSError as e:
             raise BuildFailed(f"{what}: {e.strerror or e}") from None
-        with open(log, "a", encoding="utf-8") as f:
-            f.write(
-                scrub_text(
-                    f"$ {' '.join(redact_argv(list(argv)))}\n{res.stdout}{res.stderr}[exit {res.returncode}]\n"
-                )
-            )
+        line = f"$ {' '.join(redact_argv(list(argv)))}\n{res.stdout}{res.stderr}[exit {res.returncode}]\n"
+        append_text(log, scrub_text(line))
         return res
 
     def _worktree(self, path: str, commit: str, log: Path) -> None:
@@ -272,8 +267,7 @@ class Builder:
             raise BuildFailed(f"git worktree add {commit[:10]}: {_last_line(str(e.stderr or e))}") from None
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
             raise BuildFailed(f"{self.repo}: not a git repository") from None
-        with open(log, "a", encoding="utf-8") as f:
-            f.write(f"worktree {path} at {commit}\n")
+        append_text(log, f"worktree {path} at {commit}\n")
 
     def _venv(self, path: str, log: Path) -> None:
         argv = venv_argv(self.installer, self.base_python, path)
@@ -310,13 +304,9 @@ class Builder:
 
     @contextlib.contextmanager
     def _lock(self, key: str) -> Iterator[None]:
-        # Two bisects sharing REGDIAG_HOME must not build the same environment at once.
-        with open(self.root / f".{key}.lock", "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        # Two bisects sharing REGDIAG_HOME must not build the same environment at once: the second waits.
+        with FileLock(self.root / key, "this environment", wait=True):
+            yield
 
     def _remove(self, d: Path) -> None:
         if not d.exists():

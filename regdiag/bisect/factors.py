@@ -15,8 +15,10 @@ that one side lacks) are listed as notes instead of becoming factors.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,8 +176,11 @@ def spec_from_snapshot(snap: dict[str, Any], source: str) -> Spec:
     return spec
 
 
-def load_side(arg: str, what: str) -> Spec:
-    """A snapshot file, a run record file (its snapshot_before), or a spec string."""
+def load_side(arg: str, what: str, allow_code: bool = False) -> Spec:
+    """A snapshot file, a run record file (its snapshot_before), or a spec string.
+
+    A side read from a file that would set a variable loading code into every launch (loads_code) is
+    refused in one line, naming the variables, unless `allow_code` (--allow-code-from-record)."""
     p = Path(arg)
     looks_like_file = p.suffix == ".json" or (p.exists() and p.is_file())
     if not looks_like_file:
@@ -184,6 +189,17 @@ def load_side(arg: str, what: str) -> Spec:
         rec = load_record(p, (SNAPSHOT, RUN))
     except RecordError as e:
         raise BadInput(f"{what}: {e}") from None
+    spec = _side_of_record(rec, p, what)
+    names = code_from_record(spec)
+    if names and not allow_code:
+        raise BadInput(
+            f"{what} {p}: the record sets {', '.join(names)} for every launch, which load code from where "
+            "they point; a record does not choose code to run: pass --allow-code-from-record if you trust it"
+        )
+    return spec
+
+
+def _side_of_record(rec: dict[str, Any], p: Path, what: str) -> Spec:
     if parse_schema(rec["schema"])[0] == RUN:
         snap = rec.get("snapshot_before")
         if not isinstance(snap, dict):
@@ -197,6 +213,65 @@ def load_side(arg: str, what: str) -> Spec:
             spec.env[str(name)] = None if value is None else str(value)
         return spec
     return spec_from_snapshot(rec, str(p))
+
+
+# Variables that make a launch load and run code from where their value points: Python's module search
+# path, home and start-up files, the dynamic linker's preloads, search path and audit modules, files a
+# shell sources, the executable search path, CUDA's injection library, plugins (NCCL_NET_PLUGIN, ...) and
+# caches of compiled extensions and kernels. A record is a file anyone may have written, and bisect and ab
+# set such a value in every launch they make (as root, if run as root).
+CODE_VARS = frozenset(
+    {
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PYTHONUSERBASE",
+        "PYTHONPLATLIBDIR",
+        "PYTHONPYCACHEPREFIX",
+        "PYTHONBREAKPOINT",
+        "PYTHONEXECUTABLE",
+        "GCONV_PATH",
+        "BASH_ENV",
+        "ENV",
+        "PATH",
+        "CUDA_INJECTION64_PATH",
+        "TORCH_EXTENSIONS_DIR",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TRITON_CACHE_DIR",
+        "PERL5LIB",
+        "PERL5OPT",
+        "RUBYLIB",
+        "RUBYOPT",
+        "NODE_OPTIONS",
+        "NODE_PATH",
+    }
+)
+CODE_PREFIXES = ("LD_", "DYLD_")  # LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT; DYLD_INSERT_LIBRARIES
+CODE_SUFFIXES = ("_PLUGIN",)  # NCCL_NET_PLUGIN, NCCL_TUNER_PLUGIN, NCCL_PROFILER_PLUGIN
+
+
+def loads_code(name: str) -> bool:
+    """Whether a variable's value names code a process loads (CODE_VARS)."""
+    return name in CODE_VARS or name.startswith(CODE_PREFIXES) or name.endswith(CODE_SUFFIXES)
+
+
+def code_from_record(spec: Spec, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The code-loading variables a side would set in every launch with a value that this process does
+    not already run with (the same value as the user's own asks for nothing new). A placeholder (a
+    redacted or hashed value) is never set, so it does not count; a record's own list of redacted names
+    is not trusted for this."""
+    have = os.environ if environ is None else environ
+    return sorted(
+        n
+        for n, v in spec.env.items()
+        if v is not None and loads_code(n) and have.get(n) != v and not _placeholder(v)
+    )
+
+
+def _placeholder(value: str) -> bool:
+    from regdiag.snapshot.keyedhash import is_hashed
+
+    return value in (REDACTED, "<set>") or is_hashed(value)
 
 
 # ---------------------------------------------------------------------------------------- diffing

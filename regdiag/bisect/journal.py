@@ -28,6 +28,7 @@ from typing import Any
 
 from regdiag.bisect.measure import Launch
 from regdiag.errors import BadInput
+from regdiag.files import open_appending
 from regdiag.records import (
     JOURNAL,
     FileLock,
@@ -54,7 +55,7 @@ def default_path() -> Path:
 
 def _drop_torn_tail(path: Path) -> None:
     """Cut a half-written last line (kill -9 inside a write) so the next append starts a clean line."""
-    with open(path, "rb+") as f:
+    with os.fdopen(open_appending(path), "rb+") as f:  # O_NOFOLLOW: never cuts a file a link points to
         f.seek(0, 2)
         size = f.tell()
         if size == 0:
@@ -164,8 +165,7 @@ class Journal:
                     ) from None
             _drop_torn_tail(self.path)
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            append_jsonl(
+            append_jsonl(  # makes a missing directory only inside REGDIAG_HOME (records.check_output_path)
                 self.path,
                 {
                     "type": "start",

@@ -50,6 +50,7 @@ class Request:
     launch_timeout: float = 600.0
     journal: str | None = None
     resume: bool = False
+    allow_code_from_record: bool = False  # a side's record may set PYTHONPATH, LD_PRELOAD, ...
     # Launches of the two endpoints measured moments ago by `regdiag probe` with this very probe and
     # these args (the demo does this): {"good": [launch records], "bad": [...]}. Never from old runs:
     # the endpoints are measured here and now precisely to check that the regression reproduces.
@@ -140,8 +141,8 @@ def make_plan(req: Request, host: Host | None = None) -> Plan:
     what cannot be bisected here (and may normalize). BadInput (exit 2) for what cannot be bisected."""
     remote = is_remote(host)
     _check(req, remote)
-    good = load_side(req.good, "--good")
-    bad = load_side(req.bad, "--bad")
+    good = load_side(req.good, "--good", req.allow_code_from_record)
+    bad = load_side(req.bad, "--bad", req.allow_code_from_record)
     d = diff(good, bad)
     if not d.factors:
         raise BadInput(

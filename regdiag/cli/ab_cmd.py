@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from regdiag.cli.common import (
+    AllowCodeOpt,
     FindLinksOpt,
     HostOpt,
     IndexUrlOpt,
@@ -24,6 +25,7 @@ from regdiag.cli.common import (
     console,
     err_console,
     open_target,
+    output_prefix,
     print_json,
 )
 from regdiag.errors import BadInput
@@ -68,7 +70,7 @@ def ab(
         "-o",
         "--output",
         help="Write the records to PREFIX-a.json and PREFIX-b.json.",
-        dir_okay=False,
+        callback=output_prefix,
     ),
     repo: Path | None = RepoOpt,
     setup: str | None = SetupOpt,
@@ -82,6 +84,7 @@ def ab(
     ssh_config: Path | None = SshConfigOpt,
     slurm: str | None = SlurmOpt,
     slurm_args: str | None = SlurmArgsOpt,
+    allow_code_from_record: bool = AllowCodeOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     from regdiag.ab import AbRequest
@@ -105,6 +108,7 @@ def ab(
         launch_timeout=launch_timeout,
         output=str(output) if output else None,
         snapshot=not no_snapshot,
+        allow_code_from_record=allow_code_from_record,
     )
     result = _run(req, open_target(host[0] if host else None, python, ssh_config, slurm, slurm_args))
     _show(result, m, json_out)

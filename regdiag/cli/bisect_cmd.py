@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from regdiag.cli.common import (
+    AllowCodeOpt,
     FindLinksOpt,
     IndexUrlOpt,
     InstallerOpt,
@@ -163,6 +164,7 @@ def bisect(
     ssh_config: Path | None = SshConfigOpt,
     slurm: str | None = SlurmOpt,
     slurm_args: str | None = SlurmArgsOpt,
+    allow_code_from_record: bool = AllowCodeOpt,
     json_out: bool = JsonOpt,
     markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown on stdout."),
     fmt: str = format_opt("bisect"),
@@ -189,6 +191,7 @@ def bisect(
         launch_timeout=launch_timeout,
         journal=str(journal) if journal else None,
         resume=resume,
+        allow_code_from_record=allow_code_from_record,
     )
     report = _run(req, host, python, ssh_config, (slurm, slurm_args))
     show("bisect", chosen, report)

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from regdiag.errors import BadInput
+from regdiag.files import RecordError, check_output_path
 
 
 class _Console(Console):
@@ -29,7 +30,6 @@ console = _Console(highlight=False)
 err_console = _Console(stderr=True, highlight=False)
 
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout (nothing else on stdout).")
-OutputOpt = typer.Option(None, "-o", "--output", help="Also write the record to this file (atomically).")
 HostOpt = typer.Option(
     None,
     "--host",
@@ -258,10 +258,21 @@ def check_input_file(path: Path, flag: str) -> Path:
 
 
 def check_output_file(path: Path, flag: str) -> Path:
-    if path.is_dir():
-        raise BadInput(f"{flag} {path}: is a directory; give a file name to write")
-    if path.exists() and not path.is_file():
-        raise BadInput(f"{flag} {path}: not a regular file; give a file name to write")
+    """records.check_output_path, at the option: a name with control characters, a directory, a device, a
+    missing directory outside REGDIAG_HOME are refused before anything is made or measured."""
+    try:
+        check_output_path(path)
+    except RecordError as e:
+        raise BadInput(f"{flag} {e}") from None
+    return path
+
+
+def check_output_prefix(path: Path, flag: str) -> Path:
+    """An output PREFIX (ab's -o): the files PREFIX-a.json and PREFIX-b.json are checked, and the prefix
+    itself must not be a device (`-o /dev/full` would write /dev/full-a.json)."""
+    check_output_file(path, flag)
+    for side in ("a", "b"):
+        check_output_file(path.with_name(f"{path.name}-{side}.json"), flag)
     return path
 
 
@@ -299,6 +310,10 @@ def _callback(check):  # type: ignore[no-untyped-def]
 
 input_file = _callback(check_input_file)
 output_file = _callback(check_output_file)
+output_prefix = _callback(check_output_prefix)
+OutputOpt = typer.Option(
+    None, "-o", "--output", help="Also write the record to this file (atomically).", callback=output_file
+)
 input_dir = _callback(check_input_dir)
 
 # How bisect and ab build an environment (regdiag.bisect.lab.builder_for): declared once for both.
@@ -310,6 +325,13 @@ RepoOpt = typer.Option(
 )
 SetupOpt = typer.Option(
     None, "--setup", help="Shell command run in each commit's worktree after checkout (default: none)."
+)
+AllowCodeOpt = typer.Option(
+    False,
+    "--allow-code-from-record",
+    help="Let a snapshot or run record given as a side set variables that load code into every launch "
+    "(PYTHONPATH, LD_PRELOAD, LD_LIBRARY_PATH, ...) to values this shell does not have; refused by "
+    "default (exit 2, naming them).",
 )
 FindLinksOpt = typer.Option(
     None,

@@ -1,8 +1,8 @@
 """The one file regdiag ships to a host to run there: a zip that the host's python runs directly.
 
-Contents: regdiag/__init__.py, regdiag/records.py, regdiag/snapshot/ (stdlib only), the probes as
-regdiag/probes/*.py, and a __main__.py (bundle_main.py) that checks the python version first and then
-dispatches `version`, `snapshot ...` or `probe NAME ...`. Nothing else of regdiag goes there, so the
+Contents: regdiag/__init__.py, regdiag/records.py, regdiag/files.py, regdiag/snapshot/ (stdlib only), the
+probes as regdiag/probes/*.py, and a __main__.py (bundle_main.py) that checks the python version first
+and then dispatches `version`, `snapshot ...` or `probe NAME ...`. Nothing else of regdiag goes there, so the
 host needs python >= 3.9 and nothing installed.
 
 The zip is byte-for-byte reproducible (sorted names, fixed timestamps), so its sha256 names it: a host
@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import io
-import os
 import threading
 import weakref
 import zipfile
@@ -66,6 +65,7 @@ def bundle_files() -> dict[str, bytes]:
         "__main__.py": (root / "hosts" / "bundle_main.py").read_bytes(),
         "regdiag/__init__.py": (root / "__init__.py").read_bytes(),
         "regdiag/records.py": (root / "records.py").read_bytes(),
+        "regdiag/files.py": (root / "files.py").read_bytes(),
         "regdiag/probe_modules.py": (root / "probe_modules.py").read_bytes(),
     }
     snapshot = root / "snapshot"
@@ -105,15 +105,12 @@ def build_bundle() -> Bundle:
 
 def local_bundle_path() -> Path:
     """The bundle as a file on this machine (for running it with another local interpreter)."""
-    from regdiag.runs import regdiag_home
+    from regdiag.files import atomic_write_bytes, regdiag_home
 
     b = build_bundle()
     path = regdiag_home() / "cache" / b.name
     if not path.is_file() or path.stat().st_size != len(b.data):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_bytes(b.data)
-        tmp.replace(path)
+        atomic_write_bytes(path, b.data)  # a private temporary file renamed over: no planted name is opened
     return path
 
 

@@ -113,7 +113,12 @@ def collect_snapshot(
         raise HostError(
             f"{host.name}: the snapshot failed: {res.stderr_tail() or f'exit status {res.returncode}'}"
         )
-    record = _json_record(res.stdout)
+    from regdiag.records import DuplicateKey
+
+    try:
+        record = _json_record(res.stdout)
+    except DuplicateKey as e:  # which of the two values counts would be the parser's choice
+        raise HostError(f"{host.name}: the snapshot record: {e}") from None
     if record is None:
         raise HostError(f"{host.name}: the snapshot printed no record (stdout ends {res.stdout[-120:]!r})")
     from regdiag.records import RecordError, check_record
@@ -130,13 +135,15 @@ def collect_snapshot(
 
 
 def _json_record(stdout: bytes) -> dict[str, Any] | None:
+    from regdiag.records import loads_json
+
     # Login scripts on the host may print to stdout before the bundle runs: the record is the JSON
     # object that starts at the beginning of a line and runs to the end.
     text = stdout.decode("utf-8", "replace")
     starts = [0] + [i + 1 for i, ch in enumerate(text) if ch == "\n" and text[i + 1 : i + 2] == "{"]
     for start in starts:
         try:
-            value = json.loads(text[start:])
+            value = loads_json(text[start:])  # a key given twice: DuplicateKey
         except json.JSONDecodeError:
             continue
         if isinstance(value, dict):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from regdiag.records import dumps_record, save_record
+from regdiag.records import RecordError, dumps_record, save_record
 from regdiag.snapshot import DEFAULT_TIMEOUT_S, collect
 
 
@@ -33,11 +33,11 @@ def main(argv: list[str] | None = None) -> int:
         record = collect(
             repo=args.repo, all_packages=args.all_packages, timeout_s=args.timeout, via=args.via, pid=args.pid
         )
-    except ProcessError as e:
+        if args.output:
+            save_record(args.output, record)
+    except (ProcessError, RecordError) as e:  # RecordError: a hash key refused, an -o that cannot be written
         sys.stderr.write(f"{p.prog}: error: {e}\n")
         return 2
-    if args.output:
-        save_record(args.output, record)
     sys.stdout.write(dumps_record(record))
     sys.stdout.flush()
     return 0

@@ -123,11 +123,9 @@ class Hasher:
 
     def __init__(self) -> None:
         self.note: str | None = None
-        try:
-            self.key: bytes | None = keyedhash.load_key()
-        except OSError as e:
-            self.key = None
-            self.note = f"no hash key ({F.one_line(e)}): sensitive values are recorded as {REDACTED}"
+        # A key that can be neither read nor made stops the snapshot (keyedhash.KeyFileError, exit 2):
+        # values recorded without a key could not be told apart, so hashing never silently turns off.
+        self.key: bytes | None = keyedhash.load_key()
 
     @property
     def key_id(self) -> str | None:
