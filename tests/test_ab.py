@@ -85,3 +85,33 @@ def test_ab_probe_usage_error_leaves_no_record(cli, tmp_path):
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("regdiag: error:")
     assert not Path(f"{prefix}-a.json").exists() and not Path(f"{prefix}-b.json").exists()
+
+
+def test_ab_refuses_a_gpu_clock_factor_here_in_one_line(cli, tmp_path):
+    # The sides' differences are factors of bisect's kinds, asked as the lab asks them: without NVML the
+    # clock kind refuses before anything runs (never measures the same clocks twice under two names).
+    r = cli(
+        "ab", "--a", "gpu0.sm_lock=1980", "--b", "gpu0.sm_lock=1410", "--command", _command(),
+        env={"REGDIAG_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert lines[-1].startswith("regdiag: error: GPU clock factors") and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_ab_names_a_difference_of_any_variable_in_both_records_and_compare(cli, tmp_path):
+    prefix = tmp_path / "ab"
+    r = cli(
+        "ab", "--a", "-CUBLAS_WORKSPACE_CONFIG", "--b", "CUBLAS_WORKSPACE_CONFIG=:16:8", "--command",
+        _command(cycles=3), "--launches", "2", "--margin", "25%", "-o", str(prefix),
+        env={"REGDIAG_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert r.returncode in (0, 1, 3), r.stderr[-2000:]
+    assert "environments identical" not in r.stdout
+    assert "CUBLAS_WORKSPACE_CONFIG" in r.stdout
+    for side in ("a", "b"):
+        d = load_record(Path(f"{prefix}-{side}.json"), "run")["design"]["differences"]
+        assert [(x["kind"], x["name"]) for x in d] == [("env", "CUBLAS_WORKSPACE_CONFIG")]
+    r2 = cli("compare", f"{prefix}-a.json", f"{prefix}-b.json", "--margin", "25%")
+    assert "spec.CUBLAS_WORKSPACE_CONFIG" in r2.stdout and "environments identical" not in r2.stdout
