@@ -53,6 +53,16 @@ def one_line(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def loaded_or_none() -> list[dict[str, str]] | None:
+    """The distributions this process has loaded, or None when they cannot be told."""
+    try:
+        from _loaded import loaded_distributions
+
+        return loaded_distributions()
+    except Exception:  # noqa: BLE001 - never fail a measured launch over its bookkeeping
+        return None
+
+
 class UsageError(Exception):
     """Bad arguments or a configuration this probe cannot run; reported with kind 'usage'."""
 
@@ -65,6 +75,10 @@ class Emitter:
         self.lock = threading.Lock()
 
     def emit(self, obj: dict[str, Any]) -> None:
+        if obj.get("type") == "footer" and "loaded" not in obj:
+            # What this process loaded (probes/_loaded.py): a rank's footer says it; the supervisor,
+            # which passes it on, adds nothing of its own.
+            obj["loaded"] = loaded_or_none()
         line = json.dumps(obj, allow_nan=False, separators=(",", ":"))
         with self.lock:
             self.stream.write(line + "\n")

@@ -124,10 +124,19 @@ def test_package_bisect_from_a_venv_names_the_version(user_venv, wheels, tmp_pat
         assert by_name["kernpkg"]["version"] in ("1.0", "2.0")
 
 
-def test_an_overlay_shadows_the_users_version_and_keeps_the_rest(user_venv, wheels, tmp_path) -> None:
+@pytest.mark.parametrize("installer", ["pip", "uv"])
+def test_an_overlay_shadows_the_users_version_and_keeps_the_rest(
+    user_venv, wheels, tmp_path, installer
+) -> None:
     """What importlib.metadata and import say inside a built environment, with the user's venv holding
-    another version of the pinned package (installed into a venv of our own, not the user's)."""
+    another version of the pinned package (installed into a venv of our own, not the user's); made
+    with pip and with uv (a test dependency, on the venv's PATH)."""
+    import shutil
+
     from regdiag.bisect.envs import Builder
+
+    if installer == "uv" and shutil.which("uv") is None:
+        pytest.skip("uv is not on PATH (pip install -e '.[test]' installs it)")
 
     home = tmp_path / "ml-env"
     subprocess.run([user_venv, "-m", "venv", "--without-pip", str(home)], check=True)
@@ -139,7 +148,7 @@ def test_an_overlay_shadows_the_users_version_and_keeps_the_rest(user_venv, whee
     torch_site = subprocess.run([user_venv, "-c", "import torch, os; print(os.path.dirname(os.path.dirname(torch.__file__)))"],
                                 capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     (Path(site) / "torch-home.pth").write_text(torch_site + "\n")
-    b = Builder(base_python=py, find_links=str(wheels), installer="pip", root=tmp_path / "envs")
+    b = Builder(base_python=py, find_links=str(wheels), installer=installer, root=tmp_path / "envs")
     assert b.installs({"kernpkg": "2.0"}) == {"kernpkg": "2.0"}
     assert b.installs({"kernpkg": "1.0"}) == {}
     built = b.build({"kernpkg": "2.0"}, None)

@@ -6,11 +6,18 @@ process): the engine at one commit and a set of pinned package versions.
 - A commit becomes a git worktree (GitPython, `git worktree add --detach`), and the user's
   `--setup` command runs inside it (with the environment's venv first on PATH, so `pip install -e .`
   installs into that venv).
-- Packages that differ from the base interpreter are installed, pinned and with --no-deps, into a
-  venv layered on the base interpreter (`--system-site-packages`): everything else is the base's.
+- Packages that differ from the user's interpreter (`--python`: a system python, a venv, a conda
+  env, a uv venv) are installed, pinned and with --no-deps, into an overlay venv layered on *that
+  interpreter*: the overlay's own site-packages comes first, then every site directory the user's
+  interpreter has (its venv's, its base's when the venv sees them, its user site), added by a .pth
+  file with `site.addsitedir` so that the user's own .pth files (editable installs) work as they do
+  at home. A venv made with `--system-site-packages` would see the *base* interpreter's site only:
+  a user's venv with torch and the engine would vanish. The pinned versions shadow the user's; the
+  rest is the user's, torch included, and never upgraded (--no-deps; what a pin requires and the
+  user's environment does not satisfy is written down as a note). docs/bisect.md has the limits.
   With uv when it is on PATH (`uv venv`, `uv pip install`), else `python -m venv --without-pip`
-  and the base interpreter's own pip run through the venv's python (0.2 s instead of 7 s for a venv
-  that carries its own pip). Sources: the user's --find-links DIR (no index) or --index-url URL.
+  and the user's pip (found through the layer) run by the overlay's python (0.2 s instead of 7 s for
+  a venv that carries its own pip). Sources: the user's --find-links DIR (no index) or --index-url.
 
 Each environment lives in ${REGDIAG_HOME:-~/.regdiag}/envs/<key>/ and counts as built only once
 `ready.json` is written there (atomically, last): a build killed half-way is removed and redone. A
@@ -21,6 +28,7 @@ exit status of 125 asks for exactly that (git bisect's convention).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -60,6 +68,7 @@ class Built:
     worktree: str | None
     cached: bool
     build_s: float
+    notes: tuple[str, ...] = ()  # what the build found worth saying (a pin's unmet requirement)
 
     def process_env(self, path: str | None = None) -> dict[str, str]:
         """What a process in this environment gets on top of the caller's environment; `path` is the
@@ -71,7 +80,12 @@ class Built:
         return {"VIRTUAL_ENV": self.venv, "PATH": os.pathsep.join([bin_dir, base])}
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "notes": list(self.notes)}
+
+    @classmethod
+    def cached_from(cls, info: Mapping[str, Any]) -> Built:
+        """The environment a `ready.json` describes, found built."""
+        return cls(**{**info, "cached": True, "build_s": 0.0, "notes": tuple(info.get("notes") or ())})
 
 
 def envs_dir() -> Path:
@@ -84,11 +98,77 @@ def _last_line(text: str) -> str:
     return one_line(lines[-1] if lines else "")
 
 
+# Run by the user's interpreter: its site directories in sys.path order (a venv's, the base's when the
+# venv sees them, the user site), as one JSON line.
+SITE_DIRS_SCRIPT = (
+    "import json, site, sys\n"
+    "known = set(site.getsitepackages())\n"
+    "if site.ENABLE_USER_SITE: known.add(site.getusersitepackages())\n"
+    "print(json.dumps([p for p in sys.path if p in known]))\n"
+)
+# Run by the overlay's interpreter with that JSON as argv[1]: writes the .pth that layers the user's
+# site directories behind the overlay's own, and prints the overlay's site directory.
+LAYER_PTH = "regdiag-layer.pth"
+LAYER_SCRIPT = (
+    "import json, os, sys, sysconfig\n"
+    "dirs = json.loads(sys.argv[1])\n"
+    "site_dir = sysconfig.get_paths()['purelib']\n"
+    "os.makedirs(site_dir, exist_ok=True)\n"
+    "line = 'import site; ' + '; '.join('site.addsitedir(%r)' % d for d in dirs)\n"
+    f"with open(os.path.join(site_dir, {LAYER_PTH!r}), 'w') as f: f.write(line + '\\n')\n"
+    "print(site_dir)\n"
+)
+# Run by the overlay's interpreter with the pinned names: what each pin requires that the layered
+# environment does not satisfy (a pin installed --no-deps may need a torch the user does not have).
+UNMET_SCRIPT = (
+    "import json, sys\n"
+    "from importlib import metadata\n"
+    "out = []\n"
+    "try:\n"
+    "    from packaging.requirements import Requirement\n"
+    "except ImportError:\n"
+    "    Requirement = None\n"
+    "for name in sys.argv[1:]:\n"
+    "    if Requirement is None: break\n"
+    "    for r in metadata.requires(name) or []:\n"
+    "        req = Requirement(r)\n"
+    "        if req.marker is not None and not req.marker.evaluate({'extra': ''}): continue\n"
+    "        try: have = metadata.version(req.name)\n"
+    "        except metadata.PackageNotFoundError: have = None\n"
+    "        if have is None or (req.specifier and not req.specifier.contains(have, prereleases=True)):\n"
+    "            out.append(f'{name} requires {req.name}{req.specifier}, the environment has {have or \"none\"}')\n"
+    "print(json.dumps(out))\n"
+)
+
+
 def venv_argv(installer: str, base_python: str, path: str) -> list[str]:
-    """The command that makes a venv at `path` layered on `base_python` (here or on a remote host)."""
+    """The command that makes the overlay venv at `path` on `base_python`'s interpreter (here or on a
+    remote host). No system site packages: the layer (LAYER_SCRIPT) adds exactly the user's."""
     if installer == "uv":
-        return ["uv", "venv", "--quiet", "--system-site-packages", "--python", base_python, path]
-    return [base_python, "-m", "venv", "--without-pip", "--system-site-packages", path]
+        return ["uv", "venv", "--quiet", "--python", base_python, path]
+    return [base_python, "-m", "venv", "--without-pip", path]
+
+
+def site_dirs_argv(base_python: str) -> list[str]:
+    return [base_python, "-c", SITE_DIRS_SCRIPT]
+
+
+def layer_argv(venv_python: str, site_dirs_json: str) -> list[str]:
+    return [venv_python, "-c", LAYER_SCRIPT, site_dirs_json]
+
+
+def unmet_argv(venv_python: str, names: Sequence[str]) -> list[str]:
+    return [venv_python, "-c", UNMET_SCRIPT, *names]
+
+
+def json_line(text: str) -> Any:
+    """The last line of a helper script's output that parses as JSON (a sitecustomize may print)."""
+    for line in reversed(text.splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    raise ValueError("no JSON line in the output")
 
 
 def install_argv(
@@ -104,8 +184,8 @@ def install_argv(
         src += ["--index-url", index_url]
     if installer == "uv":
         return ["uv", "pip", "install", "--quiet", "--python", python, "--no-deps", *src, *reqs]
-    # The venv has no pip of its own: the base's pip, found through system site-packages and run by
-    # the venv's python, installs into the venv (sys.prefix is the venv).
+    # The venv has no pip of its own: the user's pip, found through the layer and run by the venv's
+    # python, installs into the venv (sys.prefix is the venv; the user's copies are left alone).
     return [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-input", "--disable-pip-version-check",
             *src, *reqs]  # fmt: skip
 
@@ -127,6 +207,9 @@ def env_key(
     if not pins and commit is None:
         return None
     content: dict[str, object] = {
+        # 2: overlays layered on the user's interpreter's site dirs (1: --system-site-packages venvs,
+        # which lost a user's venv): an environment of the old layout is never reused.
+        "layout": 2,
         "python": python,
         "pins": dict(pins),
         "commit": commit,
@@ -210,7 +293,7 @@ class Builder:
             if ready.exists():
                 try:
                     info = json.loads(ready.read_text(encoding="utf-8"))
-                    return Built(**{**info, "cached": True, "build_s": 0.0})
+                    return Built.cached_from(info)
                 except (ValueError, TypeError):
                     pass  # an unreadable marker: build again
             self._remove(d)
@@ -220,7 +303,7 @@ class Builder:
             except BuildFailed:
                 self._remove(d)
                 raise
-            built = Built(**{**asdict(built), "build_s": round(time.monotonic() - t0, 3)})
+            built = dataclasses.replace(built, build_s=round(time.monotonic() - t0, 3))
             atomic_write_text(ready, json.dumps({**built.to_dict(), "cached": False}, indent=1))
             self.built_now += 1
             return built
@@ -239,7 +322,8 @@ class Builder:
             python = os.path.join(venv, "bin", "python")
             if pins:
                 self._install(python, pins, log)
-        built = Built(key, python, str(d), venv, worktree, False, 0.0)
+        notes = self._unmet(python, pins, log) if pins else ()
+        built = Built(key, python, str(d), venv, worktree, False, 0.0, notes)
         if commit is not None and self.setup:
             self._setup(built, log)
         return built
@@ -274,6 +358,22 @@ class Builder:
         res = self._run(argv, log, "venv", timeout=300)
         if res.returncode != 0:
             raise BuildFailed(f"creating the venv failed: {_last_line(res.stderr or res.stdout)}")
+        res = self._run(site_dirs_argv(self.base_python), log, "site directories", timeout=120)
+        if res.returncode == 0:
+            try:
+                dirs = json.dumps(json_line(res.stdout))
+            except ValueError:
+                raise BuildFailed(f"{self.base_python}: cannot list its site directories") from None
+            res = self._run(layer_argv(os.path.join(path, "bin", "python"), dirs), log, "layer", timeout=120)
+        if res.returncode != 0:
+            raise BuildFailed(f"layering the venv on {self.base_python} failed: {_last_line(res.stderr)}")
+
+    def _unmet(self, python: str, pins: Mapping[str, str], log: Path) -> tuple[str, ...]:
+        res = self._run(unmet_argv(python, list(pins)), log, "requirements", timeout=120)
+        try:
+            return tuple(str(x) for x in json_line(res.stdout)) if res.returncode == 0 else ()
+        except ValueError:
+            return ()
 
     def _install(self, python: str, pins: dict[str, str], log: Path) -> None:
         reqs = [f"{n}=={v}" for n, v in pins.items()]

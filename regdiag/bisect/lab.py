@@ -89,6 +89,7 @@ class Lab:
         launch_timeout: float | None = None,
         progress: Progress | None = None,
         fixed_env: Mapping[str, str | None] | None = None,
+        on_endpoint: Callable[[str, Launch], None] | None = None,
     ) -> None:
         self.factors = list(factors)
         self.builder = builder
@@ -99,6 +100,9 @@ class Lab:
         self.launch_timeout = launch_timeout
         self.progress = progress or (lambda ev: None)
         self.fixed_env = dict(fixed_env or {})
+        # Called with ("good" | "bad", launch) after each endpoint launch that succeeded: the check
+        # that the measurement loads every package factor (regdiag.bisect.loaded) raises there.
+        self.on_endpoint = on_endpoint
         self.built: dict[str, Built] = {}
         self.launches_run = 0
         self.points_used: set[str] = set()
@@ -181,6 +185,10 @@ class Lab:
                 if len(self.journal.launches.get(key, [])) < n and self._failure(key, n) is None:
                     self._launch_one(p, key)
 
+    def environment(self, p: Point) -> Built | None:
+        """The point's environment, built (or found built) now; None when it cannot be (SKIP)."""
+        return self._environment(p, self.key(p))
+
     def _environment(self, p: Point, key: str) -> Built | None:
         if key in self.built:
             return self.built[key]
@@ -249,3 +257,5 @@ class Lab:
             raise BadInput(f"--metric {self.metric!r}: the probe reports {have}")
         if launch.status != "ok":
             self.progress({"event": "skip", "label": self.label(p), "reason": launch.error})
+        elif self.on_endpoint is not None and p in (self.good(), self.bad()):
+            self.on_endpoint("good" if p == self.good() else "bad", launch)

@@ -25,7 +25,6 @@ from regdiag.bisect.factors import Factor
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 
-
 # What each synthetic probe imports (probes/spec_decode.py, probes/collectives.py: torch and its
 # distributed package, nothing else): enough to load, before any launch, what its processes will.
 PROBE_IMPORTS: dict[str, tuple[str, ...]] = {
@@ -58,7 +57,12 @@ def refuse(missing: Sequence[Factor], measured_by: str) -> BadInput:
 
 
 def preflight(
-    host: Host, python: str, script: str, imports: Sequence[str], env: Mapping[str, str], timeout: float = 300.0
+    host: Host,
+    python: str,
+    script: str,
+    imports: Sequence[str],
+    env: Mapping[str, str],
+    timeout: float = 300.0,
 ) -> list[dict[str, str]] | None:
     """What a process of `python` that imports `imports` loads (None when that cannot be told)."""
     res = host.run([python, script, *imports], env=dict(env), timeout=timeout)

@@ -48,6 +48,9 @@ class Launch:
     error: str | None = None
     failure: str | None = None  # the kind of regdiag.bisect.failures class of a failed launch
     better: str | None = None  # the metric's direction as the probe declared it (regdiag/direction.py)
+    # The distributions the measured process loaded, as its footer says ({name, version, path});
+    # None when it did not say (a --command of the user's, an old journal).
+    loaded: list[dict[str, str]] | None = None
     placement: dict[str, Any] | None = None  # where it ran beyond the host (Slurm: node, allocation)
 
     def to_dict(self) -> dict[str, Any]:
@@ -60,6 +63,7 @@ class Launch:
             "error": self.error,
             "failure": self.failure,
             "better": self.better,
+            "loaded": self.loaded,
             **({"placement": self.placement} if self.placement else {}),
         }
 
@@ -82,8 +86,20 @@ class Launch:
             error=d.get("error"),
             failure=d.get("failure"),
             better=d.get("better"),
+            loaded=loaded_list(d.get("loaded")),
             placement=d.get("placement") if isinstance(d.get("placement"), dict) else None,
         )
+
+
+def loaded_list(value: Any) -> list[dict[str, str]] | None:
+    """A footer's or journal's `loaded` list, kept only in its documented shape."""
+    if not isinstance(value, list):
+        return None
+    return [
+        {k: str(d[k]) for k in ("name", "version", "path") if isinstance(d.get(k), str)}
+        for d in value
+        if isinstance(d, dict) and isinstance(d.get("name"), str)
+    ]
 
 
 def medians(samples: Mapping[str, Sequence[float]]) -> dict[str, float]:
@@ -127,4 +143,5 @@ def run_launch(
         have = ", ".join(meds) or "none"
         why = f"no metric {metric!r} in the output (has {have})"
         return Launch("error", meds, 0, took, rc, why, MetricMissing.kind)
-    return Launch("ok", meds, n, took, rc, better=direction.of_header(metric, stream.header))
+    loaded = loaded_list((stream.footer or {}).get("loaded"))
+    return Launch("ok", meds, n, took, rc, better=direction.of_header(metric, stream.header), loaded=loaded)

@@ -18,6 +18,7 @@ keeping every launch that finished.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -30,6 +31,10 @@ from regdiag.bisect.envs import (
     _last_line,
     env_key,
     install_argv,
+    json_line,
+    layer_argv,
+    site_dirs_argv,
+    unmet_argv,
     venv_argv,
 )
 from regdiag.bisect.failures import BuildFailed
@@ -189,7 +194,7 @@ class RemoteBuilder:
         if ready.ok:
             try:
                 info = json.loads(ready.stdout.decode("utf-8", "replace"))
-                return Built(**{**info, "cached": True, "build_s": 0.0})
+                return Built.cached_from(info)
             except (ValueError, TypeError):
                 pass  # an unreadable marker: build again
         self._remove(d)
@@ -201,7 +206,7 @@ class RemoteBuilder:
             self._keep_log(d, log)
             self._remove(d, keep_log=True)
             raise
-        built = Built(**{**built.to_dict(), "build_s": round(time.monotonic() - t0, 3)})
+        built = dataclasses.replace(built, build_s=round(time.monotonic() - t0, 3))
         self._keep_log(d, log)
         blob = json.dumps({**built.to_dict(), "cached": False}, indent=1).encode()
         self._put(blob, f"{d}/{READY}.tmp")
@@ -245,7 +250,8 @@ class RemoteBuilder:
             python = f"{venv}/bin/python"
             if pins:
                 self._install(python, pins, log)
-        built = Built(key, python, d, venv, worktree, False, 0.0)
+        notes = self._unmet(python, pins, log) if pins else ()
+        built = Built(key, python, d, venv, worktree, False, 0.0, notes)
         if commit is not None and self.setup:
             self._setup(d, built, log)
         return built
@@ -267,6 +273,26 @@ class RemoteBuilder:
         if not res.ok:
             why = _last_line((res.stderr or res.stdout).decode("utf-8", "replace"))
             raise BuildFailed(f"creating the venv failed: {why}")
+        # Layered on the host's interpreter as a local overlay is (regdiag.bisect.envs).
+        res = self._run(site_dirs_argv(self.base_python), 120, log=log)
+        if res.ok:
+            try:
+                dirs = json.dumps(json_line(res.stdout.decode("utf-8", "replace")))
+            except ValueError:
+                raise BuildFailed(
+                    f"{self.host.name}: {self.base_python}: cannot list its site directories"
+                ) from None
+            res = self._run(layer_argv(f"{path}/bin/python", dirs), 120, log=log)
+        if not res.ok:
+            why = _last_line(res.stderr.decode("utf-8", "replace"))
+            raise BuildFailed(f"layering the venv on {self.base_python} failed: {why}")
+
+    def _unmet(self, python: str, pins: Mapping[str, str], log: list[str]) -> tuple[str, ...]:
+        res = self._run(unmet_argv(python, list(pins)), 120, log=log)
+        try:
+            return tuple(str(x) for x in json_line(res.stdout.decode("utf-8", "replace"))) if res.ok else ()
+        except ValueError:
+            return ()
 
     def _install(self, python: str, pins: dict[str, str], log: list[str]) -> None:
         reqs = [f"{n}=={v}" for n, v in pins.items()]

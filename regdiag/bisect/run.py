@@ -20,6 +20,8 @@ from regdiag.bisect.factors import Factor, diff, load_side
 from regdiag.bisect.journal import Journal, default_path
 from regdiag.bisect.kinds import KINDS, Where, kind_of
 from regdiag.bisect.lab import Lab, builder_for
+from regdiag.bisect.loaded import PROBE_IMPORTS, package_factors, preflight, refuse, unloaded
+from regdiag.bisect.measure import Launch
 from regdiag.bisect.report import build_report
 from regdiag.bisect.search import Options, Outcome, Search
 from regdiag.errors import BadInput
@@ -48,6 +50,7 @@ class Request:
     margin: float = 0.02
     min_share: float = 0.1
     launch_timeout: float = 600.0
+    allow_unloaded: bool = False  # measure package factors the measurement never loads (see bisect/loaded.py)
     journal: str | None = None
     resume: bool = False
     allow_code_from_record: bool = False  # a side's record may set PYTHONPATH, LD_PRELOAD, ...
@@ -97,6 +100,12 @@ def argv_builder(req: Request, host: Host | None = None) -> Callable[[Built, int
         if not template:
             raise BadInput("--command is empty")
         return lambda built, index: [built.python if tok == "{python}" else tok for tok in template]
+    if req.probe in MEASURED_BY_REGDIAG:
+        if host is not None and is_remote(host):
+            raise BadInput(
+                f"--probe {req.probe} over --host: run regdiag on that host (its --host does the SSH)"
+            )
+        return engine_argv(req)
     from regdiag.measure.probes import probe_script
 
     args = list(req.probe_args)
@@ -107,6 +116,35 @@ def argv_builder(req: Request, host: Host | None = None) -> Callable[[Built, int
     return lambda built, index: where.regdiag_argv(
         ["probe", script, *args, "--launch-index", str(index)], built.python
     )
+
+
+# Measurements that are regdiag commands of their own, run once per launch in the environment's
+# interpreter: `regdiag probe engine --protocol` (the user's engine, its phases timed by the hook).
+MEASURED_BY_REGDIAG = ("engine",)
+
+
+def engine_argv(req: Request) -> Callable[[Built, int], list[str]]:
+    """One launch of `regdiag probe engine` with the environment's interpreter as the engine's: its
+    --python, and `{python}` (or the base interpreter's path) in --launch-cmd, become the built one."""
+    args = list(req.probe_args)
+    if any(a in ("--host", "--python", "-L", "--launches", "--protocol") or a.startswith(("--host=", "--python="))
+           for a in args):  # fmt: skip
+        raise BadInput(
+            "--probe engine: --host, --python, --launches and --protocol are the bisect's to set; "
+            "give --python to bisect itself and {python} in --launch-cmd"
+        )
+    base = req.python or sys.executable
+    bases = {base, os.path.realpath(base)}
+
+    def one(built: Built, index: int) -> list[str]:
+        def sub(arg: str) -> str:
+            words = [built.python if w in bases else w for w in arg.split(" ")]
+            return " ".join(words).replace("{python}", built.python)
+
+        return [sys.executable, "-m", "regdiag", "probe", "engine", "--protocol", "-L", "1",
+                "--python", built.python, *[sub(a) for a in args]]  # fmt: skip
+
+    return one
 
 
 def is_remote(host: Host | None) -> bool:
@@ -210,6 +248,9 @@ def run_bisect(
             progress=progress,
             fixed_env=plan.fixed_env,
         )
+        if not req.allow_unloaded:
+            lab.on_endpoint = _loaded_check(plan, req, notes, progress)
+            _preflight(lab, req, host or LocalHost(req.python), remote, progress)
         if req.seed_endpoints and not journal.resumed:
             _seed(lab, req.seed_endpoints)
         options = Options(req.launches, req.max_launches, req.margin, req.min_share)
@@ -219,6 +260,60 @@ def run_bisect(
         return report
     finally:
         journal.close()  # a --resume, in this process or another, may open it now
+
+
+def _measured_by(req: Request) -> str:
+    return f"probe {req.probe}" if req.probe else "the --command"
+
+
+def _preflight(
+    lab: Lab, req: Request, host: Host, remote: bool, progress: Callable[..., None] | None
+) -> None:
+    """Before any launch: what a synthetic probe's processes load in the bad endpoint's environment;
+    a package factor outside it is refused (BadInput)."""
+    imports = PROBE_IMPORTS.get(str(req.probe))
+    if imports is None or remote or not package_factors(lab.factors):
+        return  # the endpoints' own launches are checked instead (on a host: the bundle's probe)
+    from regdiag.probe_runner import probe_script
+
+    if progress:
+        progress({"event": "step", "what": f"what probe {req.probe} loads"})
+    point = lab.bad()
+    built = lab.environment(point)
+    if built is None:
+        return  # the bad side cannot be built: the search says so in its own words
+    script = str(probe_script(str(req.probe)).parent / "_loaded.py")
+    env = {**built.process_env(), **{k: v for k, v in lab.fixed_env.items() if v is not None}}
+    loaded = preflight(host, built.python, script, imports, env)
+    if loaded is None:
+        return
+    missing = unloaded(lab.factors, loaded)
+    if missing:
+        raise refuse(missing, _measured_by(req))
+
+
+def _loaded_check(
+    plan: Plan, req: Request, notes: list[str], progress: Callable[..., None] | None
+) -> Callable[[str, Launch], None]:
+    """After each endpoint's launch: every package factor must be among what the launch loaded."""
+    told: set[str] = set()
+
+    def check(side: str, launch: Launch) -> None:
+        if side != "bad" or told:
+            return  # the bad endpoint has every factor at its bad value: what it loads is what counts
+        told.add(side)
+        if launch.loaded is None:
+            names = ", ".join(f.name for f in package_factors(plan.factors))
+            if names:
+                notes.append(
+                    f"{_measured_by(req)} does not say what it loaded: cannot tell whether it loads {names}"
+                )
+            return
+        missing = unloaded(plan.factors, launch.loaded)
+        if missing:
+            raise refuse(missing, _measured_by(req))
+
+    return check
 
 
 def _final_report(

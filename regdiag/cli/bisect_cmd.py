@@ -114,7 +114,9 @@ def bisect(
     probe: str | None = typer.Option(
         None,
         "--probe",
-        help="Probe to run in each environment, e.g. spec-decode; its options go after --.",
+        help="What measures each environment: spec-decode or collectives (synthetic), or engine (your "
+        "engine, `regdiag probe engine`, with {python} in its --launch-cmd for the environment's "
+        "interpreter); its options go after --.",
     ),
     command: str | None = typer.Option(
         None,
@@ -154,6 +156,12 @@ def bisect(
         callback=output_file,
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue the bisect recorded in --journal."),
+    allow_unloaded: bool = typer.Option(
+        False,
+        "--allow-unloaded",
+        help="Bisect package factors the measurement never loads (refused by default, exit 2: a change "
+        "there cannot show).",
+    ),
     python: str | None = PythonOpt,
     host: str | None = typer.Option(
         None,
@@ -192,6 +200,7 @@ def bisect(
         journal=str(journal) if journal else None,
         resume=resume,
         allow_code_from_record=allow_code_from_record,
+        allow_unloaded=allow_unloaded,
     )
     report = _run(req, host, python, ssh_config, (slurm, slurm_args))
     show("bisect", chosen, report)

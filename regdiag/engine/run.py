@@ -32,6 +32,7 @@ from .presets import Targets
 
 HOOK_DIR = Path(__file__).resolve().parent.parent.parent / "probes" / "_engine_hook"
 HOOK_FILES = ("sitecustomize.py", "regdiag_phase_timer.py")
+LOADED_FILE = "regdiag_loaded.py"
 
 # Prepends the hook to PYTHONPATH and becomes the engine (exec: same PID, same process group).
 EXEC_WITH_HOOK = (
@@ -226,6 +227,8 @@ def _prepare(host: Host, tmp: str, probe: EngineProbe) -> tuple[str, str, str]:
     src = hook_dir()
     for name in HOOK_FILES:
         host.put_file(src / name, f"{hook}/{name}")
+    # what each engine process loaded (probes/_loaded.py), read by the hook's footer from beside it
+    host.put_file(src.parent / "_loaded.py", f"{hook}/{LOADED_FILE}")
     cfg = {**probe.targets.config(), "out_dir": out, "warmup": probe.warmup, "block": probe.block}
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "hook.json"

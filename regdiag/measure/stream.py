@@ -112,6 +112,7 @@ class LaunchStream:
                 naive.setdefault(k, []).append(v)
         footer = dict(self.footer) if self.footer else None
         clocks = footer.pop("clocks", []) if footer else []
+        loaded = footer.pop("loaded", None) if footer else None
         launch: dict[str, Any] = {
             "header": redacted_header(self.header),
             "warmup_dropped": (footer or {}).get("warmup_dropped", warm),
@@ -120,6 +121,7 @@ class LaunchStream:
             "scalars": dict((footer or {}).get("scalars") or {}),
             "clocks": clocks,
             "footer": footer,
+            "loaded": loaded,  # the distributions the measured process loaded (None: not told)
         }
         if naive:
             launch["naive_samples"] = naive

@@ -1,0 +1,70 @@
+"""`regdiag bisect --probe engine`: the engine itself as the measurement, one `probe engine --protocol`
+per launch with the environment's interpreter as the engine's ({python} in --launch-cmd). The engine
+here is tests/engine_fake (a scheduler loop with worker processes whose phase functions do real busy
+work, sized by env vars): a stand-in for SGLang's shape where no real engine needs to be installed;
+tests/test_vllm_*.py run the real vLLM."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from test_bisect_venv import make_loaded_wheel
+
+pytestmark = pytest.mark.slow
+
+FAKE = "tests/engine_fake"
+PHASES = [
+    "--phase", "draft=fake_spec:SpecWorker.draft",
+    "--phase", "verify=fake_spec:SpecWorker.verify",
+    "--phase", "extend=fake_spec:SpecWorker.extend",
+    "--sync", "fake_spec:SpecWorker.commit",
+    "--accept", "fake_spec:SpecWorker.commit=n_accepted",
+]  # fmt: skip
+LAUNCH = f"PYTHONPATH={FAKE}/site {{python}} {FAKE}/fake_engine.py --workers 1 --tokens 60"
+
+
+def test_the_engine_measures_each_environment_and_names_the_env_var(cli, tmp_path) -> None:
+    r = cli(
+        "bisect", "--good", "FAKE_VERIFY_N=2000 FAKE_DRAFT_N=3000", "--bad", "FAKE_VERIFY_N=20000 FAKE_DRAFT_N=2500",
+        "--probe", "engine", "--metric", "verify", "--launches", "3", "--max-launches", "6",
+        "--journal", str(tmp_path / "j.jsonl"), "--json",
+        "--", "--no-snapshot", *PHASES, "--launch-cmd", LAUNCH,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout)
+    assert [c["change"] for c in res["culprits"]] == ["FAKE_VERIFY_N '2000' -> '20000'"]
+    lines = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines() if x.strip()]
+    ok = [e for e in lines if e.get("type") == "launch" and e["status"] == "ok"]
+    # each launch says what the engine's processes loaded (the hook's footer), here the interpreter's own
+    assert ok and all(isinstance(e["loaded"], list) for e in ok)
+
+
+def test_a_package_the_engine_never_loads_is_refused_after_the_bad_endpoint(cli, tmp_path) -> None:
+    wheels = tmp_path / "wheels"
+    for v in ("1.0", "2.0"):
+        make_loaded_wheel(wheels, "unusedpkg", v, pth=False)
+    journal = tmp_path / "j.jsonl"
+    r = cli(
+        "bisect", "--good", "unusedpkg==1.0 FAKE_VERIFY_N=2000", "--bad", "unusedpkg==2.0 FAKE_VERIFY_N=20000",
+        "--python", sys.executable, "--find-links", str(wheels), "--installer", "pip",
+        "--probe", "engine", "--metric", "verify", "--launches", "2", "--journal", str(journal),
+        "--", "--no-snapshot", *PHASES, "--launch-cmd", LAUNCH,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr[-3000:]
+    [line] = [ln for ln in r.stderr.splitlines() if ln.startswith("regdiag: error")]
+    assert "probe engine never loads unusedpkg" in line
+    lines = [json.loads(x) for x in journal.read_text().splitlines() if x.strip()]
+    launched = {e["label"] for e in lines if e.get("type") == "launch"}
+    assert "bad" in launched and len([e for e in lines if e.get("type") == "launch"]) <= 2
+
+
+def test_options_the_bisect_sets_are_refused_after_the_double_dash(cli, tmp_path) -> None:
+    r = cli("bisect", "--good", "A=1", "--bad", "A=2", "--probe", "engine", "--journal", str(tmp_path / "j"),
+            "--", "--python", "/usr/bin/python3", "--launch-cmd", LAUNCH)  # fmt: skip
+    assert r.returncode == 2
+    assert "--probe engine: --host, --python, --launches and --protocol are the bisect's to set" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not Path(tmp_path / "j").exists() or "launch" not in Path(tmp_path / "j").read_text()
