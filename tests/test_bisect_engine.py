@@ -12,17 +12,11 @@ from pathlib import Path
 
 import pytest
 from test_bisect_venv import make_loaded_wheel
+from test_engine_probe import FAKE_PHASES as PHASES
 
 pytestmark = pytest.mark.slow
 
 FAKE = "tests/engine_fake"
-PHASES = [
-    "--phase", "draft=fake_spec:SpecWorker.draft",
-    "--phase", "verify=fake_spec:SpecWorker.verify",
-    "--phase", "extend=fake_spec:SpecWorker.extend",
-    "--sync", "fake_spec:SpecWorker.commit",
-    "--accept", "fake_spec:SpecWorker.commit=n_accepted",
-]  # fmt: skip
 LAUNCH = f"PYTHONPATH={FAKE}/site {{python}} {FAKE}/fake_engine.py --workers 1 --tokens 60"
 
 
