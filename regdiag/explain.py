@@ -271,6 +271,8 @@ def explain_run(
     launches = _ok_launches(run)
     header = _header(launches)
     config = {**((run.get("probe") or {}).get("config") or {}), **(header.get("config") or {})}
+    if (run.get("probe") or {}).get("name") == "engine":
+        config = _engine_config(config, launches)
     _check_inputs(config, launches, label)
     notes: list[str] = []
     primary = run.get("primary") or "cycle"
@@ -307,6 +309,27 @@ def explain_run(
     comm = [c for c in comm_shares(run) if c.phase != "cycle"]
     model_d = None if shape is None else {"name": shape.preset, **shape.to_dict()}
     return Explanation(tput, rows, bandwidth, bw_src, model_d, notes, comm)
+
+
+def _engine_config(config: dict[str, Any], launches: list[dict[str, Any]]) -> dict[str, Any]:
+    """An engine run's inputs to the model, from the record: its preset names an engine, not a model
+    (so no shape: --model gives one), its TP is the number of processes that timed cycles (the ranks),
+    and the tokens one verify took are what the engine's forward was given (values.verify_tokens)."""
+    out = {k: v for k, v in config.items() if k != "preset"}
+    out["engine_preset"] = config.get("preset")
+    ranks = [la.get("processes_timed") for la in launches if isinstance(la.get("processes_timed"), int)]
+    if ranks:  # each rank holds 1/TP of the model: the shape --model gives is cut that way
+        out["tp"] = max(ranks)
+        out.setdefault("shard", max(ranks))
+    tokens = [
+        x
+        for la in launches
+        for x in (la.get("values") or {}).get("verify_tokens", [])
+        if isinstance(x, int) and not isinstance(x, bool) and x > 0
+    ]
+    if tokens:
+        out["num_draft_tokens"] = int(np.median(tokens)) // int(config.get("batch") or 1)
+    return out
 
 
 def _baseline_decode(
@@ -441,6 +464,12 @@ def _shape(header: dict[str, Any], config: dict[str, Any], model: str | None, no
     preset = config.get("preset")
     if isinstance(preset, str):
         return preset_shape(preset, layers, int(config.get("shard") or config.get("tp") or 1))
+    if "engine_preset" in config:
+        notes.append(
+            f"an engine run (preset {config.get('engine_preset')!r} names the engine's functions, not a "
+            "model): pass --model for the roofline"
+        )
+        return None
     notes.append("no model shape in the run (no header, no preset): pass --model for the roofline")
     return None
 

@@ -66,7 +66,7 @@ o.step(False)
 t._timer.finish()
 """
 
-FAKE_BATCH = '''
+FAKE_BATCH = """
 import enum
 class Mode(enum.Enum):
     NONE = 0
@@ -99,7 +99,7 @@ class OtherRunner(Runner):
         self.graphed = graphed
         self.verify()
         self.reject()
-'''
+"""
 
 
 def test_readers_of_return_values_and_graph_flags(tmp_path):

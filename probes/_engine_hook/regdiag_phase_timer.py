@@ -24,6 +24,8 @@ a context object during the call (`context` + `attr`: an enum whose name is not 
 a graph-replay target called inside the phase (`within`; phase "*": inside whichever phase is
 running), an attribute of the phase's return (`ret`), or of another target's return (`target`);
 `of` limits a reader to the phase targets it knows (one model runner's replay says nothing of the other).
+`tokens` readers ({"phase", "arg", "pos", "attr", "of"}) count the tokens a phase's forward took
+(`values.<phase>_tokens`: batch x (draft tokens + 1) for a verify).
 Each cycle line also carries `prev_period`: the previous cycle's start to its own start, that is
 the previous cycle plus the engine's time between cycles (the scheduler's included); with CUDA events
 `prev_host_period` too, on the host clock. regdiag files each under the cycle it belongs to (`period`),
@@ -69,11 +71,15 @@ def _dist_version(module_name):
 
 
 def _loaded():
-    """The distributions this process loaded (probes/_loaded.py, beside this directory), or None."""
+    """The distributions this process loaded, or None: probes/_loaded.py, which regdiag puts beside
+    this file as regdiag_loaded.py (or, run from a checkout, the one in the directory above)."""
     try:
         import importlib.util
 
-        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_loaded.py")
+        here = os.path.dirname(os.path.abspath(__file__))
+        path = os.path.join(here, "regdiag_loaded.py")
+        if not os.path.isfile(path):
+            path = os.path.join(os.path.dirname(here), "_loaded.py")
         spec = importlib.util.spec_from_file_location("regdiag_loaded", path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
@@ -117,7 +123,7 @@ def _out_dir_from_env():
 class _Cycle:
     __slots__ = (
         "i", "start", "end", "prev_start", "host_start", "host_prev", "marks", "bare", "warmup",
-        "accept", "calls", "graph", "graph_mode",
+        "accept", "calls", "graph", "graph_mode", "tokens",
     )  # fmt: skip
 
     def __init__(self, i, start, bare, warmup):
@@ -128,6 +134,7 @@ class _Cycle:
         self.accept = []  # (spec, value read at the call), reduced when the cycle is emitted
         self.calls = {}
         self.graph, self.graph_mode = {}, {}
+        self.tokens = {}  # phase -> tokens its forward took (the batch's verified tokens)
 
 
 def _attr(obj, path):
@@ -180,6 +187,7 @@ class Timer:
         acc = cfg.get("accept")
         self.accepts = [acc] if isinstance(acc, dict) else list(acc or [])
         self.graphs = list(cfg.get("graph") or [])
+        self.tokens = list(cfg.get("tokens") or [])
         self.warmup = int(cfg.get("warmup", 2))
         self.block = int(cfg.get("block", 1))
         # target "module:qual" -> roles: ("phase", name) | ("cycle",) | ("sync",) | ("accept",)
@@ -345,6 +353,8 @@ class Timer:
                 acc = (acc or 0.0) + r + float(spec.get("plus", 0))
         if acc is not None:
             values["accept_len"] = round(acc, 5)
+        for phase, n in c.tokens.items():
+            values[f"{phase}_tokens"] = n
         return values
 
     def _header(self):
@@ -429,6 +439,7 @@ class Timer:
         if phase is not None and c is not None:
             c.calls[phase] = c.calls.get(phase, 0) + 1
             self._graph_before(c, phase, target)
+            self._count_tokens(c, phase, target, args, kwargs)
         self.local.depth = depth + 1 if phase is not None else depth
         self.local.phase = (phase, target)
         try:
@@ -486,6 +497,23 @@ class Timer:
                     self.cycle.graph[spec["phase"]] = _graph_of(_attr(result, spec["ret"]))[0]
                 except Exception:
                     pass
+
+    def _count_tokens(self, c, phase, target, args, kwargs):
+        """Tokens in the phase's forward, from an argument: a tensor's first dimension, or a count
+        the engine keeps (vLLM V2's scheduler_output.total_num_scheduled_tokens)."""
+        for spec in self.tokens:
+            if spec["phase"] != phase or (spec.get("of") and target not in spec["of"]):
+                continue
+            v = kwargs.get(spec["arg"])
+            if v is None and spec.get("pos") is not None and len(args) > spec["pos"]:
+                v = args[spec["pos"]]
+            try:
+                v = _attr(v, spec.get("attr"))
+                n = int(v) if isinstance(v, int) else int(v.shape[0]) if hasattr(v, "shape") else len(v)
+            except Exception:
+                continue
+            c.tokens[phase] = c.tokens.get(phase, 0) + n
+            return
 
     def _graph_after(self, c, phase, target, result):
         for spec in self._graph_specs(phase, target):

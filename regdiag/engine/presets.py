@@ -23,6 +23,7 @@ class Targets:
     sync: str | None = None
     accept: list[dict[str, Any]] = field(default_factory=list)
     graph: list[dict[str, Any]] = field(default_factory=list)
+    tokens: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -36,6 +37,7 @@ class Targets:
             "sync": self.sync,
             "accept": [dict(a) for a in self.accept],
             "graph": [dict(g) for g in self.graph],
+            "tokens": [dict(t) for t in self.tokens],
         }
 
     def all(self) -> list[tuple[str, str]]:
@@ -92,6 +94,22 @@ VERSIONS = {
     "vllm-decode": ("vllm", "0.33.0"),
     "sglang": ("sglang", "0.5.23"),
 }
+
+
+def _vllm_tokens(phase: str) -> list[dict[str, Any]]:
+    """The tokens of the target's forward: V1 `_model_forward(input_ids=...)`, V2
+    `execute_model(scheduler_output)`'s total_num_scheduled_tokens."""
+    return [
+        {"phase": phase, "arg": "input_ids", "of": [_V1_VERIFY]},
+        {
+            "phase": phase,
+            "arg": "scheduler_output",
+            "pos": 1,
+            "attr": "total_num_scheduled_tokens",
+            "of": [_V2_VERIFY],
+        },
+    ]
+
 
 PRESETS: dict[str, Targets] = {
     # generation/utils.py GenerationMixin._assisted_decoding: candidate_generator.get_candidates(), the
@@ -175,6 +193,7 @@ PRESETS: dict[str, Targets] = {
             },
         ],
         graph=_VLLM_GRAPH,
+        tokens=_vllm_tokens("verify"),
     ),
     # The same engine without speculation: one decode step per cycle, the same instrument, for
     # `explain RUN --baseline DECODE_RUN` (start it without --speculative-config).
@@ -184,6 +203,7 @@ PRESETS: dict[str, Targets] = {
             ("decode", _V2_VERIFY),
         ],
         graph=[{**g, "phase": "decode" if g["phase"] == "verify" else g["phase"]} for g in _VLLM_GRAPH],
+        tokens=_vllm_tokens("decode"),
     ),
     # Both EAGLE workers of SGLang (the spec-v2 one of 0.5.x's overlap scheduler, the v1 one before),
     # whichever the server imports; the batch result carries accept_lens (accepted + 1 per request)
@@ -233,6 +253,7 @@ def resolve(
         base.sync,
         [dict(a) for a in base.accept],
         [dict(g) for g in base.graph],
+        [dict(x) for x in base.tokens],
     )
     for item in phases:
         name, sep, target = item.partition("=")

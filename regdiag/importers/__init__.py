@@ -50,6 +50,8 @@ IMPORTERS: dict[str, str] = {
     "hyperfine": "regdiag.importers.hyperfine",
     "nccl-tests": "regdiag.importers.nccl_tests",
     "nsys": "regdiag.importers.nsys",
+    "vllm-bench": "regdiag.importers.vllm_bench",
+    "sglang-bench": "regdiag.importers.sglang_bench",
 }
 
 IMPORT_KIND = "import"
