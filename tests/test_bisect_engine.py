@@ -62,3 +62,32 @@ def test_options_the_bisect_sets_are_refused_after_the_double_dash(cli, tmp_path
     assert "--probe engine: --host, --python, --launches and --protocol are the bisect's to set" in r.stderr
     assert "Traceback" not in r.stderr
     assert not Path(tmp_path / "j").exists() or "launch" not in Path(tmp_path / "j").read_text()
+
+
+def test_ab_with_the_engine_as_the_measurement(cli, tmp_path) -> None:
+    out = tmp_path / "ab"
+    r = cli(
+        "ab", "--a", "FAKE_VERIFY_N=2000", "--b", "FAKE_VERIFY_N=20000", "--probe", "engine",
+        "--launches", "3", "--margin", "25%", "--no-snapshot", "-o", str(out), "--json",
+        "--", "--no-snapshot", *PHASES, "--launch-cmd", LAUNCH,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr[-3000:]  # REGRESSED: verify is ten times the work
+    b = json.loads(Path(f"{out}-b.json").read_text())
+    assert b["probe"]["name"] == "engine" and all(isinstance(la["loaded"], list) for la in b["launches"])
+    verdicts = {m["name"]: m["verdict"] for m in json.loads(r.stdout)["metrics"]}
+    assert verdicts["verify"] == "REGRESSED"
+
+
+def test_ab_refuses_a_package_the_probe_never_loads_before_any_launch(cli, tmp_path) -> None:
+    wheels = tmp_path / "wheels"
+    for v in ("1.0", "2.0"):
+        make_loaded_wheel(wheels, "unusedpkg", v, pth=False)
+    out = tmp_path / "ab"
+    r = cli(
+        "ab", "--a", "unusedpkg==1.0", "--b", "unusedpkg==2.0", "--python", sys.executable,
+        "--find-links", str(wheels), "--installer", "pip", "--probe", "spec-decode", "--launches", "2",
+        "--no-snapshot", "-o", str(out), "--", "--preset", "tiny",
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "probe spec-decode never loads unusedpkg" in r.stderr and "Traceback" not in r.stderr
+    assert not Path(f"{out}-b.json").exists()

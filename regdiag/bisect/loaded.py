@@ -74,3 +74,44 @@ def preflight(
         if isinstance(obj, dict) and obj.get("type") == "loaded" and isinstance(obj.get("dists"), list):
             return [d for d in obj["dists"] if isinstance(d, dict)]
     return None
+
+
+def measured_by(probe: str | None) -> str:
+    return f"probe {probe}" if probe else "the --command"
+
+
+def check_before(
+    factors: Sequence[Factor],
+    probe: str | None,
+    python: str,
+    process_env: Mapping[str, str],
+    host: Host,
+    progress: Any = None,
+) -> None:
+    """Before any launch: what a synthetic probe's processes load with `python` (the bad side's built
+    interpreter); a package factor outside it is refused (BadInput). Nothing to do for a measurement
+    whose imports are not known here (an engine, a --command): its launches are checked instead."""
+    imports = PROBE_IMPORTS.get(str(probe))
+    if imports is None or not package_factors(factors):
+        return
+    from regdiag.measure.probes import probe_script
+
+    if progress:
+        progress({"event": "step", "what": f"what probe {probe} loads"})
+    script = str(probe_script(str(probe)).parent / "_loaded.py")
+    loaded = preflight(host, python, script, imports, process_env)
+    if loaded is not None and (missing := unloaded(factors, loaded)):
+        raise refuse(missing, measured_by(probe))
+
+
+def check_launch(factors: Sequence[Factor], loaded: Any, probe: str | None) -> str | None:
+    """After the bad side's first launch: refuse (BadInput) a package factor it did not load; a note
+    when the launch did not say what it loaded."""
+    names = ", ".join(f.name for f in package_factors(factors))
+    if not names:
+        return None
+    if not isinstance(loaded, list):
+        return f"{measured_by(probe)} does not say what it loaded: cannot tell whether it loads {names}"
+    if missing := unloaded(factors, loaded):
+        raise refuse(missing, measured_by(probe))
+    return None

@@ -20,7 +20,7 @@ from regdiag.bisect.factors import Factor, diff, load_side
 from regdiag.bisect.journal import Journal, default_path
 from regdiag.bisect.kinds import KINDS, Where, kind_of
 from regdiag.bisect.lab import Lab, builder_for
-from regdiag.bisect.loaded import PROBE_IMPORTS, package_factors, preflight, refuse, unloaded
+from regdiag.bisect.loaded import PROBE_IMPORTS, check_before, check_launch, package_factors
 from regdiag.bisect.measure import Launch
 from regdiag.bisect.report import build_report
 from regdiag.bisect.search import Options, Outcome, Search
@@ -262,56 +262,33 @@ def run_bisect(
         journal.close()  # a --resume, in this process or another, may open it now
 
 
-def _measured_by(req: Request) -> str:
-    return f"probe {req.probe}" if req.probe else "the --command"
-
-
 def _preflight(
     lab: Lab, req: Request, host: Host, remote: bool, progress: Callable[..., None] | None
 ) -> None:
-    """Before any launch: what a synthetic probe's processes load in the bad endpoint's environment;
-    a package factor outside it is refused (BadInput)."""
-    imports = PROBE_IMPORTS.get(str(req.probe))
-    if imports is None or remote or not package_factors(lab.factors):
+    """Before any launch, in the bad endpoint's environment (built now): bisect/loaded.check_before."""
+    if remote or PROBE_IMPORTS.get(str(req.probe)) is None or not package_factors(lab.factors):
         return  # the endpoints' own launches are checked instead (on a host: the bundle's probe)
-    from regdiag.probe_runner import probe_script
-
-    if progress:
-        progress({"event": "step", "what": f"what probe {req.probe} loads"})
-    point = lab.bad()
-    built = lab.environment(point)
+    built = lab.environment(lab.bad())
     if built is None:
         return  # the bad side cannot be built: the search says so in its own words
-    script = str(probe_script(str(req.probe)).parent / "_loaded.py")
     env = {**built.process_env(), **{k: v for k, v in lab.fixed_env.items() if v is not None}}
-    loaded = preflight(host, built.python, script, imports, env)
-    if loaded is None:
-        return
-    missing = unloaded(lab.factors, loaded)
-    if missing:
-        raise refuse(missing, _measured_by(req))
+    check_before(lab.factors, req.probe, built.python, env, host, progress)
 
 
 def _loaded_check(
     plan: Plan, req: Request, notes: list[str], progress: Callable[..., None] | None
 ) -> Callable[[str, Launch], None]:
-    """After each endpoint's launch: every package factor must be among what the launch loaded."""
-    told: set[str] = set()
+    """After the bad endpoint's first launch: bisect/loaded.check_launch (the bad endpoint has every
+    factor at its bad value: what it loads is what counts)."""
+    told: list[bool] = []
 
     def check(side: str, launch: Launch) -> None:
         if side != "bad" or told:
-            return  # the bad endpoint has every factor at its bad value: what it loads is what counts
-        told.add(side)
-        if launch.loaded is None:
-            names = ", ".join(f.name for f in package_factors(plan.factors))
-            if names:
-                notes.append(
-                    f"{_measured_by(req)} does not say what it loaded: cannot tell whether it loads {names}"
-                )
             return
-        missing = unloaded(plan.factors, launch.loaded)
-        if missing:
-            raise refuse(missing, _measured_by(req))
+        told.append(True)
+        note = check_launch(plan.factors, launch.loaded, req.probe)
+        if note:
+            notes.append(note)
 
     return check
 

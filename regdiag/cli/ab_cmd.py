@@ -9,6 +9,7 @@ import typer
 
 from regdiag.cli.common import (
     AllowCodeOpt,
+    AllowUnloadedOpt,
     FindLinksOpt,
     HostOpt,
     IndexUrlOpt,
@@ -53,7 +54,11 @@ def ab(
     a: str = typer.Option(..., "--a", help="Side A (the reference): a spec, a snapshot or run file."),
     b: str = typer.Option(..., "--b", help="Side B: a spec, a snapshot or run file."),
     probe: str | None = typer.Option(
-        None, "--probe", help="Probe to run on each side, e.g. spec-decode; its options go after --."
+        None,
+        "--probe",
+        help="What measures each side: spec-decode or collectives (synthetic), or engine (your engine, "
+        "`regdiag probe engine`, with {python} in its --launch-cmd for the side's interpreter); its "
+        "options go after --.",
     ),
     command: str | None = typer.Option(
         None,
@@ -85,6 +90,7 @@ def ab(
     slurm: str | None = SlurmOpt,
     slurm_args: str | None = SlurmArgsOpt,
     allow_code_from_record: bool = AllowCodeOpt,
+    allow_unloaded: bool = AllowUnloadedOpt,
     json_out: bool = JsonOpt,
 ) -> None:
     from regdiag.ab import AbRequest
@@ -109,6 +115,7 @@ def ab(
         output=str(output) if output else None,
         snapshot=not no_snapshot,
         allow_code_from_record=allow_code_from_record,
+        allow_unloaded=allow_unloaded,
     )
     result = _run(req, open_target(host[0] if host else None, python, ssh_config, slurm, slurm_args))
     _show(result, m, json_out)

@@ -10,6 +10,7 @@ import typer
 
 from regdiag.cli.common import (
     AllowCodeOpt,
+    AllowUnloadedOpt,
     FindLinksOpt,
     IndexUrlOpt,
     InstallerOpt,
@@ -156,12 +157,7 @@ def bisect(
         callback=output_file,
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue the bisect recorded in --journal."),
-    allow_unloaded: bool = typer.Option(
-        False,
-        "--allow-unloaded",
-        help="Bisect package factors the measurement never loads (refused by default, exit 2: a change "
-        "there cannot show).",
-    ),
+    allow_unloaded: bool = AllowUnloadedOpt,
     python: str | None = PythonOpt,
     host: str | None = typer.Option(
         None,

@@ -326,6 +326,12 @@ RepoOpt = typer.Option(
 SetupOpt = typer.Option(
     None, "--setup", help="Shell command run in each commit's worktree after checkout (default: none)."
 )
+AllowUnloadedOpt = typer.Option(
+    False,
+    "--allow-unloaded",
+    help="Measure package factors the measurement never loads (refused by default, exit 2: a change "
+    "there cannot show; docs/bisect.md, \"Does the measurement see the factor?\").",
+)
 AllowCodeOpt = typer.Option(
     False,
     "--allow-code-from-record",
