@@ -265,7 +265,9 @@ class Pairs:
         if len(nodes) == 1:
             self.lane(nodes[0], pair_plan(self.req.launches, 1)[0], alone=True)
             return
-        nodes, unfit = fit_nodes(nodes, lambda ev: self.emit({"event": "health", **ev}))
+        nodes, unfit, snaps = fit_nodes(nodes, lambda ev: self.emit({"event": "health", **ev}))
+        for w in self.writers.values():
+            w.run["node_snapshots"] = snaps  # each node's own, taken on it before the design
         lanes = pair_plan(self.req.launches, len(nodes))
         jobs = [lambda n=n, lane=lane: self.lane(n, lane) for n, lane in zip(nodes, lanes, strict=True)]
         failed = run_lanes(nodes, jobs, stop=self.host.close)

@@ -178,6 +178,11 @@ def analyse(a: Mapping[str, Any], b: Mapping[str, Any], metric: str, margin: flo
                 f"node {dep['node']} is {'slower' if slow['slower'] else 'faster'} than the others on both "
                 f"sides ({(dep['ratio'] - 1) * 100:+.1f} % {metric} against the others' median)"
             )
+    named = (slow or {}).get("node") or (outlier or {}).get("node")
+    if named:
+        diffs = node_differences(a.get("node_snapshots") or {}, named)
+        for d in diffs:
+            notes.append(f"{named} differs from the others in {d}")
     if len(blocks) < MIN_FLEET:
         notes.append(
             f"{len(blocks)} node(s) measured: a claim about the fleet (every node, no outlier) needs at least "
@@ -189,3 +194,18 @@ def analyse(a: Mapping[str, Any], b: Mapping[str, Any], metric: str, margin: flo
 def has_nodes(run: Mapping[str, Any]) -> bool:
     """Whether a record's launches ran on two or more named nodes."""
     return len({la.get("node") for la in run.get("launches") or [] if la.get("node")}) >= 2
+
+
+def node_differences(snaps: Mapping[str, Any], node: str, limit: int = 5) -> list[str]:
+    """What `node`'s snapshot says that every other node's does not (most likely culprits first): the
+    fields in which it differs from each of the others, with its value and theirs."""
+    from regdiag.snapshot.diff import diff_snapshots
+
+    others = [n for n in sorted(snaps) if n != node and isinstance(snaps[n], dict)]
+    if not isinstance(snaps.get(node), dict) or not others:
+        return []
+    per = [{(it["group"], it["field"]): it for it in diff_snapshots(snaps[o], snaps[node])} for o in others]
+    common = [k for k in per[0] if all(k in p for p in per[1:])]
+    return [
+        f"{g}.{f}: {per[0][(g, f)]['new']!r} (others {per[0][(g, f)]['old']!r})" for g, f in common[:limit]
+    ]

@@ -112,8 +112,9 @@ def test_bisect_over_slurm_names_the_culprit(cli, slurm, tmp_path):
     names = {f["name"] for c in report["culprits"] for f in c["factors"]}
     assert names == {"REGDIAG_PROBE_SLOW"}
     journal = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines()]
-    nodes = {e["launch"]["placement"]["node"] for e in journal if "placement" in (e.get("launch") or {})}
-    assert len(nodes) >= 2  # launch i of every point on node i mod 4
+    launches = [e for e in journal if e.get("type") == "launch" and "source" not in e]
+    assert launches and all(e["placement"]["node"] == f"n{e['index'] % 4 + 1}" for e in launches)
+    assert len({e["placement"]["node"] for e in launches}) >= 2  # launch i of every point on node i mod 4
 
 
 def test_a_node_drained_mid_run_costs_only_its_pairs(cli, slurm, tmp_path):
@@ -155,7 +156,10 @@ def _marked_processes(mark: str) -> list[int]:
     return found
 
 
-def test_kill_9_of_regdiag_leaves_no_job_and_no_process(slurm, tmp_path):
+@pytest.mark.parametrize(
+    "sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name
+)
+def test_stopping_regdiag_any_way_leaves_no_job_and_no_process(slurm, tmp_path, sig):
     mark = f"REGDIAG_TEST_MARK={uuid.uuid4().hex}"
     argv = [sys.executable, "-m", "regdiag", "ab", "--slurm", "2", "--a", "", "--b", "X=1", "--launches", "8",
             "--no-snapshot", "-o", str(tmp_path / "ab"), *TINY[:-2], "--cycles", "400"]  # fmt: skip
@@ -169,8 +173,9 @@ def test_kill_9_of_regdiag_leaves_no_job_and_no_process(slurm, tmp_path):
     ):
         time.sleep(0.2)
     assert slurm.regdiag_jobs(), "no allocation was made"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    os.kill(proc.pid, sig)
+    rc = proc.wait(timeout=60)
+    assert rc == (-9 if sig == signal.SIGKILL else 128 + sig), rc
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (slurm.regdiag_jobs() or _marked_processes(mark)):
         time.sleep(0.2)
@@ -192,6 +197,10 @@ def test_a_slow_node_is_named(cli, slurm, tmp_path):
     fleet = json.loads(r.stdout)["fleet"]
     assert fleet["slow_node"]["node"] == "n3" and fleet["slow_node"]["slower"]
     assert any("node n3 is slower" in n for n in fleet["notes"])
+    # ... and told apart by its own snapshot, taken on it before the design (the variable only it has).
+    assert any(
+        n.startswith("n3 differs from the others in env.REGDIAG_PROBE_SLOW") for n in fleet["notes"]
+    ), fleet
     assert not any("needs at least 3" in n for n in fleet["notes"])
 
 

@@ -140,6 +140,12 @@ def compare(
         render("compare", "html", result, Out(console, labels, runs, page.append))
         atomic_write_text(html, "".join(page))
     render("compare", chosen, result, Out(console, labels, runs))
+    if chosen == "terminal":
+        from regdiag.report.fleet import reading, show_fleet
+
+        fleet = reading(old_run, new_run, m)  # records from several nodes: the node as a block
+        if fleet is not None:
+            show_fleet(fleet, console)
     if html is not None and chosen != "json":
         err_console.print(f"wrote {html}", style="dim", soft_wrap=True, highlight=False)
     raise typer.Exit(result.exit_code)
@@ -275,10 +281,16 @@ EXPORT_FORMATS = ("pyperf",)
 
 
 def export(
-    run: str = typer.Argument(..., help="A run file, baseline name or stored run id (or another tool's file)."),
+    run: str = typer.Argument(
+        ..., help="A run file, baseline name or stored run id (or another tool's file)."
+    ),
     to: str = typer.Option("pyperf", "--to", help="The format to write: pyperf (JSON 1.0; default pyperf)."),
     output: Path = typer.Option(
-        None, "-o", "--output", help="Write to this file (atomically) instead of stdout.", callback=output_file
+        None,
+        "-o",
+        "--output",
+        help="Write to this file (atomically) instead of stdout.",
+        callback=output_file,
     ),
 ) -> None:
     """Write a run in another tool's format, e.g. for `python -m pyperf compare_to`: every time metric a

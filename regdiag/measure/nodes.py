@@ -34,12 +34,14 @@ def health(node: Host) -> tuple[dict[str, Any] | None, str | None]:
 
 def fit_nodes(
     nodes: Sequence[Host], emit: Callable[[dict[str, Any]], None]
-) -> tuple[list[Host], dict[str, str]]:
-    """The nodes fit to benchmark (checked in parallel), and the unfit ones by name with why."""
+) -> tuple[list[Host], dict[str, str], dict[str, dict[str, Any]]]:
+    """The nodes fit to benchmark (checked in parallel), the unfit ones by name with why, and each
+    node's snapshot by name (what a named outlier is told apart by)."""
     with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
         results = list(pool.map(health, nodes))
     fit: list[Host] = []
     unfit: dict[str, str] = {}
+    snaps = {node.name: snap for node, (snap, _why) in zip(nodes, results, strict=True) if snap is not None}
     for node, (_snap, why) in zip(nodes, results, strict=True):
         emit({"node": node.name, "fit": why is None, "why": why})
         if why is None:
@@ -50,7 +52,7 @@ def fit_nodes(
         from regdiag.errors import ProbeError
 
         raise ProbeError("no node is fit to benchmark: " + "; ".join(f"{k}: {v}" for k, v in unfit.items()))
-    return fit, unfit
+    return fit, unfit, snaps
 
 
 class NodeFailed(Exception):
