@@ -39,12 +39,23 @@ TOOLS = (
     "sinfo",
 )
 
-ENDED = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY")
+ENDED = (
+    "CANCELLED",
+    "COMPLETED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+)
 
-# The task prolog exports what node_env() wrote for the node the task runs on.
+# The task prolog runs what node_env()/node_script() wrote for the node the task runs on, with the
+# task's environment: each `export NAME=VALUE` line it prints is set in the task.
 TASK_PROLOG = """#!/bin/sh
 f="{dir}/node-env/$SLURMD_NODENAME"
-[ -f "$f" ] && cat "$f"
+[ -f "$f" ] && . "$f"
 exit 0
 """
 
@@ -103,9 +114,14 @@ class Cluster:
 
     def node_env(self, node: str, variables: dict[str, str]) -> None:
         """Variables every task on `node` gets (and only there), as a site's TaskProlog would set them."""
+        self.node_script(node, "".join(f"echo 'export {k}={v}'\n" for k, v in variables.items()))
+
+    def node_script(self, node: str, script: str) -> None:
+        """Shell lines the TaskProlog runs for every task on `node` (what they print as `export N=V`
+        is set in the task), e.g. a variable for one side of an A/B run only ("" removes them)."""
         path = self.dir / "node-env" / node
-        if variables:
-            path.write_text("".join(f"export {k}={v}\n" for k, v in variables.items()))
+        if script:
+            path.write_text(script)
         else:
             path.unlink(missing_ok=True)
 

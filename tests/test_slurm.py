@@ -55,7 +55,7 @@ def slurm(cluster):
     yield cluster
     for n in cluster.nodes:
         cluster.resume(n)
-        cluster.node_env(n, {})
+        cluster.node_script(n, "")
     assert cluster.regdiag_jobs(wait=10) == [], "a regdiag job was left behind"
 
 
@@ -202,6 +202,21 @@ def test_a_slow_node_is_named(cli, slurm, tmp_path):
         n.startswith("n3 differs from the others in env.REGDIAG_PROBE_SLOW") for n in fleet["notes"]
     ), fleet
     assert not any("needs at least 3" in n for n in fleet["notes"])
+
+
+def test_a_change_on_one_node_only_is_not_pooled_and_that_node_is_named(cli, slurm, tmp_path):
+    # B is slower on n3 only (its TaskProlog plants the slowdown for side B's tasks there): the change
+    # differs by node, so the pairs are not pooled and n3 is named as where it departs.
+    slurm.node_script(
+        "n3", f'[ "$REGDIAG_AB_SIDE" = B ] && echo "export REGDIAG_PROBE_SLOW=verify:{SLOW_MS}"\n'
+    )
+    r, prefix = _ab(cli, slurm, tmp_path, 3, launches=6, b="X=1")
+    assert r.returncode in (0, 1, 3), r.stderr[-3000:]
+    fleet = json.loads(r.stdout)["fleet"]
+    assert fleet["pooled"] is None and fleet["interaction_p"] < 0.05, fleet
+    assert fleet["change_outlier"]["node"] == "n3"
+    by_node = {n["node"]: n for n in fleet["nodes"]}
+    assert by_node["n3"]["ratio"] > 1.5 and abs(by_node["n1"]["ratio"] - 1) < 0.25
 
 
 def test_no_slurm_configuration_is_one_line(cli, tmp_path):
