@@ -101,3 +101,13 @@ def test_a_newer_journal_is_refused_with_upgrade_not_as_not_a_journal(tmp_path):
     path.write_text(json.dumps({"type": "start", "schema": "regdiag.run/1"}) + "\n")
     with pytest.raises(BadInput, match="not a regdiag bisect journal"):
         Journal(path, {}, resume=True)
+
+
+def test_the_probe_summary_counts_the_launches_compare_counts():
+    # Two interrupted launches with cycles count (they measured something); the summary once said 1.
+    from regdiag.measure.summary import summarize_run
+
+    run = _mixed_run()
+    summary = summarize_run(run)
+    assert summary["ok_launches"] == compare_runs(run, run, allow_mismatch=True).old.launches_used == 3
+    assert len(next(m for m in summary["metrics"] if m["metric"] == "verify")["launch_medians"]) == 3
