@@ -34,6 +34,7 @@ from regdiag.bisect.envs import BuildFailed, Built
 from regdiag.bisect.factors import Factor, Spec, diff, load_side
 from regdiag.bisect.kinds import KINDS, BuildPlan, LaunchSetup, Where, kind_of
 from regdiag.bisect.lab import EnvBuilder, builder_for
+from regdiag.bisect.loaded import check_before, check_launch
 from regdiag.bisect.run import Request as BisectRequest
 from regdiag.bisect.run import argv_builder
 from regdiag.errors import BadInput, ProbeError
@@ -46,7 +47,6 @@ from regdiag.measure.stream import LaunchStream, adopt_header, env_for_record
 from regdiag.runs import RunWriter
 from regdiag.snapshot.redact import scrub_text
 
-SIDES = ("A", "B")
 Progress = Callable[[dict[str, Any]], None]
 
 
@@ -68,6 +68,7 @@ class AbRequest:
     output: str | None = None  # PREFIX: PREFIX-a.json and PREFIX-b.json
     snapshot: bool = True
     allow_code_from_record: bool = False  # a side's record may set PYTHONPATH, LD_PRELOAD, ...
+    allow_unloaded: bool = False  # measure package factors the measurement never loads (bisect/loaded.py)
 
 
 @dataclass
@@ -136,12 +137,21 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
     host = host or LocalHost(req.python)
     _check(req, host)
     plan = make_plan(req, host)
-    argv_for = argv_builder(
-        BisectRequest(good=req.a, bad=req.b, command=req.command, probe=req.probe, probe_args=req.probe_args),
-        host,
+    measured = BisectRequest(
+        good=req.a,
+        bad=req.b,
+        command=req.command,
+        probe=req.probe,
+        probe_args=req.probe_args,
+        python=req.python,
     )
+    argv_for = argv_builder(measured, host)
     builder = builder_for(req, plan.repo, None if host.builds_here else host)
     _build(plan, builder, emit)
+    b = plan.sides["B"].built
+    if not req.allow_unloaded and host.builds_here and b is not None:
+        env = {**b.process_env(), **{k: v for k, v in plan.fixed_env.items() if v is not None}}
+        check_before(plan.factors, req.probe, b.python, env, host, emit)
     writers = _writers(req, host, plan)
     emit({"event": "start", "paths": {k: str(w.path) for k, w in writers.items()}})
     try:
@@ -256,6 +266,7 @@ class Pairs:
         self.lock = threading.Lock()
         self.order = 0
         self.adopted: set[str] = set()
+        self.loaded_checked = False  # B's first launch loaded every package factor (bisect/loaded.py)
         self.total = 2 * req.launches
 
     def run(self) -> None:
@@ -330,6 +341,11 @@ class Pairs:
                 adopt_header(w.run, stream.header)
         keep(launch)
         self.emit({"event": "launch_end", "side": label, "index": pair, "launch": launch})
+        if label == "B" and why is None and not self.req.allow_unloaded and not self.loaded_checked:
+            self.loaded_checked = True
+            note = check_launch(self.plan.factors, launch.get("loaded"), self.req.probe)
+            if note:
+                warn(self.writers["B"], note)
         return why
 
     def _record_env(self, w: RunWriter, variables: dict[str, str | None]) -> None:

@@ -359,8 +359,12 @@ def protocol_lines(run: dict[str, Any]) -> list[dict[str, Any]]:
         }
     ]
     samples, values = la["samples"], la["values"]
+    # A phase that ran in only some cycles (absent in the others) and the period (known from the
+    # second cycle on) have fewer samples than the cycle: each metric's line k is its own k-th sample,
+    # which is all a consumer of these lines keeps (bisect: each metric's median over its samples).
     for k in range(len(samples.get("cycle", []))):
-        line: dict[str, Any] = {"type": "cycle", "i": k, "t": {m: v[k] for m, v in samples.items()}}
+        t = {m: v[k] for m, v in samples.items() if k < len(v)}
+        line: dict[str, Any] = {"type": "cycle", "i": k, "t": t}
         vals = {m: v[k] for m, v in values.items() if k < len(v)}
         if vals:
             line["values"] = vals
