@@ -52,6 +52,7 @@ def test_compare_explain_runs_and_baselines_count_the_same_launches(tmp_path):
     assert c.old.launches_used == 3
     assert len(explain._ok_launches(run)) == 3
     runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()  # a record is written only into a directory that exists (docs/reliability.md)
     write(runs_dir / "r.json", run)
     [item] = runs.list_runs(runs_dir)
     assert (item["launches"], item["ok_launches"]) == (5, 3)
