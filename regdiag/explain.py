@@ -317,7 +317,9 @@ def _engine_config(config: dict[str, Any], launches: list[dict[str, Any]]) -> di
     and the tokens one verify took are what the engine's forward was given (values.verify_tokens)."""
     out = {k: v for k, v in config.items() if k != "preset"}
     out["engine_preset"] = config.get("preset")
-    ranks = [la.get("processes_timed") for la in launches if isinstance(la.get("processes_timed"), int)]
+    ranks: list[int] = [
+        la["processes_timed"] for la in launches if isinstance(la.get("processes_timed"), int)
+    ]
     if ranks:  # each rank holds 1/TP of the model: the shape --model gives is cut that way
         out["tp"] = max(ranks)
         out.setdefault("shard", max(ranks))

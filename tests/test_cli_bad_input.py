@@ -210,7 +210,9 @@ def test_the_fast_snapshot_path_keeps_its_error_one_line(tmp_path: Path) -> None
     line = one_error_line(run_cli("snapshot", "--json", "-o", f"{blocker}/a\nb.json", timeout=60))
     assert f"{blocker}/a\\nb.json" in line and "control character" in line
     line = one_error_line(run_cli("snapshot", "--json", "-o", f"{blocker}/ab.json", timeout=60))
-    assert line == f"regdiag: error: -o {blocker}/ab.json: cannot write (Not a directory); nothing was written"
+    assert (
+        line == f"regdiag: error: -o {blocker}/ab.json: cannot write (Not a directory); nothing was written"
+    )
 
 
 def test_compare_html_over_an_input_run_is_refused_and_the_run_kept(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from server_helpers import free_port
-from test_engine_probe import FAKE, FAKE_PHASES, _fake_server
+from test_engine_probe import FAKE_PHASES, _fake_server
 
 ROOT = Path(__file__).resolve().parent.parent
 

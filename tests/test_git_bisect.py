@@ -64,7 +64,17 @@ def test_git_bisect_run_skips_inconclusive_steps_and_finds_the_planted_commit(tm
         _git(repo, "commit", "-q", "-m", f"c{i}")
         commits.append(_git(repo, "rev-parse", "HEAD").strip())
     subprocess.run(
-        ["hyperfine", "-N", "--style", "none", "--runs", "15", "--export-json", str(out / "base.json"), "sleep 0.01"],
+        [
+            "hyperfine",
+            "-N",
+            "--style",
+            "none",
+            "--runs",
+            "15",
+            "--export-json",
+            str(out / "base.json"),
+            "sleep 0.01",
+        ],
         check=True,
         capture_output=True,
         timeout=60,
@@ -74,7 +84,9 @@ def test_git_bisect_run_skips_inconclusive_steps_and_finds_the_planted_commit(tm
     step.chmod(0o755)
     _git(repo, "bisect", "start", commits[6], commits[0])
     env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(ROOT)}
-    p = subprocess.run(["git", "bisect", "run", str(step)], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        ["git", "bisect", "run", str(step)], cwd=repo, env=env, capture_output=True, text=True, timeout=600
+    )
     log = _git(repo, "bisect", "log")
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"{commits[5]} is the first bad commit" in p.stdout, p.stdout

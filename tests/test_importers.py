@@ -58,7 +58,9 @@ def test_a_slower_pyperf_benchmark_compares_as_regressed(tmp_path: Path) -> None
     processes = [r for r in raw if r.get("values")]  # pyperf's calibration run has no values
     assert len(run["launches"]) == len(processes) == 4
     scale = {"s": 1, "ms": 1e3, "us": 1e6, "ns": 1e9}[run["units"]["timeit"]]
-    assert run["launches"][0]["samples"]["timeit"] == pytest.approx([v * scale for v in processes[0]["values"]])
+    assert run["launches"][0]["samples"]["timeit"] == pytest.approx(
+        [v * scale for v in processes[0]["values"]]
+    )
     assert run["better"]["timeit"] == "lower"
     p = run_cli("compare", str(fast), str(slow), "--json")
     assert p.returncode == 1, p.stderr
@@ -170,9 +172,14 @@ def test_export_writes_pyperf_json_that_pyperf_compares(tmp_path: Path) -> None:
     verify = next(x for x in doc["benchmarks"] if x["metadata"]["name"] == "verify")
     record = json.loads(on.read_text())
     assert len(verify["runs"]) == len([la for la in record["launches"] if la.get("samples")])
-    assert verify["runs"][0]["values"][0] == pytest.approx(record["launches"][0]["samples"]["verify"][0] / 1e3)
+    assert verify["runs"][0]["values"][0] == pytest.approx(
+        record["launches"][0]["samples"]["verify"][0] / 1e3
+    )
     p = subprocess.run(
-        [sys.executable, "-m", "pyperf", "compare_to", str(a), str(b)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "pyperf", "compare_to", str(a), str(b)],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert p.returncode == 0, p.stderr
     line = next(ln for ln in p.stdout.splitlines() if ln.startswith("| verify") or ln.startswith("verify"))

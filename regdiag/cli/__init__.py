@@ -181,7 +181,9 @@ def _main(argv: list[str] | None) -> None:
             hint = f" (see {ctx.command_path} --help)" if ctx is not None else ""
             # Under --git-bisect a command line that cannot be parsed stops the bisection (GIT_STOP):
             # it would fail at every commit alike, and git would read "bad input" as "bad commit".
-            usage = GIT_STOP if GIT_BISECT_FLAG in (argv if argv is not None else sys.argv) else EXIT_BAD_INPUT
+            usage = (
+                GIT_STOP if GIT_BISECT_FLAG in (argv if argv is not None else sys.argv) else EXIT_BAD_INPUT
+            )
             _fail(" ".join(e.format_message().split()) + hint, usage)
         raise
     # In non-standalone mode click returns the code of a `typer.Exit(code)` instead of exiting; newer

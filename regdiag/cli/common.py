@@ -330,7 +330,7 @@ AllowUnloadedOpt = typer.Option(
     False,
     "--allow-unloaded",
     help="Measure package factors the measurement never loads (refused by default, exit 2: a change "
-    "there cannot show; docs/bisect.md, \"Does the measurement see the factor?\").",
+    'there cannot show; docs/bisect.md, "Does the measurement see the factor?").',
 )
 AllowCodeOpt = typer.Option(
     False,

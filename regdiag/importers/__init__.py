@@ -167,7 +167,7 @@ def pick(records: list[dict[str, Any]], source: str, select: str | None) -> dict
         if len(records) == 1:
             return records[0]
         raise BadInput(f"{source} holds {len(records)} results ({_listed(names)}): pick one as {source}#NAME")
-    for r, n in zip(records, names):
+    for r, n in zip(records, names, strict=True):
         if n == select:
             return r
     if select.isdigit() and int(select) < len(records):

@@ -33,7 +33,9 @@ def parse(text: str, source: str) -> list[dict[str, Any]]:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise BadInput(f"{source}: malformed hyperfine JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        raise BadInput(
+            f"{source}: malformed hyperfine JSON at line {e.lineno} column {e.colno}: {e.msg}"
+        ) from None
     results = doc.get("results") if isinstance(doc, dict) else None
     if not isinstance(results, list):
         raise BadInput(f'{source}: not a hyperfine export (no "results" list)')
@@ -47,7 +49,7 @@ def _command(r: Any, source: str, i: int) -> dict[str, Any]:
     times = r["times"]
     if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 for t in times):
         raise BadInput(f"{source}: result {command!r} holds a time that is not a number of seconds")
-    codes = r.get("exit_codes") if isinstance(r.get("exit_codes"), list) else [0] * len(times)
+    codes: list[Any] = r["exit_codes"] if isinstance(r.get("exit_codes"), list) else [0] * len(times)
     unit, scale = next((u, s) for u, s in TIME_UNITS if float(np.median(times)) >= s or s == 1e-6)
     run = new_import(NAME, source, tool="hyperfine", config={}, primary=METRIC, select=command)
     run["probe"]["command"] = command

@@ -49,7 +49,9 @@ def sniff(text: str) -> bool:
 def parse(text: str, source: str) -> list[dict[str, Any]]:
     tests = _tests(text.splitlines(), source)
     if not tests:
-        raise BadInput(f"{source}: no nccl-tests result table (a '# Collective test starting' line and its rows)")
+        raise BadInput(
+            f"{source}: no nccl-tests result table (a '# Collective test starting' line and its rows)"
+        )
     tools = {t["version"] for t in tests if t["version"]}
     config = _config(tests)
     run = new_import(NAME, source, tool=NAME, config=config, primary=_primary(tests, config), select="sweep")
@@ -128,7 +130,13 @@ def _row(line: str, cols: dict[str, int], source: str, n: int) -> dict[str, Any]
         raise BadInput(f"{source}: line {n}: a result row whose time or bandwidth is not a number") from None
     if not time_us > 0:
         raise BadInput(f"{source}: line {n}: a time of {time_us} us")
-    return {"bytes": int(tok[0]), "type": tok[cols["type"]], "time_us": time_us, "algbw": algbw, "busbw": busbw}
+    return {
+        "bytes": int(tok[0]),
+        "type": tok[cols["type"]],
+        "time_us": time_us,
+        "algbw": algbw,
+        "busbw": busbw,
+    }
 
 
 def _config(tests: list[dict[str, Any]]) -> dict[str, Any]:

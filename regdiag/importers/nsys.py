@@ -47,7 +47,7 @@ def parse(text: str, source: str) -> list[dict[str, Any]]:
             cols = next(csv.reader([line]))
             reports.append((report, {}))
         elif cols and line.strip() and "," in line:
-            row = dict(zip(cols, next(csv.reader([line]))))
+            row = dict(zip(cols, next(csv.reader([line])), strict=False))
             name = str(row.get("Range") or row.get("Name") or "").removeprefix(":")
             try:
                 reports[-1][1][name] = float(row[MEDIAN])

@@ -49,12 +49,14 @@ def parse(text: str, source: str) -> list[dict[str, Any]]:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
-        raise BadInput(f"{source}: malformed pyperf JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        raise BadInput(
+            f"{source}: malformed pyperf JSON at line {e.lineno} column {e.colno}: {e.msg}"
+        ) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
         raise BadInput(f'{source}: not pyperf JSON (no "benchmarks" list)')
     if str(doc.get("version")) != "1.0":
         raise BadInput(f"{source}: pyperf JSON version {doc.get('version')!r}; regdiag reads version 1.0")
-    common = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    common: dict[str, Any] = doc["metadata"] if isinstance(doc.get("metadata"), dict) else {}
     benches = [_benchmark(b, common, source, i) for i, b in enumerate(doc["benchmarks"])]
     if not benches:
         raise BadInput(f"{source}: the pyperf file holds no benchmark")
@@ -96,10 +98,11 @@ def _benchmark(b: Any, common: dict[str, Any], source: str, i: int) -> tuple[str
     """(name, unit, processes) of one benchmark: its runs with values, scaled to the unit shown."""
     if not isinstance(b, dict) or not isinstance(b.get("runs"), list):
         raise BadInput(f'{source}: benchmark {i} has no "runs" list')
-    meta = {**common, **(b.get("metadata") if isinstance(b.get("metadata"), dict) else {})}
+    own: dict[str, Any] = b["metadata"] if isinstance(b.get("metadata"), dict) else {}
+    meta = {**common, **own}
     name = str(meta.get("name") or f"benchmark_{i}")
     raw_unit = str(meta.get("unit") or "second")
-    runs = []
+    runs: list[dict[str, Any]] = []
     for j, r in enumerate(b["runs"]):
         if not isinstance(r, dict):
             raise BadInput(f"{source}: benchmark {name!r} run {j} is not an object")
@@ -107,8 +110,10 @@ def _benchmark(b: Any, common: dict[str, Any], source: str, i: int) -> tuple[str
         if not values:
             continue
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
-            raise BadInput(f"{source}: benchmark {name!r} run {j} holds a value that is not a positive number")
-        rm = r.get("metadata") if isinstance(r.get("metadata"), dict) else {}
+            raise BadInput(
+                f"{source}: benchmark {name!r} run {j} holds a value that is not a positive number"
+            )
+        rm: dict[str, Any] = r["metadata"] if isinstance(r.get("metadata"), dict) else {}
         runs.append(
             {
                 "values": [float(v) for v in values],

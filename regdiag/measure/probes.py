@@ -21,12 +21,16 @@ def _declared(path: Path) -> dict[str, Any] | None:
     """NAME, PRIMARY and PHASES of one script, or None when it declares no probe."""
     found: dict[str, Any] = {}
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        if isinstance(node, ast.AnnAssign):
-            target = node.target
-        if isinstance(target, ast.Name) and target.id in ("NAME", "PRIMARY", "PHASES") and node.value:
+        value: ast.expr | None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id in ("NAME", "PRIMARY", "PHASES") and value is not None:
             try:
-                found[target.id] = ast.literal_eval(node.value)
+                found[target.id] = ast.literal_eval(value)
             except ValueError:
                 pass
     if not {"NAME", "PRIMARY", "PHASES"} <= set(found):
