@@ -68,7 +68,7 @@ def _num(x: Any) -> float | None:
     return float(x)
 
 
-def _in_measure_window(launch: dict[str, Any], clocks: list[Any]) -> list[Any]:
+def in_measure_window(launch: dict[str, Any], clocks: list[Any]) -> list[Any]:
     """The samples taken while cycles were measured.
 
     A launch also builds its model and warms up, at idle clocks (345 MHz on an H200): counting those
@@ -94,7 +94,7 @@ def summarize_clocks(launches: Sequence[dict[str, Any]]) -> ClockSummary:
         all_clocks = la.get("clocks") or []
         if not isinstance(all_clocks, list):
             all_clocks = []
-        clocks = _in_measure_window(la, all_clocks)
+        clocks = in_measure_window(la, all_clocks)
         sm = [v for c in clocks if isinstance(c, dict) and (v := _num(c.get("sm_mhz"))) is not None]
         mem = [v for c in clocks if isinstance(c, dict) and (v := _num(c.get("mem_mhz"))) is not None]
         pw = [v for c in clocks if isinstance(c, dict) and (v := _num(c.get("power_w"))) is not None]

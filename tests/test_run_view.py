@@ -112,3 +112,18 @@ def test_the_probe_summary_counts_the_launches_compare_counts():
     summary = summarize_run(run)
     assert summary["ok_launches"] == compare_runs(run, run, allow_mismatch=True).old.launches_used == 3
     assert len(next(m for m in summary["metrics"] if m["metric"] == "verify")["launch_medians"]) == 3
+
+
+def test_the_probe_summary_clock_is_the_clock_while_measuring() -> None:
+    """An H200 record (baselines/h200-venv-round/graph.json): the launch's first samples are at the idle
+    345 MHz while the model is built; the summary gives the clock inside the footer's measure window."""
+    from pathlib import Path
+
+    from regdiag.measure.summary import summarize_run
+
+    path = Path(__file__).resolve().parent.parent / "baselines" / "h200-venv-round" / "graph.json"
+    run = json.loads(path.read_text())
+    every = [c["sm_mhz"] for la in run["launches"] for c in la["clocks"]]
+    assert min(every) == 345 and max(every) == 1980  # what the summary said before: "345–1980 MHz"
+    clock = summarize_run(run)["clocks"]
+    assert clock["sm_mhz_min"] == clock["sm_mhz_max"] == 1980 and 0 < clock["samples"] < len(every)

@@ -46,7 +46,16 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
         vals = [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
         if vals:
             scalars[key] = statistics.median(vals)
-    clocks = [c for la in ok for c in la.get("clocks", []) if isinstance(c.get("sm_mhz"), (int, float))]
+    # The clock while cycles were measured: a launch builds its model and warms up at idle clocks first
+    # (345 MHz on an H200), which made every summary say "SM clock 345-1980 MHz".
+    from regdiag.phantom import in_measure_window
+
+    clocks = [
+        c
+        for la in ok
+        for c in in_measure_window(la, list(la.get("clocks") or []))
+        if isinstance(c, dict) and isinstance(c.get("sm_mhz"), (int, float))
+    ]
     clock = None
     if clocks:
         sm = [c["sm_mhz"] for c in clocks]

@@ -46,7 +46,10 @@ def terminal(s: dict[str, Any], out: Out) -> None:
         bits.append(f"probe overhead {sc['overhead_pct']:+.2f} % vs bare cycles")
     if s.get("clocks"):
         c = s["clocks"]
-        bits.append(f"SM clock {c['sm_mhz_min']}–{c['sm_mhz_max']} MHz")
+        lo, hi = c["sm_mhz_min"], c["sm_mhz_max"]
+        bits.append(
+            f"SM clock {lo} MHz while measuring" if lo == hi else f"SM clock {lo}–{hi} MHz while measuring"
+        )
         if c["reasons"]:
             bits.append("[yellow]clock events: " + ", ".join(c["reasons"]) + "[/yellow]")
     if bits:
