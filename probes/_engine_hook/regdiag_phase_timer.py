@@ -15,17 +15,9 @@ The configuration (JSON, path in REGDIAG_ENGINE_HOOK) names each target as `modu
 
 A phase may name several targets (the same phase in two model runners of one engine): whichever the
 engine imports is patched, and a target never imported is listed in the footer, not an error. A phase
-not called in a cycle is absent from that cycle's times (never a zero). The accept length comes from
-an argument or the return value of a target (`reduce`: a number as is, `mean` of a tensor or list,
-`count_ne` per row of a 2-D tensor or list of lists, `len` of each list, averaged over the rows);
-tensors are copied at the call and read when the cycle is emitted, after its events completed, so
-reading it never stalls the engine. A phase's CUDA-graph flag is read from what the engine says:
-a context object during the call (`context` + `attr`: an enum whose name is not NONE is a graph),
-a graph-replay target called inside the phase (`within`; phase "*": inside whichever phase is
-running), an attribute of the phase's return (`ret`), or of another target's return (`target`);
-`of` limits a reader to the phase targets it knows (one model runner's replay says nothing of the other).
-`tokens` readers ({"phase", "arg", "pos", "attr", "of"}) count the tokens a phase's forward took
-(`values.<phase>_tokens`: batch x (draft tokens + 1) for a verify).
+not called in a cycle is absent from that cycle's times (never a zero). The `accept`, `graph` and
+`tokens` readers (their forms: regdiag_phase_readers.py) add the cycle's accept length, each phase's
+CUDA-graph flag and the tokens a phase's forward took.
 Each cycle line also carries `prev_period`: the previous cycle's start to its own start, that is
 the previous cycle plus the engine's time between cycles (the scheduler's included); with CUDA events
 `prev_host_period` too, on the host clock. regdiag files each under the cycle it belongs to (`period`),
@@ -50,6 +42,8 @@ import os
 import sys
 import threading
 import time
+
+from regdiag_phase_readers import Readers
 
 MAX_PENDING = 8
 VERSION = "1"
@@ -137,57 +131,13 @@ class _Cycle:
         self.tokens = {}  # phase -> tokens its forward took (the batch's verified tokens)
 
 
-def _attr(obj, path):
-    for part in [p for p in (path or "").split(".") if p]:
-        obj = obj[int(part)] if part.isdigit() else getattr(obj, part)
-    return obj
-
-
-def _keep(v):
-    """A value to read later: a tensor is copied now (the engine may reuse its buffer next step)."""
-    if hasattr(v, "detach") and hasattr(v, "clone"):
-        return v.detach().clone()
-    if isinstance(v, (list, tuple)):
-        return [list(x) if isinstance(x, (list, tuple)) else x for x in v]
-    return v
-
-
-def _reduce(v, spec):
-    """The accept length of one call: the value as is, or averaged over the batch's rows."""
-    how = spec.get("reduce")
-    if hasattr(v, "tolist"):
-        v = v.tolist()
-    if how is None:
-        return float(v)
-    if how == "mean":
-        xs = list(v) if isinstance(v, (list, tuple)) else [v]
-    elif how == "count_ne":
-        xs = [sum(1 for x in row if x != spec.get("value", -1)) for row in v]
-    elif how == "len":
-        xs = [len(row) for row in v]
-    else:
-        raise ValueError(f"unknown reduce {how!r}")
-    return sum(xs) / len(xs) if xs else None
-
-
-def _graph_of(value):
-    """A graph flag from what the engine says: an enum (CUDAGraphMode.NONE is eager), or a truth value."""
-    name = getattr(value, "name", None)
-    if isinstance(name, str):
-        return name != "NONE", name
-    return bool(value), None
-
-
 class Timer:
     def __init__(self, cfg):
         self.cfg = cfg
         self.out = _Out(cfg["out_dir"])
         self.phases = list(dict.fromkeys(p[0] for p in cfg["phases"]))
         self.first = self.phases[0]
-        acc = cfg.get("accept")
-        self.accepts = [acc] if isinstance(acc, dict) else list(acc or [])
-        self.graphs = list(cfg.get("graph") or [])
-        self.tokens = list(cfg.get("tokens") or [])
+        self.readers = Readers(cfg)
         self.warmup = int(cfg.get("warmup", 2))
         self.block = int(cfg.get("block", 1))
         # target "module:qual" -> roles: ("phase", name) | ("cycle",) | ("sync",) | ("accept",)
@@ -197,11 +147,8 @@ class Timer:
         for role in ("cycle", "sync"):
             for target in [cfg[role]] if isinstance(cfg.get(role), str) else cfg.get(role) or []:
                 self.roles.setdefault(target, []).append((role,))
-        for k, spec in enumerate(self.accepts):
-            self.roles.setdefault(spec["target"], []).append(("accept", k))
-        for k, spec in enumerate(self.graphs):
-            if spec.get("within") or spec.get("target"):
-                self.roles.setdefault(spec.get("within") or spec["target"], []).append(("graph", k))
+        for target, role in self.readers.roles():
+            self.roles.setdefault(target, []).append(role)
         self.pending_modules = {}
         for target in self.roles:
             self.pending_modules.setdefault(target.split(":")[0], []).append(target)
@@ -247,12 +194,7 @@ class Timer:
     def _wrap(self, fn, target):
         roles = self.roles[target]
         timer = self
-        for acc in self.accepts:
-            if acc["target"] == target and acc.get("arg") and acc.get("pos") is None:
-                try:  # the argument's position, for calls that pass it positionally
-                    acc["pos"] = list(inspect.signature(fn).parameters).index(acc["arg"])
-                except (ValueError, TypeError):
-                    pass
+        self.readers.bind(fn, target)
 
         @functools.wraps(fn)
         def regdiag_timed(*args, **kwargs):
@@ -329,7 +271,7 @@ class Timer:
             for name in self.phases:
                 if name in t:
                     t[name] = round(t[name], 5)
-            line["values"] = self._values(c)
+            line["values"] = self.readers.values(c)
             line["calls"] = c.calls
             if c.graph:
                 line["graph"] = dict(c.graph)
@@ -340,22 +282,6 @@ class Timer:
         line["t"] = t
         self.out.write(line)
         self.emitted += 1
-
-    def _values(self, c):
-        values = {}
-        acc = None
-        for spec, v in c.accept:
-            try:
-                r = _reduce(v, spec)
-            except Exception:  # a value of an unexpected shape: no accept length, not a dead engine
-                r = None
-            if r is not None:
-                acc = (acc or 0.0) + r + float(spec.get("plus", 0))
-        if acc is not None:
-            values["accept_len"] = round(acc, 5)
-        for phase, n in c.tokens.items():
-            values[f"{phase}_tokens"] = n
-        return values
 
     def _header(self):
         self.header_written = True
@@ -424,10 +350,11 @@ class Timer:
             return fn(*args, **kwargs)
         depth = getattr(self.local, "depth", 0)
         if depth:  # nested inside another target: counted there
-            self._graph_within(roles)
+            outer_phase, outer_target = getattr(self.local, "phase", None) or (None, None)
+            self.readers.graph_within(self.cycle, outer_phase, outer_target, roles)
             result = fn(*args, **kwargs)
-            self._graph_ret(roles, result)
-            self._accept(roles, args, kwargs, result)
+            self.readers.graph_ret(self.cycle, roles, result)
+            self.readers.accept(self.cycle, roles, args, kwargs, result)
             return result
         phase = next((r[1] for r in roles if r[0] == "phase"), None)
         is_cycle = any(r[0] == "cycle" for r in roles)
@@ -438,8 +365,8 @@ class Timer:
             start = self._mark()
         if phase is not None and c is not None:
             c.calls[phase] = c.calls.get(phase, 0) + 1
-            self._graph_before(c, phase, target)
-            self._count_tokens(c, phase, target, args, kwargs)
+            self.readers.graph_before(c, phase, target)
+            self.readers.count_tokens(c, phase, target, args, kwargs)
         self.local.depth = depth + 1 if phase is not None else depth
         self.local.phase = (phase, target)
         try:
@@ -449,102 +376,13 @@ class Timer:
         if timed:
             c.marks.append((phase, start, self._mark()))
         if phase is not None and c is not None:
-            self._graph_after(c, phase, target, result)
-        self._graph_ret(roles, result)
-        self._accept(roles, args, kwargs, result)
+            self.readers.graph_after(c, phase, target, result, self.patched)
+        self.readers.graph_ret(self.cycle, roles, result)
+        self.readers.accept(self.cycle, roles, args, kwargs, result)
         is_sync = any(r[0] == "sync" for r in roles) and not self.cfg.get("cycle")
         if self.cycle is not None and ((is_cycle and self.cycle is c) or is_sync):
             self._close(synced=is_sync)
         return result
-
-    # -- what the engine says about a call: CUDA graph or eager, accepted tokens ----------------------
-    def _graph_specs(self, phase, target):
-        """The graph readers that speak for this phase's call: its name (or "*"), and its target where
-        the reader names the ones it knows ("of": a replay of one model runner says nothing of another's)."""
-        for spec in self.graphs:
-            if spec["phase"] in (phase, "*") and (not spec.get("of") or target in spec["of"]):
-                yield spec
-
-    def _graph_before(self, c, phase, target):
-        for spec in self._graph_specs(phase, target):
-            if not spec.get("context") or phase in c.graph:
-                continue
-            mod, qual = spec["context"].split(":", 1)
-            try:
-                flag, mode = _graph_of(_attr(_attr(sys.modules[mod], qual)(), spec.get("attr")))
-            except Exception:  # no context set (the engine's own check would fail too): no flag
-                continue
-            c.graph[phase] = flag
-            if mode is not None:
-                c.graph_mode[phase] = mode
-
-    def _graph_within(self, roles):
-        c = self.cycle
-        phase, target = getattr(self.local, "phase", None) or (None, None)
-        if c is None or phase is None:
-            return
-        specs = list(self._graph_specs(phase, target))
-        for r in roles:
-            if r[0] == "graph" and self.graphs[r[1]].get("within") and self.graphs[r[1]] in specs:
-                c.graph[phase] = True
-
-    def _graph_ret(self, roles, result):
-        """A flag another target returns for a phase (SGLang's batch result says can_run_cuda_graph)."""
-        for r in roles:
-            spec = self.graphs[r[1]] if r[0] == "graph" else {}
-            if spec.get("target") and self.cycle is not None and spec["phase"] not in self.cycle.graph:
-                try:
-                    self.cycle.graph[spec["phase"]] = _graph_of(_attr(result, spec["ret"]))[0]
-                except Exception:
-                    pass
-
-    def _count_tokens(self, c, phase, target, args, kwargs):
-        """Tokens in the phase's forward, from an argument: a tensor's first dimension, or a count
-        the engine keeps (vLLM V2's scheduler_output.total_num_scheduled_tokens)."""
-        for spec in self.tokens:
-            if spec["phase"] != phase or (spec.get("of") and target not in spec["of"]):
-                continue
-            v = kwargs.get(spec["arg"])
-            if v is None and spec.get("pos") is not None and len(args) > spec["pos"]:
-                v = args[spec["pos"]]
-            try:
-                v = _attr(v, spec.get("attr"))
-                n = int(v) if isinstance(v, int) else int(v.shape[0]) if hasattr(v, "shape") else len(v)
-            except Exception:
-                continue
-            c.tokens[phase] = c.tokens.get(phase, 0) + n
-            return
-
-    def _graph_after(self, c, phase, target, result):
-        for spec in self._graph_specs(phase, target):
-            if phase in c.graph or spec.get("target"):
-                continue
-            if spec.get("within") and spec["within"] in self.patched:
-                c.graph[phase] = False  # the replay target exists and was not called: eager
-            elif "ret" in spec and spec["phase"] == phase:
-                try:
-                    c.graph[phase] = _graph_of(_attr(result, spec["ret"]))[0]
-                except Exception:
-                    pass
-
-    def _accept(self, roles, args, kwargs, result):
-        if self.cycle is None:
-            return
-        for r in roles:
-            if r[0] != "accept":
-                continue
-            spec = self.accepts[r[1]]
-            if "ret" in spec:
-                try:
-                    v = _attr(result, spec["ret"])
-                except Exception:
-                    continue
-            else:
-                v = kwargs.get(spec["arg"]) if spec.get("arg") in kwargs else None
-                if v is None and spec.get("pos") is not None and len(args) > spec["pos"]:
-                    v = args[spec["pos"]]
-            if v is not None:
-                self.cycle.accept.append((spec, _keep(v)))
 
     def finish(self):
         if self.cycle is not None and self.cfg.get("sync") is None and not self.cfg.get("cycle"):

@@ -16,7 +16,7 @@ class Targets:
     """What the hook wraps. A phase (or the cycle) may name several targets, one per model runner or
     worker of the engine: whichever the engine imports at run time is patched, the others are never
     imported. `accept` and `graph` say where the engine reports the accept length and whether a phase
-    ran as a CUDA graph (probes/_engine_hook/regdiag_phase_timer.py has their forms)."""
+    ran as a CUDA graph (probes/_engine_hook/regdiag_phase_readers.py has their forms)."""
 
     phases: list[tuple[str, str]]
     cycle: str | list[str] | None = None

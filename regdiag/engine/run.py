@@ -31,7 +31,7 @@ from regdiag.server.record import new_launch
 from .presets import Targets
 
 HOOK_DIR = Path(__file__).resolve().parent.parent.parent / "probes" / "_engine_hook"
-HOOK_FILES = ("sitecustomize.py", "regdiag_phase_timer.py")
+HOOK_FILES = ("sitecustomize.py", "regdiag_phase_timer.py", "regdiag_phase_readers.py")
 LOADED_FILE = "regdiag_loaded.py"
 
 # Prepends the hook to PYTHONPATH and becomes the engine (exec: same PID, same process group).
