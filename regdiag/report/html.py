@@ -10,7 +10,8 @@ from html import escape
 from typing import Any
 
 from regdiag import __version__
-from regdiag.compare import Comparison, _usable
+from regdiag.compare import Comparison
+from regdiag.compare.checks import _usable
 from regdiag.report import svg
 from regdiag.report import text as T
 from regdiag.report.registry import Out

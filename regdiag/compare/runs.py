@@ -1,0 +1,203 @@
+"""`compare_runs`: the checks, the design, the verdicts, the attribution and tok/s split, the PHANTOM
+warnings, the drift and the environment diff, put together into one Comparison.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from regdiag import phantom, stats
+from regdiag.attribution import Attribution, Throughput, attribute, throughput
+from regdiag.compare.checks import (
+    _check_kind,
+    _check_options,
+    _check_same_measurement,
+    _check_side,
+    _metric_names,
+    _other_instrument,
+    _usable,
+    _vocabulary,
+)
+from regdiag.compare.design import _design, _drift, _drift_verdict, _pair_if_interleaved
+from regdiag.compare.envdiff import _env_diff, _machine_diff
+from regdiag.compare.result import Comparison, MetricResult, SideInfo
+from regdiag.compare.verdicts import _derived, _Method, _overall, _verdicts
+from regdiag.sizes import size_rows, sweep
+
+
+def compare_runs(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    *,
+    margin: float = stats.DEFAULT_MARGIN,
+    method: str = stats.WELCH,
+    level: float = stats.DEFAULT_LEVEL,
+    seed: int = 0,
+    allow_mismatch: bool = False,
+    old_label: str = "OLD",
+    new_label: str = "NEW",
+    n_boot: int = stats.DEFAULT_BOOT,
+) -> Comparison:
+    _check_options(margin, method, level)
+    old = _check_kind(old, old_label)
+    new = _check_kind(new, new_label)
+    warnings: list[str] = []
+    notes: list[str] = []
+    po, pn = old.get("probe") or {}, new.get("probe") or {}
+    _check_same_measurement(old, new, old_label, new_label, allow_mismatch, warnings, notes)
+    primary, phases, units, better = _vocabulary(old, new, old_label, warnings)
+
+    (lo_, skip_o), (ln_, skip_n) = _usable(old, old_label), _usable(new, new_label)
+    _check_side(old, old_label, lo_, warnings)
+    _check_side(new, new_label, ln_, warnings)
+    design = _design(old, new, lo_, ln_)
+    lo_, ln_, paired = _pair_if_interleaved(design, lo_, ln_, method, warnings, notes)
+    # two instruments of one measurement each have metrics the other cannot measure (a server's e2e and
+    # ttft, a log's gen_tok_s; nccl-tests' out-of-place times): those are left out
+    one_sided_ok = allow_mismatch or _other_instrument(po, pn)
+    names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, one_sided_ok, warnings)
+    how = _Method(method, level, margin, n_boot, np.random.default_rng(seed), paired)
+    derived = _derived(old, new)
+    results, context = _verdicts(names, lo_, ln_, units, better, how, derived)
+    verdict = _overall(results, primary)
+    att = _attribution(old, new, lo_, ln_, primary, phases, names, units, how, notes)
+    batch = (_batch(po), _batch(pn))
+    tput = _throughput(lo_, ln_, primary, units, how, batch)
+
+    side_o = _side_info(old, old_label, lo_, skip_o)
+    side_n = _side_info(new, new_label, ln_, skip_n)
+    snap_o, snap_n = old.get("snapshot_before"), new.get("snapshot_before")
+    ph = _phantoms(side_o, side_n, snap_o, snap_n, results, primary, margin)
+    warnings += phantom.machine_warnings(snap_o, snap_n)
+    if skip_o or skip_n:
+        warnings.append(f"skipped launches: {len(skip_o)} in {old_label}, {len(skip_n)} in {new_label}")
+    env, env_note = _env_diff(old, new)
+    drift = _drift(lo_, ln_, primary or results[0].name, old_label, new_label)
+    verdict_note = _drift_verdict(drift, design, verdict, old_label, new_label, warnings, notes)
+    return Comparison(
+        old=side_o,
+        new=side_n,
+        primary=primary,
+        margin=margin,
+        method=method,
+        level=level,
+        metrics=results,
+        context=context,
+        sizes=size_rows(sweep([la["header"] for la in lo_]), list(results)),
+        attribution=att,
+        throughput=tput,
+        verdict=verdict,
+        phantom=ph,
+        warnings=warnings,
+        env_diff=env,
+        env_note=env_note,
+        notes=notes,
+        design=design,
+        drift=drift,
+        verdict_note=verdict_note,
+        machine_diff=_machine_diff(side_o, side_n, snap_o, snap_n, env),
+    )
+
+
+def _batch(probe: dict[str, Any]) -> int:
+    b = (probe.get("config") or {}).get("batch")
+    return b if isinstance(b, int) and not isinstance(b, bool) and b > 0 else 1
+
+
+def _attribution(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    lo_: list[dict[str, Any]],
+    ln_: list[dict[str, Any]],
+    primary: str | None,
+    phases: list[str],
+    names: list[tuple[str, str]],
+    units: dict[str, str],
+    how: _Method,
+    notes: list[str],
+) -> Attribution | None:
+    """The primary's change split into its phases, when the phases are per-cycle parts of it."""
+    sums = (
+        old.get("phases_sum_to_primary", True) is not False
+        and new.get("phases_sum_to_primary", True) is not False
+    )
+    if not sums:
+        notes.append(f"the phases of these runs are not parts of {primary}: no attribution")
+    if not (sums and primary and phases and all(p in dict(names) for p in phases)):
+        return None
+    att = attribute(
+        [la["samples"] for la in lo_],
+        [la["samples"] for la in ln_],
+        primary,
+        list(phases),
+        units.get(primary, "ms"),
+        how.method,
+        how.level,
+        how.n_boot,
+        how.rng,
+    )
+    if att is None:
+        notes.append("phases are not per-cycle parts of the primary (lengths differ): no attribution")
+    return att
+
+
+def _throughput(
+    lo_: list[dict[str, Any]],
+    ln_: list[dict[str, Any]],
+    primary: str | None,
+    units: dict[str, str],
+    how: _Method,
+    batch: tuple[int, int],
+) -> Throughput | None:
+    """tok/s split into cycle time and accept length, for a run with a primary."""
+    if not primary:
+        return None
+    # A server run's primary is the inter-token latency; its speculative cycle is the "cycle" series.
+    cyc = "cycle" if all("cycle" in la["samples"] for la in [*lo_, *ln_]) else primary
+    return throughput(lo_, ln_, cyc, units.get(cyc, "ms"), how.margin, how.method, how.level, how.rng, batch)
+
+
+def _side_info(run: dict[str, Any], label: str, used: list[dict[str, Any]], skipped: list[str]) -> SideInfo:
+    probe = run.get("probe") or {}
+    host = run.get("host") or {}
+    return SideInfo(
+        label=label,
+        id=run.get("id"),
+        created=run.get("created"),
+        status=run.get("status"),
+        probe=probe.get("name"),
+        probe_version=probe.get("version"),
+        config=probe.get("config") or {},
+        host=host.get("name") if isinstance(host, dict) else None,
+        launches_total=len(run.get("launches", [])),
+        launches_used=len(used),
+        skipped=skipped,
+        clocks=phantom.summarize_clocks(used),
+    )
+
+
+def _phantoms(
+    side_o: SideInfo,
+    side_n: SideInfo,
+    snap_o: dict[str, Any] | None,
+    snap_n: dict[str, Any] | None,
+    results: list[MetricResult],
+    primary: str | None,
+    margin: float,
+) -> list[str]:
+    """PHANTOM warnings: clocks, settings, and noise large enough to fake the headline's change."""
+    ph = phantom.clock_warnings(side_o.clocks, side_n.clocks) + phantom.setting_warnings(snap_o, snap_n)
+    head = next((m for m in results if m.name == primary), results[0])
+    if head.estimate is not None:
+        ph += phantom.noise_warnings(
+            head.noise_old,
+            head.noise_new,
+            margin,
+            head.name,
+            head.estimate.sd_log,
+            head.estimate.n_old,
+            head.estimate.n_new,
+        )
+    return ph
