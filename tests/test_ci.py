@@ -33,3 +33,16 @@ def test_the_install_command_is_the_test_commands_without_test_extras() -> None:
     install, test = _readme_commands()
     assert install.startswith("python3 -m pip install torch==2.13.0 -e .")
     assert test.startswith("python3 -m pip install torch==2.13.0 -e '.[test]'")
+
+
+def test_every_package_directory_is_in_the_wheel() -> None:
+    """pyproject lists its packages by hand (probes/ is mapped in as regdiag.probes): a package missing
+    there works in an editable install and is absent from a wheel."""
+    import pytest
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 and later
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "regdiag").rglob("__init__.py")} | {
+        "regdiag.probes"
+    }
+    assert found == listed, (sorted(found - listed), sorted(listed - found))

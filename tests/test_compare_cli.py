@@ -70,6 +70,7 @@ def test_markdown_is_a_table_to_paste(capsys, seeds):
 def test_html_report_is_self_contained(capsys, tmp_path, seeds):
     old, new = seeds
     report = tmp_path / "out" / "report.html"
+    report.parent.mkdir()  # regdiag makes missing directories only inside REGDIAG_HOME
     code, _out, err = _main(capsys, "compare", str(old), str(new), "--html", str(report))
     assert code == 1 and f"wrote {report}" in err
     html = report.read_text()

@@ -95,7 +95,7 @@ def test_bisect_with_vllm_as_the_measurement_names_the_plugin(cli, models, wheel
     journal = tmp_path / "j.jsonl"
     r = cli(
         "bisect", "--good", GOOD, "--bad", BAD, "--python", vh.python(), "--probe", "engine",
-        "--find-links", str(wheels), "--installer", "pip", "--metric", "cycle", "--launches", "2", "--max-launches", "4", "--journal", str(journal), "--json",
+        "--find-links", str(wheels), "--installer", "pip", "--metric", "cycle", "--launches", "2", "--max-launches", "6", "--journal", str(journal), "--json",
         *_engine_args(models), env=vh.engine_env(), timeout=1800,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
@@ -117,7 +117,7 @@ def test_bisect_with_vllm_as_the_measurement_names_the_plugin(cli, models, wheel
 def test_ab_with_vllm_as_the_measurement(cli, models, wheels, tmp_path) -> None:
     out = tmp_path / "ab"
     r = cli(
-        "ab", "--a", GOOD, "--b", BAD, "--python", vh.python(), "--probe", "engine", "--launches", "3",
+        "ab", "--a", GOOD, "--b", BAD, "--python", vh.python(), "--probe", "engine", "--launches", "4",
         "--find-links", str(wheels), "--installer", "pip",
         "--margin", "25%", "--no-snapshot", "-o", str(out), "--json", *_engine_args(models),
         env=vh.engine_env(), timeout=1800,

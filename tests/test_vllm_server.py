@@ -107,8 +107,25 @@ def test_vllm_bench_serve_result_is_a_run_compare_reads(cli, tmp_path, server):
     assert run["units"]["spec_decode_acceptance_length"] == "tokens/step"
 
 
+def _traffic(url: str, seconds: float) -> None:
+    """Requests one after another for `seconds`: the server logs its stats every second, so the log
+    then holds several intervals with generation in them (a quiet machine served the tests above in
+    about one interval: no token period to read)."""
+    body = json.dumps(
+        {"model": "tiny", "prompt": "the cat sat on the mat; the cat sat on the", "max_tokens": 64}
+    )
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        req = urllib.request.Request(
+            url + "/v1/completions", body.encode(), {"Content-Type": "application/json"}
+        )
+        urllib.request.urlopen(req, timeout=120).read()
+    time.sleep(2.5)  # the next stats line, which covers the last requests
+
+
 def test_ingest_log_of_the_servers_own_spec_decode_lines(cli, tmp_path, server):
-    # The requests of the tests above ran with stats logged every second: the log has SpecDecoding lines.
+    # Stats are logged every second (VLLM_LOG_STATS_INTERVAL=1): the log has SpecDecoding lines.
+    _traffic(server["url"], 5.0)
     log = tmp_path / "server.log"
     log.write_bytes(server["log"].read_bytes())
     out = tmp_path / "log.json"
