@@ -68,7 +68,7 @@ def test_ab_with_the_engine_as_the_measurement(cli, tmp_path) -> None:
     out = tmp_path / "ab"
     r = cli(
         "ab", "--a", "FAKE_VERIFY_N=2000", "--b", "FAKE_VERIFY_N=20000", "--probe", "engine",
-        "--launches", "3", "--margin", "25%", "--no-snapshot", "-o", str(out), "--json",
+        "--launches", "5", "--margin", "25%", "--no-snapshot", "-o", str(out), "--json",
         "--", "--no-snapshot", *PHASES, "--launch-cmd", LAUNCH,
     )  # fmt: skip
     assert r.returncode == 1, r.stderr[-3000:]  # REGRESSED: verify is ten times the work

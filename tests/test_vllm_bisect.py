@@ -117,7 +117,7 @@ def test_bisect_with_vllm_as_the_measurement_names_the_plugin(cli, models, wheel
 def test_ab_with_vllm_as_the_measurement(cli, models, wheels, tmp_path) -> None:
     out = tmp_path / "ab"
     r = cli(
-        "ab", "--a", GOOD, "--b", BAD, "--python", vh.python(), "--probe", "engine", "--launches", "4",
+        "ab", "--a", GOOD, "--b", BAD, "--python", vh.python(), "--probe", "engine", "--launches", "5",
         "--find-links", str(wheels), "--installer", "pip",
         "--margin", "25%", "--no-snapshot", "-o", str(out), "--json", *_engine_args(models),
         env=vh.engine_env(), timeout=1800,
