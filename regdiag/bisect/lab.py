@@ -108,7 +108,7 @@ class Lab:
         self.points_used: set[str] = set()
         # A remote builder names its interpreter by host and path (a path there means nothing here).
         identity = getattr(builder, "identity", None)
-        python = identity() if identity is not None else os.path.realpath(builder.base_python)
+        python = identity() if identity is not None else os.path.abspath(builder.base_python)
         self._base = json.dumps(
             {"python": python, "repo": builder.repo, "setup": builder.setup}, sort_keys=True
         )
