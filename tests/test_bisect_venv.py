@@ -231,7 +231,10 @@ def test_package_bisect_over_ssh_layers_on_the_hosts_venv(sshd: Sshd, tmp_path: 
         assert r.returncode == 0, r.stderr[-3000:]
         rep = json.loads(r.stdout)
         [c] = rep["culprits"]
-        assert [(f["name"], f["good"], f["bad"]) for f in c["factors"]] == [("slowpkg", "1.1", "2.0")]
+        journal = (tmp_path / "j.jsonl").read_text()
+        assert [(f["name"], f["good"], f["bad"]) for f in c["factors"]] == [("slowpkg", "1.1", "2.0")], (
+            journal[-4000:]
+        )
         assert c["ms"]["verify"] == pytest.approx(6.0, abs=1.5)
     finally:
         subprocess.run(["rm", "-rf", str(work), str(home / ".cache")], check=False)

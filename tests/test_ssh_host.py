@@ -212,6 +212,51 @@ def test_stdout_and_stderr_drained_together_without_deadlock(host: SSHHost) -> N
     assert len(err_lines) == 4096 and all(len(ln) == 1023 for ln in err_lines)
 
 
+class _LateChannel:
+    """A channel whose last data, EOF and exit status land together just after the reader looked.
+
+    paramiko's transport thread fills the channel's buffers while the reader polls them; on a loaded
+    machine the last packet, EOF and exit-status can all arrive between its recv_ready() and its EOF
+    check. No sshd can be made to hit that moment on demand, so this one is scripted."""
+
+    def __init__(self) -> None:
+        self.looked = 0
+        self.buf = b""
+        self.eof_received = False
+        self.closed = False
+        self.exit_status = -1
+
+    def recv_ready(self) -> bool:
+        self.looked += 1
+        ready = bool(self.buf)
+        if self.looked == 1:  # the first look sees nothing; then everything arrives at once
+            self.buf, self.eof_received, self.exit_status = b"slowpkg-1.1-py3-none-any.whl\n", True, 0
+        return ready
+
+    def recv(self, n: int) -> bytes:
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def recv_stderr_ready(self) -> bool:
+        return False
+
+
+def test_output_that_arrives_with_eof_is_not_lost() -> None:
+    from regdiag.hosts.ssh import _pump
+
+    out, err = _Lines(None, True), _Lines(None, True, marker=True)
+    rc, lost = _pump(_LateChannel(), out, err, time.monotonic() + 5, lambda: True)  # type: ignore[arg-type]
+    assert (rc, lost) == (0, False)
+    assert out.finish() == b"slowpkg-1.1-py3-none-any.whl\n"
+
+
+def test_many_short_commands_keep_all_their_output(host: SSHHost) -> None:
+    # What a bisect does to list a --find-links directory: one short command, its output read to the end.
+    for i in range(40):
+        r = host.run(["printf", "%s\\n", f"line-{i}", "last"], timeout=60)
+        assert (r.returncode, r.stdout) == (0, f"line-{i}\nlast\n".encode()), i
+
+
 def test_lines_stream_to_callbacks_as_they_come(host: SSHHost) -> None:
     prog = "import sys, time\nfor i in range(3):\n    print(i, flush=True); time.sleep(0.3)\nsys.stdout.write('tail')"
     seen: list[tuple[str, float]] = []

@@ -135,8 +135,12 @@ def _versions_on(
     found: set[str] = set()
     if find_links:
         res = host.run(["ls", "-1", "--", find_links], timeout=60)
-        if res.ok:
-            found |= _versions_in_names(name, res.stdout.decode("utf-8", "replace").splitlines())
+        if not res.ok:
+            why = res.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [
+                f"exit status {res.returncode}"
+            ]
+            raise BadInput(f"--find-links {find_links}: cannot list it on {host.name}: {why[0]}")
+        found |= _versions_in_names(name, res.stdout.decode("utf-8", "replace").splitlines())
     if index_url or not find_links:
         res = host.run(_pip_index_argv(python, name, index_url), timeout=120)
         m = re.search(r"^Available versions:\s*(.+)$", res.stdout.decode("utf-8", "replace"), re.M)

@@ -414,6 +414,18 @@ class SSHHost(Host):
         return d
 
 
+def _drain(chan: paramiko.Channel, out: _Lines, err: _Lines) -> bool:
+    """Feed whatever the channel holds now into `out` and `err`: True when there was something."""
+    busy = False
+    while chan.recv_ready():
+        out.feed(chan.recv(65536))
+        busy = True
+    while chan.recv_stderr_ready():
+        err.feed(chan.recv_stderr(65536))
+        busy = True
+    return busy
+
+
 def _pump(
     chan: paramiko.Channel,
     out: _Lines,
@@ -428,14 +440,7 @@ def _pump(
     """
     status_at: float | None = None
     while True:
-        busy = False
-        while chan.recv_ready():
-            out.feed(chan.recv(65536))
-            busy = True
-        while chan.recv_stderr_ready():
-            err.feed(chan.recv_stderr(65536))
-            busy = True
-        if busy:
+        if _drain(chan, out, err):
             continue
         now = time.monotonic()
         # paramiko sets status_event on close too, with exit_status left at -1: only a real status counts.
@@ -443,8 +448,13 @@ def _pump(
             if status_at is None:
                 status_at = now
             if chan.eof_received or chan.closed or now - status_at > EOF_GRACE_S:
+                # The transport thread may have buffered the last data, then EOF, after the drain above
+                # looked (seen on a loaded 2-core machine: `ls` over SSH came back empty, exit 0).
+                # Data precedes EOF on the channel, so one more drain now gets all of it.
+                _drain(chan, out, err)
                 return chan.exit_status, False
         elif chan.closed or not alive():
+            _drain(chan, out, err)
             return (None, True) if not alive() else (-1, False)
         limit = deadline() if callable(deadline) else deadline
         if now >= limit:
