@@ -34,6 +34,9 @@ def _fast_snapshot_args(argv: list[str]) -> dict[str, object] | None:
 
 
 def main() -> None:
+    from regdiag.report.charset import install
+
+    install()  # a stdout that cannot write UTF-8 gets "->" for the arrows, not a traceback
     opts = _fast_snapshot_args(sys.argv[1:])
     if opts is None:
         from regdiag.cli import main as full_main

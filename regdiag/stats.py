@@ -66,6 +66,22 @@ def geomean(x: np.ndarray) -> float:
     return float(np.exp(np.mean(np.log(x))))
 
 
+RUN_VALUE = "geometric mean of the launch medians"
+
+
+def run_value(centers: Sequence[float]) -> float | None:
+    """A run's one number for a metric (its "cycle" wherever a run is shown: the probe summary and
+    progress, compare's old and new, the HTML report): the geometric mean of its launch centres
+    (docs/statistics.md, "One number per run"). None without launches; the plain mean where a
+    centre is not positive (a log is not defined there)."""
+    xs = [float(x) for x in centers if math.isfinite(x)]
+    if not xs:
+        return None
+    if min(xs) <= 0:
+        return sum(xs) / len(xs)
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
 # --- Welch on log launch centres ----------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from regdiag.errors import BadInput
 from regdiag.files import RecordError, check_output_path
@@ -23,6 +24,26 @@ class _Console(Console):
         # rich exits 1 here, which is compare's code for REGRESSED; main() gives "output closed" its own.
         self.quiet = True
         raise BrokenPipeError(errno.EPIPE, "output closed")
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        # Lines wrap between words only: a word longer than the width (a path, a hash, an id) is kept
+        # whole past the edge rather than folded or cropped (80 columns in a CI log, 40 in a pane).
+        # A sentence the width breaks goes on indented (report.layout.hanging), so it reads as one item.
+        kwargs.setdefault("crop", False)
+        if len(objects) == 1 and isinstance(objects[0], (str, Text)) and not kwargs.get("soft_wrap"):
+            from regdiag.report.layout import hanging
+
+            obj = objects[0]
+            if isinstance(obj, str):
+                obj = self.render_str(
+                    obj,
+                    markup=kwargs.get("markup"),
+                    highlight=kwargs.get("highlight"),
+                    emoji=kwargs.get("emoji"),
+                )
+            objects = (hanging(obj, self.width),)
+            kwargs.update(no_wrap=True, overflow="ignore")
+        super().print(*objects, **kwargs)
 
 
 # Human output goes to stdout; progress and warnings to stderr, so `--json > file` stays clean.

@@ -6,12 +6,12 @@ attribution and throughput, PHANTOM warnings, the top environment differences.
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, RenderableType
 from rich.text import Text
 
 from regdiag import stats
 from regdiag.compare import Comparison
+from regdiag.report import layout as L
 from regdiag.report import text as T
 from regdiag.report.registry import Out
 
@@ -27,11 +27,11 @@ ENV_LIMIT = 8
 def render(c: Comparison, console: Console, old_name: str = "", new_name: str = "") -> None:
     _headline(c, console, old_name, new_name)
     if c.sizes:
-        console.print(_sizes_table(c))
+        console.print(_sizes_table(c, console.width), crop=False)
     if T.listed(c):
-        console.print(_metrics_table(c))
+        console.print(_metrics_table(c, console.width), crop=False)
     if c.context:
-        console.print(_context_table(c))
+        console.print(_context_table(c, console.width), style="dim", crop=False)
         console.print(
             "context: settings and conditions of the measurement, not outcomes: no verdict", style="dim"
         )
@@ -70,79 +70,70 @@ def _verdict_text(verdict: str | None) -> Text:
     return Text(verdict, style=STYLE.get(verdict, "").replace("on red", "").replace("on green", "").strip())
 
 
-def _metrics_table(c: Comparison) -> Table:
-    """One row per metric: old, new, change, CI, p, verdict."""
-    # At 80 columns (a CI log) the CI and the verdict stay whole on one line; the rest may wrap.
-    table = Table(box=None, pad_edge=False, header_style="bold", collapse_padding=True)
-    table.add_column("metric", overflow="fold")
-    table.add_column("old", justify="right")
-    table.add_column("new", justify="right")
-    table.add_column("change", justify="right", no_wrap=True)
-    table.add_column(f"{100 * c.level:g} % CI", justify="right", no_wrap=True)
-    table.add_column("p (Holm)", justify="right")
-    table.add_column("verdict", no_wrap=True, min_width=len("INCONCLUSIVE"))
+def _metrics_table(c: Comparison, width: int) -> RenderableType:
+    """One row per metric: old, new, change, CI, p, verdict; one block per metric below the table's width."""
+    cols = [
+        L.Col("metric"),
+        L.Col("old", right=True),
+        L.Col("new", right=True),
+        L.Col("change", right=True),
+        L.Col(f"{100 * c.level:g} % CI", right=True),
+        L.Col("p (Holm)", right=True),
+        L.Col("verdict", bare=True),
+    ]
+    rows: list[list[L.Cell]] = []
     for m in T.listed(c):
         e = m.estimate
         unit = f" {m.unit}" if m.unit else ""
-        name = m.name if m.role != "primary" else f"[bold]{m.name}[/bold]"
+        name = Text(m.name, style="bold" if m.role == "primary" else "")
         if e is None:
-            table.add_row(name, "-", "-", "-", "-", "-", m.note)
+            rows.append([name, "-", "-", "-", "-", "-", m.note])
             continue
-        table.add_row(
-            name,
-            T.fixed(e.old_center, T.decimals(e.old_center, e.new_center)) + unit,
-            T.fixed(e.new_center, T.decimals(e.old_center, e.new_center)) + unit,
-            T.pct(e.ratio),
-            T.ci(e.lo, e.hi),
-            T.pval(m.p_adjusted),
-            _verdict_text(m.verdict),
+        d = T.decimals(e.old_center, e.new_center)
+        rows.append(
+            [
+                name,
+                T.fixed(e.old_center, d) + unit,
+                T.fixed(e.new_center, d) + unit,
+                T.pct(e.ratio),
+                T.ci(e.lo, e.hi),
+                T.pval(m.p_adjusted),
+                _verdict_text(m.verdict),
+            ]
         )
-    return table
+    return L.fit(cols, rows, width)
 
 
-def _sizes_table(c: Comparison) -> Table:
+def _sizes_table(c: Comparison, width: int) -> RenderableType:
     """A collectives sweep as nccl-tests prints it: one row per size, latency and busbw each judged."""
     lat_unit = c.sizes[0].latency.unit
-    table = Table(box=None, pad_edge=False, header_style="bold", collapse_padding=True)
-    table.add_column("size", no_wrap=True)
-    for col in (f"old {lat_unit}", f"new {lat_unit}", "change"):
-        table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("verdict", no_wrap=True, min_width=len("INCONCLUSIVE"))
     bw_unit = next((r.busbw.unit for r in c.sizes if r.busbw is not None), "GB/s")
-    table.title = f"per message: latency in {lat_unit}, busbw in {bw_unit}, each with its verdict"
-    table.title_justify, table.title_style = "left", "bold"
-    for col in ("old busbw", "new busbw"):
-        table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("verdict", no_wrap=True, min_width=len("INCONCLUSIVE"))
+    cols = [L.Col("size")]
+    cols += [L.Col(f"{h} {lat_unit}", right=True, label=h, unit=lat_unit) for h in ("old", "new")]
+    cols += [L.Col("change", right=True), L.Col("verdict", bare=True)]
+    cols += [
+        L.Col("old busbw", right=True, unit=bw_unit, label="busbw old"),
+        L.Col("new busbw", right=True, unit=bw_unit, label="new"),
+        L.Col("verdict", label="busbw"),
+    ]
     labels = any(r.label for r in c.sizes)
     if labels:
-        table.add_column("message", overflow="fold")
+        cols.append(L.Col("message"))
+    rows: list[list[L.Cell]] = []
     for r in c.sizes:
         lo, ln, lc, lv = T.cell_txt(r.latency)
         bo, bn, _bc, bv = T.cell_txt(r.busbw)
-        cells: list[str | Text] = [
-            T.size_txt(c, r),
-            lo,
-            ln,
-            lc,
-            _verdict_text(lv),
-            bo,
-            bn,
-            _verdict_text(bv),
-        ]
-        table.add_row(*cells, *([r.label] if labels else []))
-    return table
+        cells: list[L.Cell] = [T.size_txt(c, r), lo, ln, lc, _verdict_text(lv), bo, bn, _verdict_text(bv)]
+        rows.append([*cells, *([r.label] if labels else [])])
+    title = f"per message: latency in {lat_unit}, busbw in {bw_unit}, each with its verdict"
+    return L.fit(cols, rows, width, title=title)
 
 
-def _context_table(c: Comparison) -> Table:
+def _context_table(c: Comparison, width: int) -> RenderableType:
     """Settings and conditions of the measurement (running_req, tp_rank, ...): how they moved, no verdict."""
-    table = Table(box=None, pad_edge=False, header_style="dim", style="dim", collapse_padding=True)
-    table.add_column("context", justify="left")
-    for col in ("old", "new", "change"):
-        table.add_column(col, justify="right")
-    for m in c.context:
-        table.add_row(m.name, *T.context_txt(m))
-    return table
+    cols = [L.Col("context"), *(L.Col(h, right=True) for h in ("old", "new", "change"))]
+    rows: list[list[L.Cell]] = [[m.name, *T.context_txt(m)] for m in c.context]
+    return L.fit(cols, rows, width, header_style="dim", head_style="dim")
 
 
 def _details(c: Comparison, console: Console) -> None:
