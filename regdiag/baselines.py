@@ -17,6 +17,7 @@ from regdiag.errors import BadInput
 from regdiag.records import RUN, FileLock, RecordError, load_record, save_record
 from regdiag.run_view import RunView
 from regdiag.runs import now_iso, regdiag_home, resolve_run
+from regdiag.stats import run_value
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -72,7 +73,7 @@ def list_baselines() -> list[dict[str, Any]]:
         centre = None
         if primary:
             meds = [float(np.median(la.samples[primary])) for la in launches if la.samples.get(primary)]
-            centre = float(np.median(meds)) if meds else None
+            centre = run_value(meds)  # the run's one number, as compare and the probe summary show it
         out.append(
             {
                 "name": p.stem,

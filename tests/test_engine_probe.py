@@ -71,7 +71,9 @@ def test_phase_sum_matches_cycle_with_one_worker(cli, tmp_path):
     la = json.loads(out.read_text())["launches"][0]
     # The cycle is draft -> verify -> extend -> commit; nothing else in it but the wrappers.
     assert la["scalars"]["phase_sum_gap_pct_median"] < 5
-    assert "median of launch medians: cycle" in r.stdout
+    # the summary a probe shows: one number per metric, the run's (stats.run_value), named once
+    assert "run: the geometric mean of the launch medians" in r.stdout
+    assert any(ln.split()[:1] == ["cycle"] for ln in r.stdout.splitlines()), r.stdout
 
 
 def test_verify_regression_found_by_compare_and_explain(cli, tmp_path):

@@ -86,6 +86,8 @@ def test_probe_summary_csv():
             {
                 "metric": "cycle",
                 "unit": "ms",
+                "run": 2.4,
+                "n": 20,
                 "median": 2.5,
                 "p25": 2.4,
                 "p75": 2.75,
@@ -94,6 +96,8 @@ def test_probe_summary_csv():
             {
                 "metric": "tok_s",
                 "unit": "",
+                "run": 800.0,
+                "n": 10,
                 "median": 800.0,
                 "p25": 790.0,
                 "p75": 810.0,
@@ -104,5 +108,6 @@ def test_probe_summary_csv():
     buf: list[str] = []
     render("probe", "csv", summary, Out(None, write=buf.append))
     assert "".join(buf) == (
-        "metric,unit,median,p25,p75,launch_medians\ncycle,ms,2.5,2.4,2.75,2.5 2.25\ntok_s,,800.0,790.0,810.0,800.0\n"
+        "metric,unit,run,launch_medians,cycles_p25,cycles_p75,cycles\n"
+        "cycle,ms,2.4,2.5 2.25,2.4,2.75,20\ntok_s,,800.0,800.0,790.0,810.0,10\n"
     )

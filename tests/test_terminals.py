@@ -76,9 +76,9 @@ def test_probe_spec_decode_prints_plain_lines_outside_a_terminal(tmp_path: Path)
     lines = _progress_lines(p.stderr)
     steps = [ln for ln in lines if ln.endswith(" started") or ": ok, " in ln]
     assert steps[0] == "probe spec-decode: launch 1/2 started"
-    assert re.fullmatch(r"probe spec-decode: launch 1/2: ok, primary median [\d.]+", steps[1])
+    assert re.fullmatch(r"probe spec-decode: launch 1/2: ok, primary median [\d.]+, run [\d.]+", steps[1])
     assert steps[2] == "probe spec-decode: launch 2/2 started"
-    assert re.fullmatch(r"probe spec-decode: launch 2/2: ok, primary median [\d.]+", steps[3])
+    assert re.fullmatch(r"probe spec-decode: launch 2/2: ok, primary median [\d.]+, run [\d.]+", steps[3])
     assert len(steps) == 4
     ticks = [ln for ln in lines if ln not in steps]
     assert ticks and all(
@@ -142,11 +142,14 @@ def test_runs_and_baseline_list_keep_whole_ids_at_80_columns(tmp_path: Path) -> 
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0] == f"runs in {tmp_path / 'runs'}"
-    # "created" goes first: the id holds the time (and the probe, the next to go)
-    assert lines[1].split() == ["id", "probe", "config", "status", "launches", "host"]
-    assert sorted(ln.split()[:4] for ln in lines[2:]) == [
-        [i, "ingest-log", "complete", "1/1"] for i in sorted(ids)
-    ]
+    # Too wide for 80 columns as a table: one block per run, the id alone on its first line, every
+    # column kept (created too) as "name value" items under it, none cut.
+    assert [ln for ln in lines[1:] if not ln.startswith(" ")] == ids
+    for rid in ids:
+        at = lines.index(rid)
+        block = " ".join(lines[at + 1 : at + 3])
+        assert re.search(r"created \d{4}-\d\d-\d\d \d\d:\d\d", block), block
+        assert "probe ingest-log" in block and "status complete" in block and "launches 1/1" in block
     assert all(len(ln) <= 80 for ln in lines)
     wide = run_cli("runs", env={**CI_ENV, **home, "COLUMNS": "160"}).stdout.splitlines()
     assert wide[1].split() == ["id", "created", "probe", "config", "status", "launches", "host"]
@@ -155,10 +158,14 @@ def test_runs_and_baseline_list_keep_whole_ids_at_80_columns(tmp_path: Path) -> 
     assert run_cli("baseline", "save", name, EAGLE_A, env={**CI_ENV, **home}).returncode == 0
     p = run_cli("baseline", "list", env={**CI_ENV, **home})
     lines = p.stdout.splitlines()
-    assert lines[0].split() == ["name", "probe", "config", "primary"]
-    assert lines[1].startswith(f"{name}  spec-decode  preset=kimi-k2")
-    assert lines[1].rstrip().endswith("cycle 9.453 ms")
+    assert lines[0] == name  # a block: the name whole on its line, every column under it
+    block = " ".join(" ".join(lines[1:]).split())
+    assert "probe spec-decode" in block and "config preset=kimi-k2 mode=eagle" in block
+    # the run's one number (stats.run_value: the geometric mean of the launch medians), as compare's old
+    assert "primary cycle 9.445 ms" in block and "launches 3" in block and "saved 20" in block
     assert all(len(ln) <= 80 for ln in lines)
+    old = run_cli("compare", name, EAGLE_OFF, "--allow-mismatch", env={**CI_ENV, **home}).stdout
+    assert "9.445 \u2192" in old or "9.44 \u2192" in old
 
 
 def test_compare_table_fits_80_columns_with_whole_verdicts() -> None:
@@ -196,7 +203,7 @@ def test_compare_table_fits_80_columns_with_whole_verdicts() -> None:
     ]
 
 
-def test_fitted_table_drops_columns_before_it_cuts_the_id() -> None:
+def test_fitted_table_keeps_every_column_whole_in_blocks_when_narrow() -> None:
     from rich.console import Console
 
     from regdiag.cli.common import fitted_table
@@ -211,12 +218,18 @@ def test_fitted_table_drops_columns_before_it_cuts_the_id() -> None:
         "3/3",
     ]
     cols = ["id", "created", "probe", "config", "status", "launches"]
-    con = Console(width=80, record=True, file=io.StringIO())
-    con.print(fitted_table(cols, [row], keep="id", drop_order=["created", "probe"], width=80))
-    lines = con.export_text().splitlines()
-    assert lines[0].split() == ["id", "config", "status", "launches"]
-    assert lines[1].startswith(f"{rid}  kimi-k2 eagle ")  # the config wraps, the id does not
-    assert all(len(ln) <= 80 for ln in lines)
+    for width in (80, 60, 40):
+        con = Console(width=width, record=True, file=io.StringIO())
+        con.print(fitted_table(cols, [row], keep="id", width=width), crop=False)
+        lines = con.export_text().splitlines()
+        assert lines[0] == rid  # the id on a line of its own, whole
+        text = " ".join(" ".join(lines[1:]).split())  # a long value wraps between its words
+        for name, value in zip(cols[1:], row[1:], strict=True):
+            assert f"{name} {value}" in text  # each column named, its value whole
+        assert all(len(ln) <= width for ln in lines[1:])
+    con = Console(width=160, record=True, file=io.StringIO())
+    con.print(fitted_table(cols, [row], keep="id", width=160))
+    assert con.export_text().splitlines()[1].split()[:3] == [rid, "2026-11-30", "16:04"]
 
 
 def test_help_is_reflowed_to_80_columns() -> None:

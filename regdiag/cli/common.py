@@ -143,35 +143,23 @@ def _progress_every() -> float:
 
 
 def fitted_table(
-    columns: list[str], rows: list[list[str]], keep: str, drop_order: list[str], width: int | None = None
+    columns: list[str],
+    rows: list[list[str]],
+    keep: str,
+    drop_order: list[str] | None = None,
+    width: int | None = None,
 ) -> Any:
-    """A borderless table that fits `width` (default the console's; 80 in a CI log) without ever
-    cutting column `keep` (the id users copy into the next command): the columns in `drop_order` go,
-    in that order, until the rest fit; what still does not fit wraps, in the other columns only."""
-    from rich.table import Table
+    """A borderless table when `width` (default the console's; 80 in a CI log) holds every cell whole,
+    else one block per row (report.layout): column `keep` (the id users copy into the next command)
+    on a line of its own, the other columns as "name value" items under it. No column is dropped and
+    no cell cut; `drop_order` is accepted for callers of the old form and unused."""
+    from regdiag.report import layout as L
 
-    width = width or console.width
-    cols = list(columns)
-
-    def longest(name: str) -> int:
-        return max([len(name)] + [len(r[columns.index(name)]) for r in rows])
-
-    def need(names: list[str]) -> int:
-        return sum(longest(n) for n in names) + 2 * (len(names) - 1)
-
-    for name in drop_order:
-        if need(cols) <= width:
-            break
-        cols.remove(name)
-    t = Table(box=None, header_style="bold", pad_edge=False)
-    for n in cols:
-        if n == keep:
-            t.add_column(n, no_wrap=True, min_width=longest(n))
-        else:
-            t.add_column(n, overflow="fold")
-    for r in rows:
-        t.add_row(*(r[columns.index(n)] for n in cols))
-    return t
+    k = columns.index(keep)
+    order = [k, *(i for i in range(len(columns)) if i != k)]
+    cols = [L.Col(columns[i]) for i in order]
+    cells: list[list[L.Cell]] = [[r[i] for i in order] for r in rows]
+    return L.fit(cols, cells, width or console.width, gap=2)
 
 
 def reflow(text: str) -> str:

@@ -18,8 +18,11 @@ from regdiag.cli.common import (
     SshConfigOpt,
     console,
     err_console,
+    format_opt,
+    pick_format,
     print_json,
     probe_group,
+    show,
 )
 from regdiag.errors import BadInput, ProbeError
 from regdiag.measure.session import Session
@@ -105,6 +108,7 @@ def probe_engine(
     ssh_config: Path | None = SshConfigOpt,
     output: Path | None = OutputOpt,
     json_out: bool = JsonOpt,
+    fmt: str | None = format_opt("probe"),
     protocol: bool = typer.Option(
         False,
         "--protocol",
@@ -113,6 +117,7 @@ def probe_engine(
     ),
 ) -> None:
     launches = launches_opt if launches_opt is not None else (1 if protocol else 3)
+    chosen = pick_format("probe", fmt, json_out)  # json: the engine's own summary; terminal, csv: a probe's
     if protocol and launches != 1:
         raise BadInput("--protocol prints one launch: give -L 1 (bisect makes the launches)")
     from regdiag.engine.plan import EngineRequest
@@ -135,10 +140,11 @@ def probe_engine(
         check=check,
     )
     try:
-        path, run, phases = _measure(request, host, python, ssh_config, snapshot, quiet=json_out or protocol)
+        quiet = chosen != "terminal" or protocol
+        path, run, phases = _measure(request, host, python, ssh_config, snapshot, quiet=quiet)
         if output is not None:
             save_record(output, run)
-        _render(run, path, phases, protocol=protocol, json_out=json_out)
+        _render(run, path, phases, protocol=protocol, out_fmt=chosen)
     except (BadInput, ProbeError) as e:
         if protocol:
             kind = "usage" if isinstance(e, BadInput) else "error"
@@ -184,24 +190,24 @@ def _measure(
     return writer.path, writer.run, plan.phases
 
 
-def _render(run: dict[str, Any], path: Path, phases: list[str], *, protocol: bool, json_out: bool) -> None:
+def _render(run: dict[str, Any], path: Path, phases: list[str], *, protocol: bool, out_fmt: str) -> None:
     from regdiag.engine.plan import run_summary
     from regdiag.engine.run import protocol_lines
+    from regdiag.measure.summary import summarize_run
 
     summary: dict[str, Any] = {"path": str(path), **run_summary(run, phases)}
     if protocol:
         for line in protocol_lines(run):
             print_json_line(line)
-    elif json_out:
+    elif out_fmt == "json":
         print_json(summary)
-    else:
-        console.print(
-            "median of launch medians: "
-            + ", ".join(f"{k} {summary[f'{k}_ms_median']} ms" for k in ["cycle", *phases])
-            + f"; accept len {summary['accept_len_mean']}; hook overhead {summary['overhead_pct']} %",
-            soft_wrap=True,
-        )
-        console.print(f"record: {path}", soft_wrap=True)
+    else:  # as a probe's run: one number per metric (stats.run_value), the launch medians behind it
+        show("probe", out_fmt, {**summarize_run(run), "path": str(path)})
+        if out_fmt == "terminal":
+            console.print(
+                f"accept len {summary['accept_len_mean']}; hook overhead {summary['overhead_pct']} %",
+                highlight=False,
+            )
 
 
 def print_json_line(obj: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ regdiag.measure.probe, render (progress bar on stderr, summary table on stdout).
 from __future__ import annotations
 
 import math
+import statistics
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,10 @@ from regdiag.cli.common import (
     console,
     err_console,
     fitted_table,
+    format_opt,
     open_target,
     output_file,
+    pick_format,
     print_json,
     probe_group,
     progress_bar,
@@ -148,6 +151,7 @@ BusyOpt = typer.Option(
     False, "--allow-busy-gpu", help="Run even when other processes hold memory on the GPUs the probe uses."
 )
 NoSnapOpt = typer.Option(False, "--no-snapshot", help="Skip the environment snapshots before and after.")
+FormatOpt = format_opt("probe")
 
 
 def spec_decode(
@@ -180,6 +184,7 @@ def spec_decode(
     no_snapshot: bool = NoSnapOpt,
     output: Path = RecordOpt,
     json_out: bool = JsonOpt,
+    fmt: str = FormatOpt,
     host: list[str] = HostOpt,
     python: str = PythonOpt,
     ssh_config: Path = SshConfigOpt,
@@ -204,8 +209,8 @@ def spec_decode(
         "moe_impl": moe_impl.value, "seed": seed, "slow_phase": slow_phase or None, "crash_rank": crash_rank,
         "crash_at_launch": crash_at_launch, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu,
     }  # fmt: skip
-    _run("spec-decode", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config,
-         (slurm, slurm_args))  # fmt: skip
+    _run("spec-decode", options, launches, timeout, no_snapshot, output, pick_format("probe", fmt, json_out), host,
+         python, ssh_config, (slurm, slurm_args))  # fmt: skip
 
 
 def collectives(
@@ -227,6 +232,7 @@ def collectives(
     no_snapshot: bool = NoSnapOpt,
     output: Path = RecordOpt,
     json_out: bool = JsonOpt,
+    fmt: str = FormatOpt,
     host: list[str] = HostOpt,
     python: str = PythonOpt,
     ssh_config: Path = SshConfigOpt,
@@ -245,8 +251,8 @@ def collectives(
             raise BadInput(f"{name} must be >= {low}")
     options = {"tp": tp, "sizes": sizes, "op": op.value, "mode": mode.value, "api": api.value, "dtype": dtype.value, "iters": iters, "reps": reps, "warmup": warmup, "target_ms": target_ms,
                "device": device.value, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu}  # fmt: skip
-    _run("collectives", options, launches, timeout, no_snapshot, output, json_out, host, python, ssh_config,
-         (slurm, slurm_args))  # fmt: skip
+    _run("collectives", options, launches, timeout, no_snapshot, output, pick_format("probe", fmt, json_out), host,
+         python, ssh_config, (slurm, slurm_args))  # fmt: skip
 
 
 def _run(
@@ -256,7 +262,7 @@ def _run(
     timeout: float | None,
     no_snapshot: bool,
     output: Path | None,
-    json_out: bool,
+    out_fmt: str,
     host_specs: list[str] | None,
     python: str | None,
     ssh_config: Path | None,
@@ -264,12 +270,13 @@ def _run(
 ) -> None:
     from regdiag.measure.probe import run_probe
     from regdiag.measure.summary import summarize_run
+    from regdiag.stats import run_value
 
     if launches < 1:
         raise BadInput("--launches must be >= 1")
     if host_specs and len(dict.fromkeys(host_specs)) > 1 and not slurm[0]:
         _run_many(
-            name, options, launches, timeout, no_snapshot, output, json_out, host_specs, python, ssh_config
+            name, options, launches, timeout, no_snapshot, output, out_fmt, host_specs, python, ssh_config
         )
         return
     host = open_target(host_specs[0] if host_specs else None, python, ssh_config, *slurm)
@@ -279,6 +286,7 @@ def _run(
     plain = PlainProgress(f"probe {name}")
 
     where: dict[str, str] = {}
+    medians: list[float] = []
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
         if kind == "start":
@@ -304,7 +312,12 @@ def _run(
         elif kind == "launch_end":
             la = data["launch"]
             med = _launch_median(la)
-            what = f"primary median {med:.4g}" if med is not None else la.get("error") or la["status"]
+            medians.extend([] if med is None else [med])
+            what = (  # the launch's median, and the run's number so far (stats.run_value), as the summary
+                f"primary median {med:.4g}, run {run_value(medians):.4g}"
+                if med is not None
+                else la.get("error") or la["status"]
+            )
             if err_console.is_terminal:
                 progress.console.print(f"  launch {la['index'] + 1}: {la['status']}, {what}", highlight=False)
             plain.step(f"launch {la['index'] + 1}/{launches}: {la['status']}, {what}")
@@ -323,7 +336,7 @@ def _run(
         host.close()
     summary = summarize_run(result.run)
     summary["path"] = str(result.path)
-    show("probe", "json" if json_out else "terminal", summary)
+    show("probe", out_fmt, summary)
 
 
 def _run_many(
@@ -333,7 +346,7 @@ def _run_many(
     timeout: float | None,
     no_snapshot: bool,
     output: Path | None,
-    json_out: bool,
+    out_fmt: str,
     host_specs: list[str],
     python: str | None,
     ssh_config: Path | None,
@@ -376,7 +389,7 @@ def _run_many(
         raise RegdiagError(
             f"{interrupts.describe(e)}; finished launches kept", interrupts.exit_status(e)
         ) from None
-    if json_out:
+    if out_fmt == "json":
         print_json(
             [
                 {"host": o.spec, "ok": True, "summary": o.value}
@@ -388,8 +401,9 @@ def _run_many(
     else:
         for o in outcomes:
             if o.ok:
-                console.print(f"[bold]{o.spec}[/bold]", highlight=False)
-                show("probe", "terminal", o.value)
+                if out_fmt == "terminal":
+                    console.print(f"[bold]{o.spec}[/bold]", highlight=False)
+                show("probe", out_fmt, o.value)
     failed = [o for o in outcomes if not o.ok]
     for o in outcomes:
         state = f"ok, {o.value['path']}" if o.ok and o.value else f"FAILED: {o.error}"
@@ -420,8 +434,7 @@ def _launch_median(launch: dict[str, Any]) -> float | None:
     vals = launch.get("samples", {}).get(header.get("primary", "cycle"))
     if not vals:
         return None
-    s = sorted(vals)
-    return s[len(s) // 2]
+    return float(statistics.median(vals))  # as compare reduces a launch (the mean of the middle two)
 
 
 def runs_cmd(json_out: bool = JsonOpt) -> None:

@@ -15,7 +15,9 @@ from regdiag.cli.common import (
     PythonOpt,
     SshConfigOpt,
     err_console,
+    format_opt,
     input_file,
+    pick_format,
     probe_group,
     progress_bar,
     refuse_input_as_output,
@@ -179,8 +181,11 @@ def probe_server(
     ssh_config: Path | None = SshConfigOpt,
     output: Path | None = OutputOpt,
     json_out: bool = JsonOpt,
+    fmt: str | None = format_opt("server"),
 ) -> None:
     from regdiag.hosts.resolve import open_host
+
+    chosen = pick_format("server", fmt, json_out)  # before any request is sent
     from regdiag.server.measure import MeasureError, run_probe
     from regdiag.server.plan import ServerRequest, failed_launches, plan_probe, run_summary
 
@@ -213,7 +218,7 @@ def probe_server(
             RunWriter(None, run) as writer,
             Session(target, [writer], snapshot and plan.can_snapshot(target)),
         ):
-            if not json_out:
+            if chosen == "terminal":
                 err_console.print(
                     f"regdiag: measuring {plan.ep.display} ({api}); record {writer.path}", soft_wrap=True
                 )
@@ -230,7 +235,7 @@ def probe_server(
         save_record(output, writer.run)
     summary = run_summary(writer.run)
     summary["path"] = str(writer.path)
-    show("server", "json" if json_out else "terminal", summary)
+    show("server", chosen, summary)
     failed = failed_launches(writer.run)
     if failed:
         raise ProbeError(f"{failed}; record: {writer.path}")
@@ -248,16 +253,18 @@ def ingest_log(
     ),
     output: Path | None = OutputOpt,
     json_out: bool = JsonOpt,
+    fmt: str | None = format_opt("ingest"),
 ) -> None:
     from regdiag.server.ingest import ingest_logs, ingest_summary
 
+    chosen = pick_format("ingest", fmt, json_out)
     refuse_input_as_output(output, [str(f) for f in files], "-o")
     run = ingest_logs([str(f) for f in files], idle_gap_s=idle_gap, rank=rank)
     path = runs_dir() / f"{run['id']}.json"
     save_record(path, run)
     if output is not None:
         save_record(output, run)
-    show("ingest", "json" if json_out else "terminal", ingest_summary(run, str(path)))
+    show("ingest", chosen, ingest_summary(run, str(path)))
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from regdiag.run_view import usable
+from regdiag.stats import run_value
 
 
 def _quartiles(xs: Sequence[float]) -> tuple[float, float, float]:
@@ -20,8 +21,10 @@ def _quartiles(xs: Sequence[float]) -> tuple[float, float, float]:
 
 
 def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
-    """Per metric (primary first, then phases, then the rest): median and IQR over the kept cycles of the
-    ok launches, and the per-launch medians (the unit of evidence). For display, not for verdicts."""
+    """Per metric (primary first, then phases, then the rest): the run's number (`run`, stats.run_value:
+    the geometric mean of the launch medians, what compare shows as old and new), the per-launch
+    medians (the unit of evidence), and the median and IQR over the kept cycles of the ok launches.
+    For display, not for verdicts."""
     ok = [la for la in run.get("launches", []) if usable(la)]
     order = [run.get("primary"), *run.get("phases", [])]
     names: list[str] = [m for m in order if m]
@@ -37,8 +40,8 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
             continue
         p25, med, p75 = _quartiles(pooled)
         metrics.append(
-            {"metric": m, "unit": run.get("units", {}).get(m, ""), "median": med, "p25": p25, "p75": p75,
-             "launch_medians": per_launch, "n": len(pooled)}
+            {"metric": m, "unit": run.get("units", {}).get(m, ""), "run": run_value(per_launch), "median": med,
+             "p25": p25, "p75": p75, "launch_medians": per_launch, "n": len(pooled)}
         )  # fmt: skip
     scalars: dict[str, Any] = {}
     for key in ("overhead_pct", "tok_s", "accept_len_mean", "copy_GBps"):

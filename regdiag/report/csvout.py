@@ -13,7 +13,7 @@ COMPARE_COLUMNS = (
     "metric", "role", "unit", "old_median", "new_median", "ratio", "ci_lo", "ci_hi", "p_holm", "verdict",
     "note",
 )  # fmt: skip
-PROBE_COLUMNS = ("metric", "unit", "median", "p25", "p75", "launch_medians")
+PROBE_COLUMNS = ("metric", "unit", "run", "launch_medians", "cycles_p25", "cycles_p75", "cycles")
 
 
 def _write(rows: list[list[Any]], out: Out) -> None:
@@ -33,8 +33,10 @@ def compare(c: Comparison, out: Out) -> None:
 
 
 def probe(s: dict[str, Any], out: Out) -> None:
+    """A probe run's summary: per metric the run's number (stats.run_value, as the terminal shows it),
+    the launch medians it comes from, and the spread of all kept cycles."""
     rows: list[list[Any]] = [list(PROBE_COLUMNS)]
     for m in s["metrics"]:
         meds = " ".join(repr(x) for x in m["launch_medians"])
-        rows.append([m["metric"], m["unit"], m["median"], m["p25"], m["p75"], meds])
+        rows.append([m["metric"], m["unit"], m.get("run"), meds, m["p25"], m["p75"], m.get("n")])
     _write(rows, out)

@@ -138,11 +138,16 @@ def pack(items: Sequence[Text], width: int, indent: str = "") -> list[Text]:
             cur.append_text(it)
             continue
         if cur is not None:
-            lines.append(_whole(cur))
+            lines.append(_line(cur, width))
         cur = Text(indent) + it
     if cur is not None:
-        lines.append(_whole(cur))
+        lines.append(_line(cur, width))
     return lines
+
+
+def _line(t: Text, width: int) -> Text:
+    """One packed line; an item wider than `width` by itself wraps between its words (`hanging`)."""
+    return _whole(hanging(t, width) if t.cell_len > width else t)
 
 
 def _whole(t: Text) -> Text:

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.table import Table
+from rich.text import Text
 
+from regdiag.report import layout as L
 from regdiag.report.registry import Out
+from regdiag.stats import RUN_VALUE
 
 
 def _fmt(x: float) -> str:
     return f"{x:.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+
+
+RUN_NOTE = f"run: the {RUN_VALUE} (compare's old and new); IQR: the middle half of all kept cycles"
 
 
 def terminal(s: dict[str, Any], out: Out) -> None:
@@ -19,20 +24,22 @@ def terminal(s: dict[str, Any], out: Out) -> None:
     what = ", ".join(
         f"{k} {cfg[k]}" for k in ("preset", "mode", "tp", "tp_slice", "layers", "batch") if cfg.get(k)
     )
-    table = Table(title=f"{s['probe']} · {what}" if what else s["probe"], title_justify="left")
-    table.add_column("metric")
-    table.add_column("median", justify="right")
-    table.add_column("IQR", justify="right")
-    table.add_column("per-launch medians", justify="left")
+    cols = [L.Col("metric"), L.Col("run", right=True), L.Col("IQR", right=True), L.Col("per-launch medians")]
+    rows: list[list[L.Cell]] = []
     for m in s["metrics"]:
         unit = f" {m['unit']}" if m["unit"] else ""
-        table.add_row(
-            m["metric"],
-            _fmt(m["median"]) + unit,
-            f"{_fmt(m['p25'])}–{_fmt(m['p75'])}",
-            "  ".join(_fmt(x) for x in m["launch_medians"]),
+        run = m.get("run", m["median"])
+        rows.append(
+            [
+                m["metric"],
+                ("-" if run is None else _fmt(run)) + unit,
+                f"{_fmt(m['p25'])}\u2013{_fmt(m['p75'])}{unit}",
+                "  ".join(_fmt(x) for x in m["launch_medians"]),
+            ]
         )
-    console.print(table)
+    title = f"{s['probe']} \u00b7 {what}" if what else str(s["probe"])
+    console.print(L.fit(cols, rows, console.width, title=title, gap=2), crop=False)
+    console.print(RUN_NOTE, style="dim", highlight=False)
     if s.get("sizes"):
         _render_sizes(s["sizes"], console)
     sc = s.get("scalars", {})
@@ -52,8 +59,8 @@ def terminal(s: dict[str, Any], out: Out) -> None:
         )
         if c["reasons"]:
             bits.append("[yellow]clock events: " + ", ".join(c["reasons"]) + "[/yellow]")
-    if bits:
-        console.print("  " + " · ".join(bits))
+    for line in L.pack([Text.from_markup(b) for b in bits], console.width, "  "):
+        console.print(line, crop=False)
     comm = [c for ph, c in (s.get("comm") or {}).items() if ph != "cycle" and c.get("share") is not None]
     if comm:
         console.print(
@@ -73,13 +80,20 @@ def terminal(s: dict[str, Any], out: Out) -> None:
 def _render_sizes(rows: list[dict[str, Any]], console: Any) -> None:
     """A collectives run one row per message, latency and busbw of each mode together (as nccl-tests)."""
     modes = [m for m in ("eager", "graph") if any(r.get(f"{m}_us") is not None for r in rows)]
-    table = Table(title="per message (median over launches)", title_justify="left")
-    for col in ("op", "bytes", *[f"{m} {q}" for m in modes for q in ("us", "busbw GB/s")], "message"):
-        table.add_column(col, justify="left" if col in ("op", "message") else "right")
+    cols = [L.Col("op"), L.Col("bytes", right=True)]
+    for m in modes:
+        cols += [
+            L.Col(f"{m} us", right=True, label=m, unit="us"),
+            L.Col(f"{m} busbw GB/s", right=True, label="busbw", unit="GB/s"),
+        ]
+    cols.append(L.Col("message"))
+    cells: list[list[L.Cell]] = []
     for r in rows:
-        cells = [r["op"], f"{r['bytes']:,}"]
+        row: list[L.Cell] = [r["op"], f"{r['bytes']:,}"]
         for m in modes:
             us, bw = r.get(f"{m}_us"), r.get(f"{m}_busbw_GBps")
-            cells += ["-" if us is None else _fmt(us), "-" if bw is None else _fmt(bw)]
-        table.add_row(*cells, r.get("label") or "")
-    console.print(table)
+            row += ["-" if us is None else _fmt(us), "-" if bw is None else _fmt(bw)]
+        cells.append([*row, r.get("label") or ""])
+    console.print(
+        L.fit(cols, cells, console.width, title="per message (median over launches)", gap=2), crop=False
+    )

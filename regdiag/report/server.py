@@ -18,8 +18,7 @@ def terminal(summary: dict[str, Any], out: Out) -> None:
         f"median of {summary['ok_launches']} launches: itl {fmt(summary['itl_ms_median'], ' ms')}"
         f" ({fmt(summary['tok_s_per_request'], ' tok/s', 1)} per stream), ttft {fmt(summary['ttft_ms_median'], ' ms', 1)},"
         f" accept len {fmt(summary['accept_len_mean'])}",
-        soft_wrap=True,
-    )
+    )  # wrapped between words, a number kept with its unit (report.layout.hanging)
     out.console.print(f"record: {summary['path']}", soft_wrap=True)
 
 
@@ -33,13 +32,11 @@ def ingest_terminal(result: dict[str, Any], out: Out) -> None:
             f"{c['lines']} lines, {c['intervals']} intervals ({c['warmup']} warm-up dropped), "
             f"{c['skipped']} other lines skipped"
             + (f", {c['malformed']} malformed" if c["malformed"] else ""),
-            soft_wrap=True,
         )
         console.print(
             f"  itl {fmt(sc.get('itl_ms_median'), ' ms')} ({fmt(sc.get('tok_s_per_request'), ' tok/s', 1)} per request), "
             f"gen throughput {fmt(sc.get('gen_tok_s_median'), ' tok/s', 1)}, accept len {fmt(sc.get('accept_len_mean'))}"
             + (f", accept rate {fmt(sc['accept_rate'])}" if "accept_rate" in sc else ""),
-            soft_wrap=True,
         )
         if la["error"]:
             console.print(f"  [red]{la['error']}[/]")

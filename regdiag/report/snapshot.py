@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from regdiag.report import layout as L
 from regdiag.report.registry import Out
 from regdiag.snapshot import fields as F
 from regdiag.snapshot.check import ERROR, check_snapshot, gpu_indices, is_fit
@@ -411,33 +412,38 @@ def render_diff(items: list[dict[str, Any]], console: Console, old_name: str, ne
         )
     )
     rank = None
-    t: Table | None = None
+    rows: list[list[Text]] = []
     for it in items:
         if it["rank"] != rank:
-            if t is not None:
-                console.print(t)
+            _diff_rows(console, rows)
+            rows = []
             rank = it["rank"]
             title, note = RANK_TITLES.get(rank, ("", ""))
             console.print(Text(f"{rank}. {title}", style="bold") + Text(f"  {note}", style=DIM))
-            t = Table(show_header=False, box=None, padding=(0, 1, 0, 2))
-            t.add_column(style="cyan", overflow="fold")
-            t.add_column(overflow="fold")
-            t.add_column(overflow="fold")
-            t.add_column(overflow="fold")
-        assert t is not None
         new = Text(_plain(it["new"]), style="green")
         src = it.get("source") or {}
         if src.get("new") or src.get("old"):
             new.append(f"  (from {src.get('new') or 'the environment'}", style=DIM)
             new.append(f"; was from {src['old']})" if src.get("old") else ")", style=DIM)
-        t.add_row(
-            f"{it['group']}.{it['field']}" if it["group"] != "env" else it["field"],
-            Text(_plain(it["old"]), style="red"),
-            "→",
-            new,
+        name = f"{it['group']}.{it['field']}" if it["group"] != "env" else it["field"]
+        rows.append(
+            [Text("  " + name, style="cyan"), Text(_plain(it["old"]), style="red"), Text("\u2192"), new]
         )
-    if t is not None:
-        console.print(t)
+    _diff_rows(console, rows)
+
+
+def _diff_rows(console: Console, rows: list[list[Text]]) -> None:
+    """One rank's differences: name, old, arrow, new in columns where every cell fits whole; else each
+    name on its line and "old -> new" under it, wrapped between words (a name or a hash never split)."""
+    if not rows:
+        return
+    cols = [L.Col(""), L.Col(""), L.Col(""), L.Col("")]
+    if L.needed_width(cols, rows, 2, header=False) <= console.width:
+        console.print(L.table(cols, rows, gap=2, header=False), crop=False)
+        return
+    for name, old, arrow, new in rows:
+        console.print(name)
+        console.print(Text("      ") + old + " " + arrow + " " + new)
 
 
 # -- behind the registry (regdiag.report.registry) -----------------------------------------------
