@@ -45,13 +45,13 @@ def main() -> None:
         return
     import json
 
-    from regdiag.errors import escape_controls
+    from regdiag.errors import error_line
     from regdiag.files import check_output_path
     from regdiag.records import RecordError, save_record
     from regdiag.snapshot import collect
 
     def fail(why: str) -> NoReturn:
-        sys.stderr.write(f"regdiag: error: {escape_controls(why)}\n")
+        sys.stderr.write(error_line(why))
         sys.exit(2)
 
     output = str(opts["output"]) if opts["output"] else None

@@ -54,6 +54,14 @@ def escape_controls(message: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message.strip())
 
 
+def error_line(message: str) -> str:
+    """The one `regdiag: error: ...` line every error is shown as: secrets scrubbed out (an error can
+    quote a command line, a URL or a host spec; regdiag.snapshot.redact), control characters escaped."""
+    from regdiag.snapshot.redact import scrub_text
+
+    return f"regdiag: error: {escape_controls(scrub_text(message))}\n"
+
+
 class RegdiagError(Exception):
     """An error meant for the user: one line, and an exit code."""
 

@@ -33,7 +33,7 @@ from regdiag.errors import BadInput
 from regdiag.records import RUN, SNAPSHOT, RecordError, load_record, parse_schema
 from regdiag.snapshot.fields import field_value
 from regdiag.snapshot.packages import SELF, normalize, versions_of
-from regdiag.snapshot.redact import REDACTED
+from regdiag.snapshot.redact import is_hidden
 
 __all__ = [
     "COMMIT",
@@ -208,7 +208,7 @@ def _side_of_record(rec: dict[str, Any], p: Path, what: str) -> Spec:
         # Variables the run gave its launches (`env`, e.g. from a bisect or a demo) are what the
         # probe really had, whatever the snapshot's allowlist saw.
         for name, value in (rec.get("env") or {}).items():
-            if value in (REDACTED, "<set>"):
+            if value == "<set>" or is_hidden(value):
                 spec.redacted.add(str(name))
             spec.env[str(name)] = None if value is None else str(value)
         return spec
@@ -269,9 +269,7 @@ def code_from_record(spec: Spec, environ: Mapping[str, str] | None = None) -> li
 
 
 def _placeholder(value: str) -> bool:
-    from regdiag.snapshot.keyedhash import is_hashed
-
-    return value in (REDACTED, "<set>") or is_hashed(value)
+    return value == "<set>" or is_hidden(value)
 
 
 # ---------------------------------------------------------------------------------------- diffing
@@ -297,7 +295,7 @@ def diff(good: Spec, bad: Spec) -> Diff:
     same_env: dict[str, str | None] = {}
     for name in sorted(set(good.env) & set(bad.env)):
         g = good.env[name]
-        if g == bad.env[name] and g != REDACTED and name not in good.redacted:
+        if g == bad.env[name] and not is_hidden(g) and name not in good.redacted:
             same_env[name] = g
     same_packages = {
         n: v for n, v in good.packages.items() if v is not None and bad.packages.get(n) == v and n != SELF

@@ -17,7 +17,7 @@ from regdiag.errors import (
     EXIT_OUTPUT_CLOSED,
     GIT_STOP,
     RegdiagError,
-    escape_controls,
+    error_line,
     for_git_bisect,
 )
 from regdiag.records import RecordError
@@ -99,7 +99,7 @@ def click_core():  # type: ignore[no-untyped-def]
 
 def _fail(message: str, code: int) -> None:
     err = sys.stderr
-    err.write(f"regdiag: error: {escape_controls(message)}\n")
+    err.write(error_line(message))
     err.flush()
     sys.exit(code)
 

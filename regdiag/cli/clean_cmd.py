@@ -9,6 +9,7 @@ from typing import Any
 import typer
 
 from regdiag.cli.common import HostOpt, JsonOpt, PythonOpt, SshConfigOpt, console, err_console, print_json
+from regdiag.errors import error_line
 
 HELP = (
     "Remove the environments `regdiag bisect` built (venvs, git worktrees) and their cache.\n\n"
@@ -54,7 +55,7 @@ def clean(
             what = f"removed {r['path']}{size}" if r["existed"] else f"nothing to remove ({r['path']} absent)"
             console.print(f"{r['host']}: {what}", highlight=False)
     for o in failed:
-        err_console.print(f"regdiag: error: {o.error}", highlight=False, soft_wrap=True)
+        err_console.print(error_line(str(o.error)).rstrip("\n"), highlight=False, soft_wrap=True)
     if failed:
         raise typer.Exit(max(o.error.exit_code for o in failed if o.error is not None))
 

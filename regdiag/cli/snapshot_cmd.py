@@ -23,7 +23,7 @@ from regdiag.cli.common import (
     pick_format,
     show,
 )
-from regdiag.errors import EXIT_HOST, EXIT_REGRESSED, BadInput
+from regdiag.errors import EXIT_HOST, EXIT_REGRESSED, BadInput, error_line
 
 SNAPSHOT_HELP = (
     "Record this machine's environment: engine checkout, packages, GPUs, env vars, host.\n\n"
@@ -219,7 +219,7 @@ def snapshot(
             f"wrote {output}" if len(records) == 1 else f"wrote {len(records)} snapshots next to {output}"
         )
     for line in host_errors:
-        err_console.print(f"regdiag: error: {line}", markup=False)
+        err_console.print(error_line(line).rstrip("\n"), markup=False)
     if host_errors:
         raise typer.Exit(EXIT_HOST)
     if unfit:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from regdiag.hosts.base import CommandResult
-from regdiag.snapshot.redact import scrub_text
+from regdiag.snapshot.redact import scrub_lines, scrub_text
 
 PROGRESS_PREFIX = "regdiag-progress "
 PROTOCOL = 1
@@ -32,7 +32,8 @@ class LaunchStream:
     teardown: dict[str, Any] | None = None
     cycles: list[dict[str, Any]] = field(default_factory=list)
     stray: list[str] = field(default_factory=list)
-    stderr_tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
+    # Raw in memory only: scrubbed as one text when read (a private key spans lines), never stored raw.
+    raw_stderr: deque[str] = field(default_factory=lambda: deque(maxlen=20))
     bad_lines: int = 0
 
     def stdout_line(self, line: str) -> None:
@@ -69,7 +70,12 @@ class LaunchStream:
                 self.on_progress(obj)
             return
         if line.strip():
-            self.stderr_tail.append(scrub_text(line))  # a rank's traceback can quote a token
+            self.raw_stderr.append(line)
+
+    @property
+    def stderr_tail(self) -> list[str]:
+        """The last stderr lines, scrubbed together (regdiag.snapshot.redact.scrub_lines)."""
+        return [line for line in scrub_lines(self.raw_stderr) if line.strip()]
 
     def failure(self, res: CommandResult | None, timeout: float | None) -> str | None:
         """The one-line reason this launch failed, or None when it succeeded."""
@@ -134,7 +140,7 @@ class LaunchStream:
         if self.error is not None and self.error.get("kind") == "hang":
             launch["hang"] = {k: self.error.get(k) for k in ("rank", "stage", "stacks")}
         if self.stray:
-            launch["stray_stdout"] = self.stray
+            launch["stray_stdout"] = scrub_lines(self.stray)
         return launch
 
 

@@ -4,7 +4,8 @@ An allowlist missed variables that change speed (PYTHONMALLOC, ATEN_CPU_CAPABILI
 set in a shell never reached a record), so every variable is recorded. What keeps secrets out is
 the value, not the name list: a variable the redaction rules (regdiag.snapshot.redact) would touch
 is stored as an HMAC under a key kept in $REGDIAG_HOME (regdiag.snapshot.keyedhash), so `diff` and
-`bisect` still see that it changed. Without a usable key the value is "<redacted>", as before.
+`bisect` still see that it changed. Default-deny: only a value shown harmless by its shape is kept
+in clear; nothing of a hidden value stays readable.
 
 Families decide the order in `diff`: NCCL first, then the variables known to change how kernels,
 allocators, threads, the loader or the engines behave (`PERF_PREFIXES`), then the rest. Variables
@@ -22,37 +23,9 @@ from typing import Any
 
 from regdiag.snapshot import fields as F
 from regdiag.snapshot import keyedhash
-from regdiag.snapshot.redact import REDACTED, redact_value
+from regdiag.snapshot.redact import redact_value
+from regdiag.snapshot.shapes import PERF_PREFIXES
 
-PERF_PREFIXES = (
-    "NCCL_",
-    "CUDA_",
-    "CUBLAS",
-    "CUDNN_",
-    "NVIDIA_",
-    "NVSHMEM_",
-    "UCX_",
-    "TORCH",  # TORCH_*, TORCHINDUCTOR_*, TORCH_NCCL_*
-    "PYTORCH_",
-    "ATEN_",
-    "OMP_",
-    "KMP_",
-    "GOMP_",
-    "MKL_",
-    "OPENBLAS_",
-    "NVPL_",
-    "PYTHON",  # PYTHONPATH, PYTHONMALLOC, PYTHONTRACEMALLOC, PYTHONHASHSEED, ...
-    "MALLOC_",
-    "GLIBC_TUNABLES",
-    "LD_",
-    "SGLANG_",
-    "SGL_",
-    "VLLM_",
-    "FLASHINFER_",
-    "TRITON_",
-    "DG_",  # DeepGEMM
-    "REGDIAG_",  # regdiag's own knobs (the probes' test hooks) change what a run measures
-)
 SESSION = frozenset(
     {
         "_",
@@ -131,16 +104,10 @@ class Hasher:
     def key_id(self) -> str | None:
         return keyedhash.key_id(self.key) if self.key else None
 
-    def value(self, name: str, value: str) -> tuple[str, bool, bool, str | None]:
-        """(what to record, not the value in clear?, a keyed hash?, the value with only its
-        secret-shaped parts cut out, when the name itself is not sensitive)."""
-        kept, changed = redact_value(name, value)
-        if not changed:
-            return kept, False, False, None
-        readable = None if kept == REDACTED else kept
-        if self.key is None:
-            return REDACTED, True, False, readable
-        return keyedhash.keyed_hash(self.key, name, value), True, True, readable
+    def value(self, name: str, value: str) -> tuple[str, bool, bool]:
+        """(what to record, not the value in clear?, a keyed hash?)."""
+        kept, changed = redact_value(name, value, self.key or b"")
+        return kept, changed, changed and bool(self.key)
 
 
 def collect(
@@ -158,22 +125,17 @@ def collect(
     fields: dict[str, F.Field] = {}
     redacted: list[str] = []
     hashed: list[str] = []
-    scrubbed: dict[str, str] = {}
     for name in sorted(src):
-        value, hidden, is_hash, readable = hasher.value(name, src[name])
+        value, hidden, is_hash = hasher.value(name, src[name])
         fields[name] = F.ok(value)
         if hidden:
             redacted.append(name)
         if is_hash:
             hashed.append(name)
-        if readable is not None:
-            scrubbed[name] = readable
     group = F.group(fields, status=F.OK)
     group["redacted"] = redacted
     group["hashed"] = hashed
     group["hash_key_id"] = hasher.key_id
-    # For people: the value with its secret cut out (a URL's host), while the field holds the hash.
-    group["scrubbed"] = scrubbed
     group["session"] = [n for n in sorted(src) if family(n) == "session"]
     group["not_bisected"] = [n for n in sorted(src) if family(n) == "session" or n in OWNED_BY_BISECT]
     group["sources"] = {k: v for k, v in sorted((sources or {}).items()) if k in src}

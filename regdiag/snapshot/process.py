@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from regdiag.snapshot import fields as F
-from regdiag.snapshot import keyedhash
-from regdiag.snapshot.redact import REDACTED, is_harmless_scalar, is_sensitive_name, scrub_text
+from regdiag.snapshot.redact import redact_argv, scrub_text
 
 # Asked of the target's interpreter under -S: site.py does not run, so neither does any user code.
 _PATH_PROBE = (
@@ -81,32 +80,9 @@ def python_flags(cmdline: list[str]) -> set[str]:
 
 
 def redact_cmdline(args: list[str], hasher_key: bytes | None) -> list[str]:
-    """Arguments with secrets replaced: the value after a sensitive option (`--api-key X`,
-    `--api-key=X`) becomes a keyed hash (or "<redacted>"), then secret shapes are cut out."""
-
-    def hide(opt: str, value: str) -> str:
-        if is_harmless_scalar(value):
-            return value
-        return keyedhash.keyed_hash(hasher_key, opt, value) if hasher_key else REDACTED
-
-    out: list[str] = []
-    pending: str | None = None
-    for arg in args:
-        if pending is not None:
-            out.append(hide(pending, arg))
-            pending = None
-            continue
-        if arg.startswith("-") and len(arg) > 1:
-            opt, eq, value = arg.partition("=")
-            if is_sensitive_name(opt.lstrip("-")):
-                if eq:
-                    out.append(f"{opt}={hide(opt, value)}")
-                else:
-                    out.append(arg)
-                    pending = opt
-                continue
-        out.append(scrub_text(arg)[:MAX_ARG])
-    return out
+    """Arguments as the snapshot keeps them: regdiag.snapshot.redact.redact_argv (default-deny, token by
+    token; a hidden value is a keyed hash with its length), each bounded to MAX_ARG characters."""
+    return [a[:MAX_ARG] for a in redact_argv(args, hasher_key or b"")]
 
 
 @dataclass

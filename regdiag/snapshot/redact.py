@@ -1,209 +1,189 @@
-"""Keep secrets out of records, logs and the screen.
+"""Keep secrets out of records, logs and the screen: the one scrubber every sink calls.
 
-Two layers, both applied to every value regdiag keeps from the environment:
+Default-deny for values. A value (an environment variable, an argv token, a value in decoded JSON
+under a credential name) is kept verbatim only when regdiag.snapshot.shapes shows it harmless by its
+shape: a number, a bool, a short enum word, a version, a commit hash in a commit field, a path or URL
+without credentials, a device list, or a short low-entropy token under a performance family. Any
+other value becomes a keyed hash with its length, `hmac-sha256:<16 hex>:len=N` (regdiag.snapshot.
+keyedhash), so `diff` and `bisect` still see "changed"; nothing of it stays readable. Without a usable
+key (a sink outside `snapshot`, whose own key errors stop it) it is `<redacted len=N>`.
 
-1. By name: a variable whose name has a sensitive segment (TOKEN, SECRET, PASS, KEY, ...) keeps its
-   value only when that value is a plain number or a boolean (so that knobs such as
-   VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD=256 stay useful); otherwise the value becomes
-   "<redacted>" and the name is listed as redacted, so the record still says it was set.
-2. By shape: every kept value (and any text passed to `scrub_text`) is scanned for credentials in
-   URLs (scheme://user:pass@host) and for known token shapes (hf_, ghp_, github_pat_, sk-, AKIA...,
-   dapi..., glpat-, npm_, JWTs, private-key blocks, Azure AccountKey=/SharedAccessSignature=,
-   key=value secrets, `--token VALUE` flags); each match is replaced by "<redacted>".
+Free text (stderr and stdout tails, error lines, server info, commit subjects, journal strings) is
+scrubbed by regdiag.snapshot.freetext: blocks, provider tokens (detect-secrets' plugins when it is
+installed), URL and assignment credentials, and every word that could be a generated secret.
 
 Which function for which sink (docs/redaction.md lists the rules):
   redact_env(env)        a mapping of variables (snapshot env group, probe headers' env)
   redact_value(name, v)  one variable
-  redact_argv(argv)      a command line kept as tokens (launch_cmd, bisect --command)
-  redact_tree(obj)       any decoded JSON (server info, journal lines): by key name, then by shape
-  scrub_text(text)       free text (stderr tails, commit subjects, git refs, error messages)
+  redact_argv(argv)      a command line kept as tokens (launch_cmd, --pid cmdline, build logs)
+  redact_tree(obj)       any decoded JSON (server info, journal lines): by key name, then as text
+  scrub_text(text)       free text
+  scrub_lines(lines)     a tail of lines, scrubbed as one text (a PEM block spans lines)
 
-Standard library only.
+Standard library only (detect-secrets is optional).
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterable
 from typing import Any
 
+from regdiag.snapshot import keyedhash
+from regdiag.snapshot.freetext import marker, scrub_free_text
+from regdiag.snapshot.shapes import BOOLEANS, NUMBER, credential_name, harmless_value
+
 REDACTED = "<redacted>"
-
-# Name segments (split on "_", "-", ".") that mark a variable as secret-bearing.
-SENSITIVE_SEGMENTS = frozenset(
-    {
-        "TOKEN",
-        "SECRET",
-        "PASS",
-        "PASSWORD",
-        "PASSWD",
-        "PASSPHRASE",
-        "KEY",
-        "CRED",
-        "CREDS",
-        "CREDENTIAL",
-        "CREDENTIALS",
-        "AUTH",
-        "COOKIE",
-        "PRIVATE",
-        "APIKEY",
-        "ACCESSKEY",
-        "SECRETKEY",
-        "AUTHTOKEN",
-        "SESSION",
-    }
-)
-
-_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
-_BOOLEANS = frozenset({"true", "false", "yes", "no", "on", "off", "y", "n", "t", "f"})
-# A long run of digits under a secret name is more likely a PIN or numeric key than a knob.
-_MAX_NUMBER_CHARS = 10
-
-# Shapes found anywhere in a value. Order matters only for readability; each is applied in turn.
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    (
-        "private key block",
-        re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)", re.S),
-    ),
-    # user:password@ or a bare token@ in any scheme://; the host part stays readable.
-    ("url credentials", re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}")),
-    ("huggingface token", re.compile(r"\bhf_[A-Za-z0-9]{16,}")),
-    ("github token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")),
-    ("gitlab token", re.compile(r"\bgl(?:pat|ptt|dt|rt|oas|cbt|imt|ft|agent)-[A-Za-z0-9_-]{16,}")),
-    ("databricks token", re.compile(r"\bdapi[0-9a-f]{32}(?:-\d+)?")),
-    ("digitalocean token", re.compile(r"\bdo[pro]_v1_[0-9a-f]{64}")),
-    ("sendgrid key", re.compile(r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}")),
-    (
-        "groq/perplexity/shopify key",
-        re.compile(r"\b(?:gsk_[A-Za-z0-9]{20,}|pplx-[A-Za-z0-9]{20,}|shp(?:at|ss|ca|pa)_[0-9a-fA-F]{32})"),
-    ),
-    ("huggingface org key", re.compile(r"\bapi_org_[A-Za-z0-9]{20,}")),
-    ("openai/anthropic key", re.compile(r"\bsk-[A-Za-z0-9_-]{16,}")),
-    ("aws access key id", re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}\b")),
-    ("google api key", re.compile(r"\bAIza[0-9A-Za-z_-]{30,}")),
-    ("slack token", re.compile(r"\b(?:xox[abposre]|xapp)-[A-Za-z0-9-]{10,}")),
-    ("stripe key", re.compile(r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}")),
-    ("pypi token", re.compile(r"\bpypi-[A-Za-z0-9_-]{32,}")),
-    ("npm token", re.compile(r"\bnpm_[A-Za-z0-9]{30,}")),
-    ("wandb/replicate key", re.compile(r"\b(?:r8_[A-Za-z0-9]{30,}|wandb_v1_[A-Za-z0-9_]{20,})")),
-    # Real tokens carry digits; requiring one keeps prose such as "basic configuration" intact.
-    (
-        "bearer token",
-        re.compile(r"(?i)\b(bearer|basic|token)\s+(?=[A-Za-z0-9._~+/-]*\d)[A-Za-z0-9._~+/-]{12,}=*"),
-    ),
-    # Azure storage / service-bus connection strings and SAS URLs: the key part, up to the next ';' or '&'.
-    (
-        "azure key",
-        re.compile(r"(?i)\b((?:AccountKey|SharedAccessKey|SharedAccessSignature|sig)=)([^\s;&\"']+)"),
-    ),
-    # `--hf-token VALUE` (a flag, a space, its value) in free text such as a server's echoed argv.
-    (
-        "secret flag",
-        re.compile(
-            r"(?i)(--?(?:[a-z0-9]+-)*(?:token|secret|password|passwd|pass|pwd|api-?key|apikey|key|auth|"
-            r"credentials?|cookie)\s+)(?![+-]?\d+(?:\.\d+)?(?:\s|$))([^\s-][^\s]*)"
-        ),
-    ),
-    # key=value or key: value pairs inside a value (command lines, query strings, JSON-ish text).
-    (
-        "secret assignment",
-        re.compile(
-            r"(?i)\b((?:[a-z0-9]+[_-])*(?:token|secret|password|passwd|pass|pwd|api[_-]?key|apikey|"
-            r"access[_-]?key|secret[_-]?key|auth|authorization|credentials?|cookie|private[_-]?key|session)"
-            r"[\"']?\s*[=:]\s*[\"']?)([^\s&\"',;}]+)"
-        ),
-    ),
-]
-
-
-def _segments(name: str) -> list[str]:
-    return [s for s in re.split(r"[_\-.]+", name.upper()) if s]
+_NO_KEY = b""
+_SHELLISH = re.compile(r"[^A-Za-z0-9_.:+/@%,=~-]")
+_MYSQL = frozenset({"mysql", "mysqladmin", "mysqldump", "mariadb"})
+_PASSWORD_SHORT_FLAGS = frozenset({"p", "P"})
+_USER_FLAGS = frozenset({"u", "user"})
 
 
 def is_sensitive_name(name: str) -> bool:
-    return any(seg in SENSITIVE_SEGMENTS for seg in _segments(name))
+    """The name says its value is a credential (regdiag.snapshot.shapes.credential_name)."""
+    return credential_name(name)
 
 
 def is_harmless_scalar(value: str) -> bool:
-    """A plain number or boolean: safe to keep even under a sensitive name."""
+    """A bool or a plain number of at most 10 characters."""
     v = value.strip()
-    if v.lower() in _BOOLEANS:
-        return True
-    return len(v) <= _MAX_NUMBER_CHARS and _NUMBER.fullmatch(v) is not None
+    return bool(v) and (v.lower() in BOOLEANS or (len(v) <= 10 and NUMBER.fullmatch(v) is not None))
+
+
+def is_hidden(value: object) -> bool:
+    """A value this module replaced: a keyed hash or a `<redacted...>` marker."""
+    return isinstance(value, str) and (value.startswith("<redacted") or keyedhash.is_hashed(value))
+
+
+def default_key() -> bytes | None:
+    """The hash key for sinks outside `snapshot`; None when it cannot be used (they then redact)."""
+    try:
+        return keyedhash.load_key()
+    except (OSError, keyedhash.KeyFileError):
+        return None
+
+
+def hidden(name: str, value: str, key: bytes | None = None) -> str:
+    """The value as recorded when it is not shown harmless: its keyed hash and length."""
+    k = default_key() if key is None else key
+    if not k:
+        return marker(value)
+    return f"{keyedhash.keyed_hash(k, name, value)}:len={len(value)}"
 
 
 def scrub_text(text: str) -> str:
-    """Replace every credential-shaped substring of text with "<redacted>"."""
-    if not text:
-        return text
-    out = text
-    for label, pat in _PATTERNS:
-        if label == "url credentials":
-            out = pat.sub(lambda m: m.group(1) + REDACTED + "@", out)
-        elif label in ("secret assignment", "azure key", "secret flag"):
-            out = pat.sub(lambda m: m.group(1) + REDACTED, out)
-        elif label == "bearer token":
-            out = pat.sub(lambda m: m.group(1) + " " + REDACTED, out)
-        else:
-            out = pat.sub(REDACTED, out)
-    return out
+    """Free text with every part that could be a credential replaced by `<redacted len=N>`."""
+    return scrub_free_text(text)
 
 
-def redact_value(name: str, value: str) -> tuple[str, bool]:
-    """(value to keep, whether anything was redacted) for one variable."""
-    if is_sensitive_name(name) and not is_harmless_scalar(value):
-        return REDACTED, True
-    scrubbed = scrub_text(value)
-    return scrubbed, scrubbed != value
+def scrub_lines(lines: Iterable[str]) -> list[str]:
+    """A tail of lines scrubbed as one text (a private key spans lines), split back into lines."""
+    joined = "\n".join(line.rstrip("\n") for line in lines)
+    return scrub_free_text(joined).split("\n") if joined else []
 
 
-def redact_env(env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    """Redact a mapping of variables: (kept values, sorted names whose value was redacted)."""
+def redact_value(name: str, value: str, key: bytes | None = None) -> tuple[str, bool]:
+    """(value to keep, whether it was hidden) for one variable: verbatim only when harmless."""
+    if _harmless(name, value):
+        return value, False
+    return hidden(name, value, key), True
+
+
+def _harmless(name: str, value: str, loose: bool = False) -> bool:
+    """Harmless by shape, and no token shape inside either (xoxb-1234567890-abcdefghijkl reads as words)."""
+    return harmless_value(name, value, loose) and scrub_free_text(value, detector=False) == value
+
+
+def redact_env(env: dict[str, str], key: bytes | None = None) -> tuple[dict[str, str], list[str]]:
+    """Redact a mapping of variables: (kept values, sorted names whose value was hidden)."""
+    k = default_key() if key is None else key
     kept: dict[str, str] = {}
     redacted: list[str] = []
     for name in sorted(env):
-        value, changed = redact_value(name, env[name])
+        value, changed = redact_value(name, env[name], k or _NO_KEY)
         kept[name] = value
         if changed:
             redacted.append(name)
     return kept, redacted
 
 
+_TREE_ARGV_KEYS = frozenset({"argv", "cmdline", "launch_cmd", "args", "command_line"})
 _VALUE_KEYS = frozenset({"value", "good", "bad"})
 
 
-def redact_tree(obj: Any, key: str = "") -> Any:
-    """A copy of decoded JSON with secrets out: by key name, then by shape inside every string."""
+def redact_tree(obj: Any, key: str = "", hkey: bytes | None = None) -> Any:
+    """A copy of decoded JSON with secrets out: a value under a credential name is hidden (a
+    `{"name": VAR, "value"/"good"/"bad": ...}` pair by VAR), an argv list token by token, every other
+    string scrubbed as free text."""
     if isinstance(obj, dict):
-        # A {"name": VAR, "value"/"good"/"bad": ...} pair (bisect factors, journal env lines): by VAR.
         named = obj.get("name")
-        if isinstance(named, str) and is_sensitive_name(named):
-            return {k: redact_tree(v, named if k in _VALUE_KEYS else str(k)) for k, v in obj.items()}
-        return {k: redact_tree(v, str(k)) for k, v in obj.items()}
+        if isinstance(named, str) and credential_name(named):
+            return {k: redact_tree(v, named if k in _VALUE_KEYS else str(k), hkey) for k, v in obj.items()}
+        return {k: redact_tree(v, str(k), hkey) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [redact_tree(v, key) for v in obj]
+        if key in _TREE_ARGV_KEYS and all(isinstance(v, str) for v in obj):
+            return redact_argv(list(obj), hkey)
+        return [redact_tree(v, key, hkey) for v in obj]
+    if key and credential_name(key) and not isinstance(obj, bool) and obj is not None:
+        text = str(obj)
+        return obj if text.lower() in BOOLEANS else hidden(key, text, hkey or default_key() or _NO_KEY)
     if isinstance(obj, str):
-        return redact_value(key, obj)[0] if key else scrub_text(obj)
-    return obj  # numbers, booleans, null: nothing secret in them
+        return scrub_free_text(obj)
+    return obj  # numbers, booleans, null
 
 
-def redact_argv(argv: list[str]) -> list[str]:
-    """A command line fit for a record: the value after --api-key-like flags, NAME=secret, and shapes."""
+def _token(name: str, tok: str, key: bytes) -> str:
+    """One argv value judged under its option or variable name (default-deny, text as text)."""
+    if _harmless(name, tok) or (not credential_name(name) and _harmless(name, tok, loose=True)):
+        return tok
+    if not credential_name(name) and _SHELLISH.search(tok):
+        return scrub_free_text(tok)  # a shell snippet or a sentence (`-c "import sys; ..."`)
+    return hidden(name or "argv", tok, key)
+
+
+def _flag_value(prog: str, flag: str, tok: str, key: bytes) -> str:
+    name = flag.lstrip("-")
+    if credential_name(name) or (name in _PASSWORD_SHORT_FLAGS and prog in _MYSQL | {"sshpass"}):
+        return tok if tok.lower() in BOOLEANS else hidden(name, tok, key)
+    if name in _PASSWORD_SHORT_FLAGS and not re.fullmatch(r"\d{1,5}", tok):
+        return hidden(name, tok, key)  # -p is a port for most programs, a password for some
+    if name in _USER_FLAGS and ":" in tok:
+        return hidden(name, tok, key)  # curl -u user:password
+    return _token(name, tok, key)
+
+
+def redact_argv(argv: list[str], key: bytes | None = None) -> list[str]:
+    """A command line fit for a record, token by token: flag values judged under the flag's name,
+    NAME=value under NAME, positionals by shape; `sshpass -p X`, `mysql -pX`, `login TOKEN` hidden."""
+    k = (default_key() if key is None else key) or _NO_KEY
     out: list[str] = []
-    hide_next = False
-    for tok in argv:
-        if hide_next:
-            hide_next = False
-            if not is_harmless_scalar(tok):
-                out.append(REDACTED)
-                continue
-        if tok.startswith("-") and "=" not in tok and is_sensitive_name(tok.lstrip("-")):
-            hide_next = True
-            out.append(tok)
+    pending: str | None = None
+    prog = ""
+    for i, tok in enumerate(argv):
+        if i == 0 or (prog in ("env", "sudo", "sshpass") and not out[-1].startswith("-") and "=" not in tok):
+            prog = os.path.basename(tok)
+        if pending is not None and not (tok.startswith("-") and len(tok) > 1 and not NUMBER.fullmatch(tok)):
+            out.append(_flag_value(prog, pending, tok, k))
+            pending = None
             continue
-        name, eq, value = tok.partition("=")
-        if eq and name and (name.isidentifier() or (name.startswith("-") and " " not in name)):
-            out.append(name + "=" + redact_value(name.lstrip("-"), value)[0])
+        pending = None
+        opt, eq, value = tok.partition("=")
+        if re.fullmatch(r"--?[A-Za-z0-9][\w.-]*", opt) and not NUMBER.fullmatch(tok):
+            if eq:
+                out.append(f"{opt}={_flag_value(prog, opt, value, k)}")
+            elif prog in _MYSQL and tok.startswith("-p") and len(tok) > 2:
+                out.append("-p" + hidden("p", tok[2:], k))
+            else:
+                out.append(tok)
+                pending = opt
+            continue
+        if eq and opt.isidentifier():
+            out.append(f"{opt}={redact_value(opt, value, k)[0]}")
+        elif i > 0 and argv[i - 1] == "login":
+            out.append(hidden("login", tok, k))
         else:
-            out.append(scrub_text(tok))
+            out.append(_token("", tok, k) if i > 0 else scrub_free_text(tok))
     return out

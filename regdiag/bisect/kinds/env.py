@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from regdiag.bisect.kinds.base import Difference, Kind, LaunchSetup
-from regdiag.snapshot.redact import REDACTED, redact_value
+from regdiag.snapshot.redact import is_hidden, redact_value
 
 if TYPE_CHECKING:
     from regdiag.bisect.factors import Factor, Spec
@@ -23,7 +23,7 @@ class EnvKind(Kind):
             g, b = good.env.get(name), bad.env.get(name)
             if g == b:
                 continue
-            if REDACTED in (g, b) or name in good.redacted or name in bad.redacted:
+            if is_hidden(g) or is_hidden(b) or name in good.redacted or name in bad.redacted:
                 notes.append(f"{name} differs but its value was redacted in a snapshot; not bisected")
                 continue
             out.append((name, g, b))

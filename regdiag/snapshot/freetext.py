@@ -1,0 +1,242 @@
+"""Secrets out of free text: stderr and stdout tails, error lines, server info, commit subjects.
+
+Free text cannot be denied by default (it would say nothing), so what is cut out is what could be a
+credential, each as `<redacted len=N>`:
+
+1. PEM and PGP blocks, whole (`-----BEGIN ...-----` to its END line, or to the end of the text when
+   the tail was cut, or from the start when only the END line is left);
+2. detect-secrets' provider plugins (AWS, GitHub, GitLab, Slack, Stripe, Twilio, JWT, Basic auth,
+   keyword assignments, ...), when the library is installed and the text has a candidate at all: it
+   is imported on first need, so a snapshot whose free text holds nothing suspicious never loads it;
+3. URL userinfo (a password may hold '/'), `user:password@host` without a scheme, credential-like
+   query parameters (X-Amz-Signature, sig, token, key, ...), chat webhook paths;
+4. values after a credential name: `NAME=...`, `"name": "..."`, `name: ...`, `--flag ...`,
+   `-u user:pw`, `sshpass -p ...`, `mysql -p...`, `login TOKEN`, `Bearer/Basic/token ...`;
+   a passphrase after a password-like name is cut to the end of its clause, spaces and all;
+5. every word that could be a generated secret (regdiag.snapshot.shapes.risky_piece), outside
+   file paths; provider-prefixed tokens (xai-, nvapi-, lsv2_, dckr_pat_, hvs., ya29., GOCSPX-, sk-...)
+   are such words.
+
+Standard library only; detect-secrets is optional (remote hosts run without it).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from regdiag.snapshot.shapes import BOOLEANS, credential_name, risky_piece
+
+
+def marker(secret: str) -> str:
+    return f"<redacted len={len(secret)}>"
+
+
+_BLOCK = re.compile(
+    r"-----BEGIN ([A-Z0-9 ]{1,60})-----.*?(?:-----END \1-----|\Z)|\A.*?-----END [A-Z0-9 ]{1,60}-----", re.S
+)
+_URL_USER = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,30}://)([^\s@'\"]+)@")
+_BARE_USER = re.compile(r"(?<![\w/:.@-])([A-Za-z0-9_.-]{1,64}):([^\s@'\"/:]{1,200})@(?=[A-Za-z0-9[])")
+_PARAM = re.compile(
+    r"(?i)([?&;](?:x-amz-(?:signature|credential|security-token)|x-goog-(?:signature|credential)|sig|"
+    r"signature|policy|key-pair-id|skoid|sktid|[\w-]*token|[\w-]*secret|[\w-]*key|[\w-]*password|passwd|"
+    r"pwd|auth|code|credential|session|apikey)=)([^&\s#\"'<>]+)"
+)
+_WEBHOOK = re.compile(
+    r"(?i)(hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/|"
+    r"\.webhook\.office\.com/webhookb2/|api\.telegram\.org/bot|/hooks/)([^\s\"'<>?#]+)"
+)
+# Provider token formats whose body may be short or regular enough to pass the entropy test.
+_PROVIDERS = re.compile(
+    r"\b(?:hf_[A-Za-z0-9]{16,}|api_org_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|"
+    r"gl(?:pat|ptt|dt|rt|oas|cbt|imt|ft|agent)-[\w-]{16,}|dapi[0-9a-f]{32}(?:-\d+)?|do[pro]_v1_[0-9a-f]{64}|"
+    r"SG\.[\w-]{16,}\.[\w-]{16,}|gsk_[A-Za-z0-9]{20,}|pplx-[A-Za-z0-9]{20,}|shp(?:at|ss|ca|pa)_[0-9a-fA-F]{32}|"
+    r"sk-[\w-]{16,}|(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[0-9A-Z]{16}|AIza[\w-]{30,}|"
+    r"(?:xox[abposre]|xapp)-[A-Za-z0-9-]{10,}|[sr]k_(?:live|test)_[A-Za-z0-9]{16,}|pypi-[\w-]{32,}|"
+    r"npm_[A-Za-z0-9]{30,}|r8_[A-Za-z0-9]{30,}|wandb_v1_\w{20,}|xai-[\w-]{20,}|nvapi-[\w-]{20,}|"
+    r"lsv2_(?:pt|sk)_\w{20,}|dckr_pat_[\w-]{20,}|hv[sbr]\.[\w-]{20,}|ya29\.[\w.-]{20,}|GOCSPX-[\w-]{20,}|"
+    r"eyJ[\w-]{5,}\.[\w-]{5,}\.[\w-]{5,})"
+)
+_AZURE = re.compile(r"(?i)\b(?:AccountKey|SharedAccessKey|SharedAccessSignature|sig)=([^\s;&\"']+)")
+_TELEGRAM = re.compile(r"\b\d{6,12}:[A-Za-z0-9_-]{30,}")
+_PASSWORDISH = re.compile(r"(?i)(pass|pwd|pw$|passphrase|secret)")
+_NAME = r"[A-Za-z_][A-Za-z0-9_.-]{0,80}"
+_QUOTED = re.compile(r"([\"']?)(" + _NAME + r")\1(\s*[=:]\s*)([\"'])(.*?)\4")
+_ASSIGN = re.compile(r"(?<![\w.-])(--?)?(" + _NAME + r")(=|:[ \t]*)(?=[^\s\"'])")
+_FLAG = re.compile(r"(?<![\w-])(--?" + _NAME + r")[ \t]+(?!-)([^\s\"']+)")
+_SPECIAL = [
+    re.compile(r"\bsshpass\s+-p\s*(\S+)"),
+    re.compile(r"\b(?:mysql|mysqladmin|mysqldump|mariadb)\b[^\n]*?\s-p(\S+)"),
+    re.compile(r"(?<![\w-])(?:-u|--user)\s+[^\s:]+:(\S+)"),
+    re.compile(r"\blogin\s+(?:--?[\w-]+\s+)*([A-Za-z0-9_.-]{16,})"),
+    re.compile(r"(?i)\b(?:bearer|basic|token)\s+((?=[A-Za-z0-9._~+/-]*\d)[A-Za-z0-9._~+/-]{12,}=*)"),
+]
+_CLAUSE_END = re.compile(r"[;&\n]|\s--?[A-Za-z]|\s[A-Z_][A-Z0-9_]*=")
+_RUN = re.compile(r"[A-Za-z0-9+/=_~%.-]{14,}")
+_URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]{0,30}://[^\s\"'<>]+")
+_PLAIN_WORD = re.compile(r"[a-z]{1,15}|[A-Za-z][a-z]{1,15}")
+
+
+def _sub_group(pat: re.Pattern[str], text: str, group: int) -> str:
+    def repl(m: re.Match[str]) -> str:
+        s, e = m.span(group)
+        if s < 0 or not m.group(group) or m.group(group).startswith("<redacted"):
+            return m.group(0)
+        return m.group(0)[: s - m.start()] + marker(m.group(group)) + m.group(0)[e - m.start() :]
+
+    return pat.sub(repl, text)
+
+
+def _url_user(m: re.Match[str]) -> str:
+    info = m.group(2)
+    user = info.split(":", 1)[0]
+    if (":" in info and "/" not in user) or "/" not in info:
+        return m.group(1) + marker(info) + "@"
+    return m.group(0)
+
+
+def _value_end(name: str, value: str) -> int:
+    """Where a value after a credential name ends: one word, or the clause for a passphrase."""
+    if _PASSWORDISH.search(name):
+        m = _CLAUSE_END.search(value)
+        return len(value.rstrip()) if m is None else m.start()
+    m = re.search(r"[\s,;&)}\]]", value)
+    return len(value) if m is None else m.start()
+
+
+def _assign(text: str) -> str:
+    """`NAME=value`, `name: value`, `--name=value` under a credential name: the value cut out."""
+    out: list[str] = []
+    pos = 0
+    for m in _ASSIGN.finditer(text):
+        name, sep = m.group(2), m.group(3)
+        if m.start() < pos or not credential_name(name):
+            continue
+        line = text[m.end() :].split("\n", 1)[0]
+        end = _value_end(name, line)
+        v = line[:end]
+        if not v or v.lower() in BOOLEANS or v.startswith("<redacted"):
+            continue
+        # `api-key: accept env` in a commit subject: after a colon and a space, a plain word is prose.
+        if sep.startswith(":") and sep != ":" and _PLAIN_WORD.fullmatch(v) and not _PASSWORDISH.search(name):
+            continue
+        out += [text[pos : m.end()], marker(v)]
+        pos = m.end() + end
+    return "".join(out) + text[pos:]
+
+
+def _quoted(m: re.Match[str]) -> str:
+    if not credential_name(m.group(2)) or not m.group(5) or m.group(5).lower() in BOOLEANS:
+        return m.group(0)
+    q = m.group(4)
+    return m.group(0)[: m.start(5) - m.start()] + marker(m.group(5)) + q
+
+
+def _flag(m: re.Match[str]) -> str:
+    v = m.group(2)
+    if not credential_name(m.group(1).lstrip("-")) or v.lower() in BOOLEANS or v.startswith("<redacted"):
+        return m.group(0)
+    return m.group(1) + " " + marker(v)
+
+
+def _run(m: re.Match[str]) -> str:
+    run = m.group(0)
+    if run.startswith(("/", "~", ".")) or run.startswith("<"):
+        return run  # a file path: harmless by the rule (a token inside one is matched by shape above)
+    if any(risky_piece(p) for p in re.split(r"[-_.:]", run)):
+        return marker(run)
+    return run
+
+
+def _url_path(m: re.Match[str]) -> str:
+    url = m.group(0)
+    head, _, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    pieces = re.split(r"([/?#&=._~-])", path)
+    out = "".join(marker(p) if risky_piece(p) else p for p in pieces)
+    return f"{head}://{host}{slash}{out}"
+
+
+# --- detect-secrets, loaded on first need ------------------------------------------------------------
+
+_SKIP_PLUGINS = frozenset({"Public IP (ipv4)", "Base64 High Entropy String", "Hex High Entropy String"})
+_detector_lock = threading.Lock()
+_detector: list[Any] = []  # [None] when unavailable, else [(settings context factory, plugins)]
+_CANDIDATE = re.compile(r"(?i)pass|secret|key|token|auth|bearer|cred|pwd|[A-Za-z0-9+/_=-]{16,}")
+
+
+def _load_detector() -> Any:
+    with _detector_lock:
+        if not _detector:
+            try:
+                from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+                from detect_secrets.settings import default_settings
+
+                mapping: dict[str, Any] = get_mapping_from_secret_type_to_class()
+                plugins = [c() for t, c in mapping.items() if t not in _SKIP_PLUGINS]
+                _detector.append((default_settings, plugins))
+            except Exception:  # not installed, or a version with another API: the own rules still apply
+                _detector.append(None)
+        return _detector[0]
+
+
+def detector_available() -> bool:
+    return _load_detector() is not None
+
+
+def _detect(text: str) -> str:
+    if not _CANDIDATE.search(text):
+        return text
+    loaded = _load_detector()
+    if loaded is None:
+        return text
+    settings, plugins = loaded
+    found: set[str] = set()
+    with settings():
+        for line in text.splitlines():
+            for p in plugins:
+                try:
+                    found.update(
+                        s.secret_value for s in p.analyze_line(filename="text", line=line) if s.secret_value
+                    )
+                except Exception:
+                    continue
+    for secret in sorted(found, key=len, reverse=True):
+        if len(secret) < 4 or secret.startswith("<redacted"):
+            continue
+        # A plugin may report only a token's prefix (GitLab's `glpat`): the token runs on to its end.
+        pat = re.compile(re.escape(secret) + r"[\w.+/=~-]*")
+        text = pat.sub(lambda m: marker(m.group(0)), text)
+    return text
+
+
+_STEPS: list[Callable[[str], str]] = [
+    lambda t: _BLOCK.sub(lambda m: marker(m.group(0)), t),
+    lambda t: _URL_USER.sub(_url_user, t),
+    lambda t: _sub_group(_BARE_USER, t, 2),
+    lambda t: _PROVIDERS.sub(lambda m: marker(m.group(0)), t),
+    lambda t: _sub_group(_AZURE, t, 1),
+    _detect,
+    lambda t: _sub_group(_PARAM, t, 2),
+    lambda t: _sub_group(_WEBHOOK, t, 2),
+    lambda t: _TELEGRAM.sub(lambda m: marker(m.group(0)), t),
+    lambda t: _QUOTED.sub(_quoted, t),
+    _assign,
+    lambda t: _FLAG.sub(_flag, t),
+    *[(lambda t, p=p: _sub_group(p, t, 1)) for p in _SPECIAL],
+    lambda t: _URL.sub(_url_path, t),
+    lambda t: _RUN.sub(_run, t),
+]
+
+
+def scrub_free_text(text: str, detector: bool = True) -> str:
+    """Text with every part that could be a credential replaced by `<redacted len=N>` (detector:
+    whether detect-secrets may be asked; a value already shown harmless by shape is checked without)."""
+    if not text:
+        return text
+    for step in _STEPS:
+        if detector or step is not _detect:
+            text = step(text)
+    return text
