@@ -14,6 +14,8 @@ Every schema id regdiag writes is in SCHEMAS below, with its history (docs/recor
   regdiag.bisect-report/1  2026-11-29  first version (bisect --json)
   regdiag.comparison/1     2026-11-29  first version (compare --json)
   regdiag.explanation/1    2026-11-29  first version (explain --json)
+  regdiag.<output>/1       2026-12-01  every other --json output (OUTPUT_KINDS; their JSON Schemas are
+                                       docs/schemas/, made by `python -m regdiag.schemas`)
 A reader accepts any minor change and unknown fields, and refuses a newer major version with
 "upgrade regdiag"; an older major version would be upgraded step by step here.
 """
@@ -39,8 +41,34 @@ BISECT_REPORT = "bisect-report"
 COMPARISON = "comparison"
 EXPLANATION = "explanation"
 
+# What the other `--json` outputs are (command -> kind): each is one object whose "schema" is its id.
+OUTPUT_KINDS: dict[str, str] = {
+    "snapshot (several hosts)": "snapshot-list",
+    "snapshot --check": "check",
+    "snapshot --check (several hosts)": "check-list",
+    "diff": "diff",
+    "runs": "run-list",
+    "baseline list": "baseline-list",
+    "check-host": "host-check-list",
+    "trust": "trust",
+    "clean": "clean",
+    "ingest-log": "ingest",
+    "probe spec-decode / collectives": "probe-summary",
+    "probe (several hosts)": "probe-hosts",
+    "probe server": "server-summary",
+    "probe engine": "engine-summary",
+    "demo": "demo",
+}
 # The one table of schema ids: kind -> the major version this regdiag writes and reads.
-SCHEMAS: dict[str, int] = {SNAPSHOT: 2, RUN: 1, JOURNAL: 1, BISECT_REPORT: 1, COMPARISON: 1, EXPLANATION: 1}
+SCHEMAS: dict[str, int] = {
+    SNAPSHOT: 2,
+    RUN: 1,
+    JOURNAL: 1,
+    BISECT_REPORT: 1,
+    COMPARISON: 1,
+    EXPLANATION: 1,
+    **{kind: 1 for kind in OUTPUT_KINDS.values()},
+}
 # The kinds stored as record files (load_record); the others are a journal's head line or command output.
 RECORD_KINDS = (SNAPSHOT, RUN)
 
@@ -48,6 +76,16 @@ RECORD_KINDS = (SNAPSHOT, RUN)
 def schema_id(kind: str) -> str:
     """'run' -> 'regdiag.run/1'."""
     return f"regdiag.{kind}/{SCHEMAS[kind]}"
+
+
+def tagged(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """A --json output object with its schema id first (docs/schemas/)."""
+    return {"schema": schema_id(kind), **{k: v for k, v in obj.items() if k != "schema"}}
+
+
+def listed(kind: str, key: str, items: list[Any]) -> dict[str, Any]:
+    """A --json list as one object, `{"schema": ..., key: items}`, so that an empty list has its id too."""
+    return {"schema": schema_id(kind), key: items}
 
 
 SNAPSHOT_SCHEMA = schema_id(SNAPSHOT)

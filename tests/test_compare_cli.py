@@ -124,7 +124,7 @@ def test_named_baselines_save_list_compare_remove(capsys, seeds):
     code, _, err = _main(capsys, "baseline", "save", "h200-graph-on", str(old))
     assert code == 2 and "exists" in err and "--force" in err
     code, out, _ = _main(capsys, "baseline", "list", "--json")
-    items = json.loads(out)
+    items = json.loads(out)["baselines"]
     assert [b["name"] for b in items] == ["h200-graph-on"]
     assert items[0]["launches"] == 8 and items[0]["primary"] == "cycle"
     assert items[0]["primary_median"] == pytest.approx(20, rel=0.05)

@@ -85,7 +85,7 @@ def test_runs_lists_stored_runs(stored):
     env = {"REGDIAG_HOME": str(stored["home"])}
     r = run_cli("runs", "--json", env=env)
     assert r.returncode == 0, r.stderr
-    items = json.loads(r.stdout)
+    items = json.loads(r.stdout)["runs"]
     assert len(items) == 1 and items[0]["id"] == stored["run"]["id"]
     assert items[0]["launches"] == 2 and items[0]["ok_launches"] == 2 and items[0]["probe"] == "spec-decode"
     r = run_cli("runs", env=env)

@@ -40,7 +40,7 @@ def test_probe_on_three_hosts_one_refusing(sshd: Sshd, tmp_path: Path) -> None: 
     )  # fmt: skip
     # the worst exit status of the three: node-dead cannot be reached (4)
     assert r.returncode == 4, r.stderr
-    res = json.loads(r.stdout)
+    res = json.loads(r.stdout)["hosts"]
     assert [x["host"] for x in res] == ["node-a", "node-dead", "node-b"]
     assert [x["ok"] for x in res] == [True, False, True]
     assert "connection refused" in res[1]["error"] and res[1]["exit_code"] == 4

@@ -109,11 +109,11 @@ def test_cli_diff(cli, base: dict[str, Any], tmp_path: Path) -> None:
     ]
     assert pos == sorted(pos)
     js = cli("diff", "--json", str(old), str(new))
-    assert [it["field"] for it in json.loads(js.stdout)][:2] == ["commit", "sgl-kernel"]
+    assert [it["field"] for it in json.loads(js.stdout)["differences"]][:2] == ["commit", "sgl-kernel"]
     same = cli("diff", "--exit-code", str(old), str(old))
     assert same.returncode == 0 and "no differences" in same.stdout
     differ = cli("diff", "--exit-code", "--json", str(old), str(new))
-    assert differ.returncode == 1 and len(json.loads(differ.stdout)) == 8
+    assert differ.returncode == 1 and len(json.loads(differ.stdout)["differences"]) == 8
 
 
 def test_a_gpu_on_one_side_only_is_one_difference(base: dict[str, Any]) -> None:

@@ -213,7 +213,7 @@ def test_two_engines_differing_only_in_sitecustomize_diff_first_and_bisect_facto
 
     r = cli("diff", str(tmp_path / "good.json"), str(tmp_path / "bad.json"), "--json")
     assert r.returncode == 0, r.stderr
-    items = json.loads(r.stdout)
+    items = json.loads(r.stdout)["differences"]
     first = items[0]
     assert (first["group"], first["field"], first["old"], first["new"]) == (
         "env",
@@ -304,7 +304,7 @@ def test_secrets_in_environment_cmdline_and_sitecustomize_leak_nowhere(tmp_path,
     for text in outs:
         assert [s for s in secrets if s in text] == []
     # The changed secret is still a difference, shown without its value.
-    items = json.loads(cli("diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json").stdout)
+    items = json.loads(cli("diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json").stdout)["differences"]
     changed = [it for it in items if it["field"] == "SGLANG_API_KEY"]
     assert changed and (changed[0]["old"], changed[0]["new"], changed[0]["change"]) == (
         "<hashed>",

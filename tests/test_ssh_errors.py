@@ -50,7 +50,7 @@ def test_check_host_works(cli, sshd: Sshd) -> None:  # noqa: F811
     assert r.returncode == 0, r.stderr
     import json
 
-    (info,) = json.loads(r.stdout)
+    (info,) = json.loads(r.stdout)["hosts"]
     assert info["name"] == "regdiag-test" and info["via"] == "ssh"
     assert info["python_version"] == ".".join(map(str, sys.version_info[:3]))
     assert info["address"] == f"{sshd.user}@127.0.0.1:{sshd.port}"

@@ -66,7 +66,7 @@ def ab(
         help="Instead of --probe: a command whose stdout follows the probe protocol (docs/probes.md); "
         "`python` (or {python}) is the side's interpreter. Split like a shell would, not run by one.",
     ),
-    launches: int = typer.Option(8, "--launches", min=2, help="Launches per side (default 8)."),
+    launches: int = typer.Option(8, "--launches", "-L", min=2, help="Launches per side (default 8)."),
     margin: str = typer.Option(
         "2%", "--margin", "-m", help="Smallest change that matters, as 2% or 0.02 (default 2%)."
     ),

@@ -135,12 +135,17 @@ def bisect(
     find_links: Path | None = FindLinksOpt,
     index_url: str | None = IndexUrlOpt,
     installer: str = InstallerOpt,
-    launches: int = typer.Option(3, "--launches", help="Launches per point before classifying (default 3)."),
+    launches: int = typer.Option(
+        3, "--launches", "-L", help="Launches per point before classifying (default 3)."
+    ),
     max_launches: int = typer.Option(
         9, "--max-launches", help="Cap per point; then PARTIAL or INCONCLUSIVE (default 9)."
     ),
-    margin: float = typer.Option(
-        0.02, "--margin", help="The endpoints must differ by more than this fraction (default 0.02)."
+    margin: str = typer.Option(
+        "2%",
+        "--margin",
+        "-m",
+        help="The endpoints must differ by more than this, as 2% or 0.02 (default 2%).",
     ),
     min_share: float = typer.Option(
         0.1,
@@ -174,6 +179,7 @@ def bisect(
     fmt: str = format_opt("bisect"),
 ) -> None:
     from regdiag.bisect.run import Request
+    from regdiag.cli.compare_cmd import _margin
 
     chosen = pick_format("bisect", fmt, json_out, markdown)
     extra = probe_args(ctx, probe)
@@ -190,7 +196,7 @@ def bisect(
         **build,
         launches=launches,
         max_launches=max_launches,
-        margin=margin,
+        margin=_margin(margin),
         min_share=min_share,
         launch_timeout=launch_timeout,
         journal=str(journal) if journal else None,

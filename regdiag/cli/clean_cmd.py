@@ -10,6 +10,7 @@ import typer
 
 from regdiag.cli.common import HostOpt, JsonOpt, PythonOpt, SshConfigOpt, console, err_console, print_json
 from regdiag.errors import error_line
+from regdiag.records import listed
 
 HELP = (
     "Remove the environments `regdiag bisect` built (venvs, git worktrees) and their cache.\n\n"
@@ -46,7 +47,7 @@ def clean(
                 failed.append(o)
                 results.append({"host": o.spec, "error": str(o.error)})
     if json_out:
-        print_json(results)
+        print_json(listed("clean", "hosts", results))
     else:
         for r in results:
             if "error" in r:

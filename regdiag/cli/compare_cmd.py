@@ -20,9 +20,9 @@ from regdiag.cli.common import (
     pick_format,
     print_json,
     refuse_input_as_output,
-    show,
 )
 from regdiag.errors import BadInput
+from regdiag.records import listed
 
 COMPARE_HELP = (
     "Is the change between two runs real, where does it live, and what changed?\n\n"
@@ -241,7 +241,7 @@ def baseline_list(json_out: bool = JsonOpt) -> None:
 
     items = baselines.list_baselines()
     if json_out:
-        print_json(items)
+        print_json(listed("baseline-list", "baselines", items))
         return
     if not items:
         console.print(f"no baselines in {baselines.baselines_dir()} (regdiag baseline save NAME RUN)")

@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from regdiag.cli.common import JsonOpt, PlainProgress, console, err_console, print_json, show
+from regdiag.records import tagged
 
 HELP = (
     "Run a whole diagnosis here, with no GPU and nothing to set up: two environments that differ in "
@@ -18,7 +19,9 @@ HELP = (
 
 
 def demo(
-    launches: int = typer.Option(3, "--launches", min=2, help="Probe launches per environment (default 3)."),
+    launches: int = typer.Option(
+        3, "--launches", "-L", min=2, help="Probe launches per environment (default 3)."
+    ),
     slow_ms: float = typer.Option(
         20.0,
         "--slow-ms",
@@ -43,15 +46,18 @@ def demo(
         view.stop()
     if json_out:
         print_json(
-            {
-                "workdir": result["workdir"],
-                "runs": result["runs"],
-                "compare": result["comparison"].to_dict(),
-                "bisect": result["bisect"],
-                "explain": result["explanation"].to_dict(),
-                "seconds": round(result["seconds"], 1),
-                "commands": result["commands"],
-            }
+            tagged(
+                "demo",
+                {
+                    "workdir": result["workdir"],
+                    "runs": result["runs"],
+                    "compare": result["comparison"].to_dict(),
+                    "bisect": result["bisect"],
+                    "explain": result["explanation"].to_dict(),
+                    "seconds": round(result["seconds"], 1),
+                    "commands": result["commands"],
+                },
+            )
         )
     else:
         _print_found(result)

@@ -26,7 +26,7 @@ from regdiag.cli.common import (
 )
 from regdiag.errors import BadInput, ProbeError
 from regdiag.measure.session import Session
-from regdiag.records import save_record
+from regdiag.records import save_record, tagged
 from regdiag.runs import RunWriter
 
 if TYPE_CHECKING:
@@ -200,7 +200,7 @@ def _render(run: dict[str, Any], path: Path, phases: list[str], *, protocol: boo
         for line in protocol_lines(run):
             print_json_line(line)
     elif out_fmt == "json":
-        print_json(summary)
+        print_json(tagged("engine-summary", summary))
     else:  # as a probe's run: one number per metric (stats.run_value), the launch medians behind it
         show("probe", out_fmt, {**summarize_run(run), "path": str(path)})
         if out_fmt == "terminal":

@@ -10,6 +10,7 @@ import typer
 
 from regdiag.cli.common import JsonOpt, PythonOpt, SshConfigOpt, console, err_console, print_json
 from regdiag.errors import BadInput, HostError
+from regdiag.records import listed, tagged
 
 # Help paragraphs are single lines (the terminal wraps them); "\\[" keeps rich from taking
 # "[user@]" for markup.
@@ -94,7 +95,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         r = _trust(name, ssh_config, yes)
         if json_out:
-            print_json(r)
+            print_json(tagged("trust", r))
         elif r["status"] == "added":
             line = f"added {r['key_type']} {r['fingerprint']} for {r['known_hosts_name']} to {r['file']}"
             console.print(line, soft_wrap=True, markup=False)
@@ -121,7 +122,8 @@ def register(app: typer.Typer) -> None:
                     h.close()
         failed = [o for o in outcomes if not o.ok]
         if json_out:
-            print_json([o.value if o.ok else {"name": o.host.name, "error": str(o.error)} for o in outcomes])
+            each = [o.value if o.ok else {"name": o.host.name, "error": str(o.error)} for o in outcomes]
+            print_json(listed("host-check-list", "hosts", each))
         else:
             for o in outcomes:
                 if o.ok and o.value is not None:

@@ -34,6 +34,7 @@ from regdiag.cli.common import (
     show,
 )
 from regdiag.errors import BadInput, RegdiagError
+from regdiag.records import listed, tagged
 
 SPEC_HELP = """Synchronized per-phase timing of a speculative-decoding cycle on a synthetic MoE.
 
@@ -390,14 +391,13 @@ def _run_many(
             f"{interrupts.describe(e)}; finished launches kept", interrupts.exit_status(e)
         ) from None
     if out_fmt == "json":
-        print_json(
-            [
-                {"host": o.spec, "ok": True, "summary": o.value}
-                if o.ok
-                else {"host": o.spec, "ok": False, "error": str(o.error), "exit_code": _code(o.error)}
-                for o in outcomes
-            ]
-        )
+        each = [
+            {"host": o.spec, "ok": True, "summary": tagged("probe-summary", o.value or {})}
+            if o.ok
+            else {"host": o.spec, "ok": False, "error": str(o.error), "exit_code": _code(o.error)}
+            for o in outcomes
+        ]
+        print_json(listed("probe-hosts", "hosts", each))
     else:
         for o in outcomes:
             if o.ok:
@@ -442,7 +442,7 @@ def runs_cmd(json_out: bool = JsonOpt) -> None:
 
     items = list_runs()
     if json_out:
-        print_json(items)
+        print_json(listed("run-list", "runs", items))
         return
     if not items:
         console.print(f"no stored runs in {runs_dir()}", highlight=False)
