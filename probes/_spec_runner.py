@@ -300,6 +300,15 @@ def make_schedule(warmup: int, cycles: int, block: int, comm_off: bool = False) 
     return schedule
 
 
+def nvtx_ranges(cuda: bool) -> Any:
+    """torch.cuda.nvtx where the cycles run on CUDA and REGDIAG_NVTX is not 0, else None: the one
+    check, made once per launch; a CPU run, or a torch without NVTX, pushes nothing."""
+    if not cuda or os.environ.get("REGDIAG_NVTX", "1") == "0":
+        return None
+    nvtx = getattr(torch.cuda, "nvtx", None)
+    return nvtx if nvtx is not None and hasattr(nvtx, "range_push") else None
+
+
 @dataclass
 class Measured:
     """What one rank measured: rows per instrumented cycle, bare cycle times, no-comm rows."""
@@ -323,6 +332,7 @@ def measure(s: Setup, m: Model, hooks: dict[str, Any], inputs: torch.Tensor, pro
     crash_here = crash is not None and crash[0] == s.rank and crash[1] == a.launch_index
     out = Measured(make_schedule(a.warmup, a.cycles, a.block, s.comm_off))
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(order) + 3)] if cuda else []
+    nvtx = nvtx_ranges(cuda)
     progress("measure", 0, len(out.schedule), force=True)
     barrier(s.group, s.world, s.device)
     hang_here(hooks.get("hang"), s.rank, "measure")
@@ -335,7 +345,9 @@ def measure(s: Setup, m: Model, hooks: dict[str, Any], inputs: torch.Tensor, pro
             sys.stderr.flush()
             os._exit(17)
         runners = m.runners_nocomm if kind == "n" else m.runners
-        row, naive = _one_cycle(order, runners, slow, ev, m.inp, inputs[ci], inst=kind != "b", cuda=cuda)
+        row, naive = _one_cycle(
+            order, runners, slow, ev, m.inp, inputs[ci], inst=kind != "b", cuda=cuda, nvtx=nvtx
+        )
         # Bare cycles do the same between-cycle work, so the kinds differ only inside the cycle.
         c = m.target.counts.cpu()
         if kind == "b":
@@ -359,8 +371,13 @@ def _one_cycle(
     cycle_inputs: torch.Tensor,
     inst: bool,
     cuda: bool,
+    nvtx: Any = None,
 ) -> tuple[list[float], list[float]]:
-    """One cycle: [cycle, phase...] in ms (phases only when instrumented) and the naive perf_counter times."""
+    """One cycle: [cycle, phase...] in ms (phases only when instrumented) and the naive perf_counter times.
+
+    `nvtx` (nvtx_ranges): an instrumented cycle on CUDA is an NVTX range "cycle" holding one range per
+    phase, named after it, so `nsys profile` timelines show draft, verify and extend; bare cycles push
+    nothing, so what the ranges cost is inside the probe overhead the bare cycles measure."""
     tw0 = time.perf_counter()
     if cuda:
         ev[0].record()
@@ -370,14 +387,23 @@ def _one_cycle(
         if cuda:
             ev[1].record()
         marks[0] = time.perf_counter()
+    nv = nvtx if inst else None
+    if nv is not None:
+        nv.range_push("cycle")
     for k, ph in enumerate(order):
+        if nv is not None:
+            nv.range_push(ph)
         runners[ph]()
         if ph in slow:
             slow[ph]()
+        if nv is not None:
+            nv.range_pop()
         if inst:
             if cuda:
                 ev[2 + k].record()
             marks[k + 1] = time.perf_counter()
+    if nv is not None:
+        nv.range_pop()
     if cuda:
         ev[-1].record()
         ev[-1].synchronize()  # the one synchronize per cycle
