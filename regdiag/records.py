@@ -147,8 +147,17 @@ def check_record(
     return record
 
 
-# Measured values are times (ms, us) or rates: finite and positive. Above this no clock measures.
+# Measured values are times (ms, us) or rates: finite and positive. Above this no clock measures, and
+# below MIN_SAMPLE (a femtosecond in ms) neither: a subnormal such as 5e-324 overflowed compare's ratios.
 MAX_SAMPLE = 1e12
+MIN_SAMPLE = 1e-12
+# Below float64's normal range (subnormals): refused in values and scalars too, where 0 is legal.
+MIN_NORMAL = 2.2250738585072014e-308
+# What a launch's and a run's status may be (docs/records.md); a launch counts as evidence unless it is
+# "error" (regdiag/run_view.py), so a word outside these ("failed", "banana") is refused, not counted.
+LAUNCH_STATUSES = ("ok", "error", "interrupted")
+RUN_STATUSES = ("running", "complete", "partial", "interrupted", "failed")
+DIRECTIONS = ("higher", "lower", "context")  # regdiag.direction's words (this module imports no regdiag)
 SAMPLE_KEYS = ("samples", "naive_samples", "bare_samples")
 
 
@@ -168,8 +177,11 @@ def _check_samples(samples: Any, where: str, nonempty: bool = False) -> set[str]
                 raise RecordError(f"{where}[{metric!r}][{j}] is {x}: measured values must be finite")
             if x <= 0:
                 raise RecordError(f"{where}[{metric!r}][{j}] is {x}: measured values must be positive")
-            if x > MAX_SAMPLE:
-                raise RecordError(f"{where}[{metric!r}][{j}] is {x:g}: out of range for a measurement")
+            if not MIN_SAMPLE <= x <= MAX_SAMPLE:
+                raise RecordError(
+                    f"{where}[{metric!r}][{j}] is {x:g}: out of range for a measurement "
+                    f"({MIN_SAMPLE:g} to {MAX_SAMPLE:g})"
+                )
     return set(samples)
 
 
@@ -199,7 +211,7 @@ def _check_numbers(launch: dict[str, Any], where: str) -> None:
         for name, v in obj.items():
             for x in v if isinstance(v, list) else [v]:
                 if isinstance(x, (int, float)) and not isinstance(x, bool):
-                    if not (math.isfinite(x) and abs(x) <= MAX_SAMPLE):
+                    if not (math.isfinite(x) and abs(x) <= MAX_SAMPLE) or 0 < abs(x) < MIN_NORMAL:
                         raise RecordError(f"{where} {key}[{name!r}] holds {x!r}: not a finite measurement")
 
 
@@ -220,6 +232,58 @@ def _check_header(header: Any, where: str) -> None:
         raise RecordError(f"{where}: model shape is a {type(shape).__name__}, not an object")
 
 
+def _name(x: Any, limit: int = 200) -> bool:
+    """A name a record may use for a metric, phase or unit: short printable text."""
+    return isinstance(x, str) and 0 < len(x) <= limit and x.isprintable() and bool(x.strip())
+
+
+def _check_launch_fields(launch: dict[str, Any], where: str) -> None:
+    """The fields that decide whether and where a launch counts: its status and its index."""
+    status = launch.get("status")
+    if status is not None and status not in LAUNCH_STATUSES:
+        raise RecordError(f"{where} status is {status!r}: a launch is {', '.join(LAUNCH_STATUSES)}")
+    index = launch.get("index")
+    if index is not None and (
+        isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 10**9
+    ):
+        raise RecordError(f"{where} index is {index!r}: a launch's index is a whole number from 0")
+
+
+def _check_vocabulary(record: dict[str, Any], source: str) -> None:
+    """`phases`, `units` and `better` (docs/records.md): names, unit names and the three directions."""
+    status = record.get("status")
+    if status is not None and status not in RUN_STATUSES:
+        raise RecordError(f"{source}: run status is {status!r}: a run is {', '.join(RUN_STATUSES)}")
+    phases = record.get("phases") or []
+    for p in phases:
+        if not _name(p):
+            raise RecordError(f"{source}: phase name {p!r} is not a name (short printable text)")
+    if len(set(phases)) != len(phases):
+        raise RecordError(f"{source}: 'phases' names a phase twice: {phases}")
+    for metric, unit in (record.get("units") or {}).items():
+        if not _name(metric) or not _name(unit, 40):
+            raise RecordError(
+                f"{source}: units[{metric!r}] is {unit!r}: not a unit name (short printable text)"
+            )
+    units = record.get("units") or {}
+    primary = record.get("primary")
+    if record.get("phases_sum_to_primary") is not False and primary in units:
+        for p in phases:  # the phases add up to the primary (attribution): one unit for all of them
+            if p in units and units[p] != units[primary]:
+                raise RecordError(
+                    f"{source}: phase {p!r} is in {units[p]!r} but the primary {primary!r} in "
+                    f"{units[primary]!r}; phases add up to the primary, so they share its unit"
+                )
+    better = record.get("better")
+    if better is not None and not isinstance(better, dict):
+        raise RecordError(
+            f"{source}: 'better' is a {type(better).__name__}, not an object of metric -> direction"
+        )
+    for metric, way in (better or {}).items():
+        if way not in DIRECTIONS:
+            raise RecordError(f"{source}: better[{metric!r}] is {way!r}: use {', '.join(DIRECTIONS)}")
+
+
 def _check_run(record: dict[str, Any], source: str, values: bool = True) -> None:
     """Types and values of a run, checked once here so that every reader can trust them."""
     launches = record.get("launches")
@@ -229,6 +293,8 @@ def _check_run(record: dict[str, Any], source: str, values: bool = True) -> None
     for i, launch in enumerate(launches):
         if not isinstance(launch, dict):
             raise RecordError(f"{source}: launch {i} is malformed (a {type(launch).__name__}, not an object)")
+        if values:
+            _check_launch_fields(launch, f"{source}: launch {i}")
         if not values and not isinstance(launch.get("samples", {}), dict):
             raise RecordError(f"{source}: launch {i} is malformed (samples is not an object)")
         if values:
@@ -259,6 +325,8 @@ def _check_run(record: dict[str, Any], source: str, values: bool = True) -> None
     phases = record.get("phases")
     if phases is not None and not (isinstance(phases, list) and all(isinstance(x, str) for x in phases)):
         raise RecordError(f"{source}: 'phases' is not a list of phase names")
+    if values:
+        _check_vocabulary(record, source)
     primary = record.get("primary")
     if primary is not None:
         if not isinstance(primary, str):
@@ -268,8 +336,56 @@ def _check_run(record: dict[str, Any], source: str, values: bool = True) -> None
             raise RecordError(f"{source}: primary metric {primary!r} is in no launch's samples (has {have})")
 
 
-class DuplicateKey(ValueError):
+class UnusableJSON(ValueError):
+    """JSON that parses but cannot be used as it stands; the message says why, in one line."""
+
+
+class DuplicateKey(UnusableJSON):
     """One JSON object names a key twice: which value counts would be the parser's choice, not the writer's."""
+
+
+class NumberOutOfRange(UnusableJSON):
+    """An integer that no float64 holds (10**400, 5000 digits): every reader would fail on it later."""
+
+
+# The one safe conversion of a JSON number: a literal of more digits than any float64 needs is refused
+# from its text, before int() (which refuses 4300 digits with a traceback) or float() (OverflowError).
+_MAX_INT_DIGITS = 309
+
+
+_FLOAT_MAX = int(1.7976931348623157e308)
+
+
+def _safe_int(text: str) -> int:
+    digits = len(text) - (text[:1] == "-")
+    n = int(text) if digits <= _MAX_INT_DIGITS else None
+    if n is None or abs(n) > _FLOAT_MAX:
+        shown = text if len(text) <= 24 else f"{text[:12]}... ({digits} digits)"
+        raise NumberOutOfRange(f"the number {shown} does not fit in a float64")
+    return n
+
+
+def _safe_float(text: str) -> float:
+    x = float(text)
+    if math.isinf(x):  # a literal such as 1e400: no float64 holds it (NaN and Infinity are named later)
+        shown = text if len(text) <= 24 else f"{text[:12]}... ({len(text)} characters)"
+        raise NumberOutOfRange(f"the number {shown} does not fit in a float64")
+    return x
+
+
+def _text_problem(obj: Any, where: str = "") -> str | None:
+    """Where a string of `obj` (a key too) holds a lone surrogate (a "\\ud800" escape): not text."""
+    if isinstance(obj, str):
+        return where or "a value" if any("\ud800" <= c <= "\udfff" for c in obj) else None
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        at = f"{where}[{k!r}]" if isinstance(k, str) else f"{where}[{k}]"
+        if isinstance(k, str) and _text_problem(k):
+            return f"a key of {where or 'the top level'}"
+        found = _text_problem(v, at)
+        if found:
+            return found
+    return None
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -284,8 +400,13 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def loads_json(text: str) -> Any:
-    """json.loads for what regdiag reads from disk or a host: a key given twice is DuplicateKey, not the last one."""
-    return json.loads(text, object_pairs_hook=_unique_keys)
+    """json.loads for what regdiag reads from disk or a host: a key given twice is DuplicateKey, not the
+    last one; an integer no float64 holds and a lone surrogate in a string are refused too."""
+    obj = json.loads(text, object_pairs_hook=_unique_keys, parse_int=_safe_int, parse_float=_safe_float)
+    # Only an escape makes a surrogate (strict UTF-8 decoding refuses them), so most texts skip the walk.
+    if ("\\ud" in text or "\\uD" in text) and (where := _text_problem(obj)):
+        raise UnusableJSON(f"{where} holds a lone surrogate escape: not valid text (UTF-8)")
+    return obj
 
 
 def loads_record(text: str, source: str, expect: str | tuple[str, ...] | None = None) -> dict[str, Any]:
@@ -293,7 +414,7 @@ def loads_record(text: str, source: str, expect: str | tuple[str, ...] | None = 
         raise RecordError(f"{source}: file is empty")
     try:
         record = loads_json(text)
-    except DuplicateKey as e:
+    except UnusableJSON as e:
         raise RecordError(f"{source}: {e}") from None
     except RecursionError:
         raise RecordError(f"{source}: JSON nested too deeply to be a regdiag record") from None
@@ -437,7 +558,7 @@ def read_jsonl_numbered(path: str | os.PathLike[str]) -> list[tuple[int, dict[st
             continue
         try:
             obj = loads_json(line)
-        except DuplicateKey as e:
+        except UnusableJSON as e:
             raise RecordError(f"{p}: line {i + 1}: {e}") from None
         except (json.JSONDecodeError, RecursionError):
             if i >= len(lines) - 2:  # the last, unterminated line

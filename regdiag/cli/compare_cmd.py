@@ -90,6 +90,13 @@ def compare(
         help="Compare runs of different probes or configs, or with metrics on one side only (left out), "
         "with a warning. Default: refuse.",
     ),
+    exclude_flagged: bool = typer.Option(
+        False,
+        "--exclude-flagged",
+        help="Leave out of the verdict the launches whose host stood out (other processes' CPU, context "
+        "switches, steal, pressure); the report names them and shows the verdict with them too. "
+        "Default: every launch counts, the flagged ones are named.",
+    ),
     json_out: bool = JsonOpt,
     markdown: bool = typer.Option(
         False, "--markdown", help="Print Markdown (for an issue or a PR) instead of the terminal view."
@@ -118,6 +125,7 @@ def compare(
     if method not in ("welch", "bootstrap"):
         raise BadInput(f"--method {method!r}: use welch or bootstrap")
     old_run, old_name = baselines.resolve(old)
+        exclude_flagged=exclude_flagged,
     new_run, new_name = baselines.resolve(new)
     refuse_input_as_output(html, [old, new, old_name, new_name], "--html")
     result = compare_runs(

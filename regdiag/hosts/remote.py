@@ -113,11 +113,11 @@ def collect_snapshot(
         raise HostError(
             f"{host.name}: the snapshot failed: {res.stderr_tail() or f'exit status {res.returncode}'}"
         )
-    from regdiag.records import DuplicateKey
+    from regdiag.records import UnusableJSON
 
     try:
         record = _json_record(res.stdout)
-    except DuplicateKey as e:  # which of the two values counts would be the parser's choice
+    except UnusableJSON as e:  # which of the two values counts would be the parser's choice
         raise HostError(f"{host.name}: the snapshot record: {e}") from None
     if record is None:
         raise HostError(f"{host.name}: the snapshot printed no record (stdout ends {res.stdout[-120:]!r})")

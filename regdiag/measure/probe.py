@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from regdiag.errors import BadInput, ProbeError
+from regdiag.host_phantom import flag_run
 from regdiag.hosts.base import CommandResult, Host
 from regdiag.measure.launch import BusyAbort, UsageAbort, deadline, measure_launch, run_probe_on
 from regdiag.measure.probes import probe_table
@@ -81,6 +82,7 @@ def run_probe(
         with Session(host, [writer], snapshot, lambda when: emit("snapshot", {"when": when})):
             _launches(writer, host, name, args, launches, env, timeout, emit)
     except (UsageAbort, BusyAbort):
+            flag_run(writer.run)  # launches whose host stood out from the others' (docs/statistics.md)
         writer.path.unlink(missing_ok=True)  # nothing was measured: leave no record behind
         raise
     except KeyboardInterrupt:

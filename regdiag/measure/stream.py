@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from regdiag.host_phantom import scrub_host
 from regdiag.hosts.base import CommandResult
 from regdiag.snapshot.redact import scrub_lines, scrub_text
 
@@ -119,6 +120,7 @@ class LaunchStream:
         footer = dict(self.footer) if self.footer else None
         clocks = footer.pop("clocks", []) if footer else []
         loaded = footer.pop("loaded", None) if footer else None
+        host = footer.pop("host", None) if footer else None
         launch: dict[str, Any] = {
             "header": redacted_header(self.header),
             "warmup_dropped": (footer or {}).get("warmup_dropped", warm),
@@ -129,6 +131,8 @@ class LaunchStream:
             "footer": footer,
             "loaded": loaded,  # the distributions the measured process loaded (None: not told)
         }
+        if host is not None:  # what the host's CPUs did beside the ranks (probes/_hoststat.py)
+            launch["host"] = scrub_host(host)
         if naive:
             launch["naive_samples"] = naive
         if bare:
