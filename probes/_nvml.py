@@ -188,6 +188,7 @@ class ClockSampler:
                 ("power_w", lambda h=h: round(nv.nvmlDeviceGetPowerUsage(h) / 1000.0, 1)),
                 ("temp_c", lambda h=h: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
                 ("reasons", lambda h=h: reason_names(self._reasons(h))),
+                ("util_pct", lambda h=h: nv.nvmlDeviceGetUtilizationRates(h).gpu),
             ):
                 try:
                     s[key] = fn()

@@ -35,6 +35,7 @@ import time
 from collections import deque
 from typing import Any
 
+import _hoststat
 import _nvml
 from _dist import STACK_SIGNAL, SUPERVISOR_PID_ENV
 from _protocol import PROGRESS_PREFIX, RANK_ERROR_PREFIX, Emitter, apply_env_defaults, emit_error
@@ -45,6 +46,8 @@ STACK_WAIT_S = 1.5  # for a rank to write its stack after SIGUSR1
 HANG_S_SETUP = 180.0  # default hang limits: before measuring (init, build, capture) ...
 HANG_S_RUN = 60.0  # ... and from the first measured cycle on
 SETUP_STAGES = ("start", "bandwidth", "build", "capture")
+MEASURE_STAGES = ("measure", "warmup")  # rank 0 measuring: the host watch's window starts
+AFTER_STAGES = ("gather", "teardown")  # ... and ends
 BUSY_UNSEEN_FRACTION = 0.10  # memory in use with no process listed (another namespace) that counts as busy
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>.+)$')
 
@@ -145,6 +148,8 @@ class Supervisor:
         self.t0 = time.time()
         self.applied = apply_env_defaults()
         self.sampler = _nvml.ClockSampler(self.world) if gpu_sampling else None
+        # the host beside the ranks: their CPU time, context switches, CPUs; load and the others' CPU
+        self.host_watch = _hoststat.HostWatch(lambda: [rk.proc.pid for rk in self.ranks])
         self.ranks: list[_Rank] = []
         self.device_kind = "cpu"
         self.footer_at: float | None = None
@@ -172,6 +177,10 @@ class Supervisor:
                     rk.stage = str(json.loads(line[len(PROGRESS_PREFIX) :]).get("stage", rk.stage))
                 except (json.JSONDecodeError, AttributeError):
                     pass
+                if rk.index == 0 and rk.stage in MEASURE_STAGES:
+                    self.host_watch.mark()  # the host's measured window: rank 0's cycles (or steps)
+                elif rk.index == 0 and rk.stage in AFTER_STAGES and self.host_watch.t_mark is not None:
+                    self.host_watch.finish()
                 if rk.index != 0:
                     continue
             sys.stderr.write(line + "\n" if rk.index == 0 else f"[rank {rk.index}] {line}\n")
@@ -198,6 +207,8 @@ class Supervisor:
                     "clock_sampler": self.sampler.status if self.sampler is not None else "off",
                 }
             elif kind == "footer":
+                self.host_watch.finish()
+                obj["host"] = self.host_watch.result()
                 if self.sampler is not None:
                     self.sampler.stop()
                     if self.device_kind == "cuda":
@@ -355,6 +366,7 @@ class Supervisor:
                 return 1
         if self.sampler is not None:
             self.sampler.start()
+        self.host_watch.start()
         old = {s: signal.signal(s, lambda n, _f: self.received.append(n)) for s in
                (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}  # fmt: skip
         try:
@@ -368,6 +380,7 @@ class Supervisor:
                     rk.proc.kill()
             if self.sampler is not None:
                 self.sampler.stop()
+            self.host_watch.stop()
 
     def _watch(self) -> int:
         while True:

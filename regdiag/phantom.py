@@ -73,9 +73,13 @@ def in_measure_window(launch: dict[str, Any], clocks: list[Any]) -> list[Any]:
 
     A launch also builds its model and warms up, at idle clocks (345 MHz on an H200): counting those
     would make two identical runs look like different clock states. The probe's footer gives the
-    measured window on the same time base as the samples; without it every sample counts.
+    measured window on the same time base as the samples (a server launcher: `clocks_window_s`, the
+    load's); without it every sample counts.
     """
-    window = (launch.get("footer") or {}).get("measure_window_s")
+    footer: Any = launch.get("footer")
+    footer = footer if isinstance(footer, dict) else {}
+    # a server's or engine's launcher says when the load ran, on its samples' time base
+    window = footer.get("measure_window_s") or launch.get("clocks_window_s")
     if not (isinstance(window, list) and len(window) == 2 and all(_num(w) is not None for w in window)):
         return clocks
     lo, hi = float(window[0]), float(window[1])

@@ -161,6 +161,8 @@ def _usable(run: dict[str, Any], label: str) -> tuple[list[dict[str, Any]], list
                 "order": la.get("order") if isinstance(la.get("order"), int) else None,
                 "pair": la.get("pair") if isinstance(la.get("pair"), int) else None,
                 "span": _span(la),
+                "host": la.get("host") if isinstance(la.get("host"), dict) else None,
+                "clocks_window_s": la.get("clocks_window_s"),
             }
         )
     return used, skipped

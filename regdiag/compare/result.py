@@ -103,6 +103,9 @@ class Comparison:
     context: list[MetricResult] = field(default_factory=list)
     # A collectives sweep, one row per message size and mode: latency and busbw together (regdiag/sizes.py).
     sizes: list[SizeRow] = field(default_factory=list)
+    # The host's reading (regdiag/compare/host.py): flagged launches per side, whether they were left
+    # out (--exclude-flagged) and the verdict of the other choice.
+    host: dict[str, Any] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -141,5 +144,6 @@ class Comparison:
                 "drift": {k: None if t is None else t.to_dict() for k, t in self.drift.items()},
                 "verdict_note": self.verdict_note,
                 "machine_diff": self.machine_diff,
+                "host": self.host,
             }
         )

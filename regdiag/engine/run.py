@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from regdiag.errors import BadInput, ProbeError
+from regdiag.host_phantom import flag_run
 from regdiag.hosts.base import Host
 from regdiag.probe_runner import LaunchStream
 from regdiag.runs import RunWriter, now_iso
@@ -278,7 +279,9 @@ def _drive(probe: EngineProbe, server: ServerProcess, launch: dict[str, Any]) ->
         return None
     server.wait_healthy(probe.ep, probe.timeout_s)
     assert probe.load is not None
+    server.window(True)  # the host and GPU samples' measured window is the load's
     results, wall = run_load(probe.ep, probe.prompts, probe.load)
+    server.window(False)
     ok = [r for r in results if r.ok]
     launch["load"] = {
         "requests": len(results),
@@ -309,6 +312,7 @@ def _measure_launch(probe: EngineProbe, writer: RunWriter, launch: dict[str, Any
             launch["server_process"] = server.stop()
             streams = read_streams(probe.host, out)
             usage, errors, patched = _fill(launch, streams)
+            server.record_into(launch)  # the host and GPU samples beside the engine
             launch["duration_s"] = round(time.monotonic() - t0, 3)
             writer.flush()
     if usage:
@@ -338,6 +342,8 @@ def run_engine(probe: EngineProbe, writer: RunWriter, on_event: Event | None = N
         emit("launch_end", {"launch": li, "record": launch})
         if failure is not None:
             raise ProbeError(f"launch {li}: {failure}")
+    flag_run(writer.run)  # launches whose host stood out from the others' (docs/statistics.md)
+    writer.flush()
 
 
 def protocol_lines(run: dict[str, Any]) -> list[dict[str, Any]]:

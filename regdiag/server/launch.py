@@ -18,26 +18,78 @@ import json
 import shlex
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
+from regdiag import probe_modules
+from regdiag.host_phantom import scrub_host
 from regdiag.hosts.base import Host
 from regdiag.server.client import Endpoint, RequestFailed, simple_get
 from regdiag.snapshot.redact import scrub_text
 
 MARK = "regdiag-launcher"
 
+
+def watch_sources() -> dict[str, str]:
+    """The probe modules the launcher watches with, as source text (sent with the spec)."""
+    root = Path(probe_modules.load("_nvml").__file__ or "").parent
+    return {name: (root / f"{name}.py").read_text(encoding="utf-8") for name in WATCH_MODULES}
+
+
 LAUNCHER = r"""
-import json, os, signal, subprocess, sys, time
+import json, os, signal, subprocess, sys, time, types
 spec = json.loads(sys.stdin.read())
 env = dict(os.environ)
 env.update(spec.get("env") or {})
+t0 = time.time()
+watch, gpu, window, note = None, None, [None, None], None
+if spec.get("watch"):  # the host and the GPUs beside the server (probes/_hoststat.py, probes/_nvml.py)
+    try:
+        for name, src in spec["watch"]["sources"].items():
+            mod = types.ModuleType(name)
+            sys.modules[name] = mod
+            exec(compile(src, name + ".py", "exec"), mod.__dict__)
+        if "CUDA_VISIBLE_DEVICES" in env:
+            os.environ["CUDA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]
+        gpu = sys.modules["_nvml"].ClockSampler(1024)
+    except Exception as e:
+        note = "%s: %s" % (type(e).__name__, e)
 try:
     p = subprocess.Popen(spec["argv"], env=env, stdin=subprocess.DEVNULL, start_new_session=True)
 except OSError as e:
     print(json.dumps({"regdiag-launcher": "error", "error": "%s: %s" % (spec["argv"][0], e.strerror)}), flush=True)
     sys.exit(127)
-print(json.dumps({"regdiag-launcher": "started", "pid": p.pid}), flush=True)
+print(json.dumps({"regdiag-launcher": "started", "pid": p.pid, "launcher": os.getpid()}), flush=True)
 parent = os.getppid()
+if "_hoststat" in sys.modules:
+    watch = sys.modules["_hoststat"].HostWatch(pgid=p.pid)
+    watch.start()
+if gpu is not None:
+    gpu.start()
+
+def mark(*_):
+    window[0] = round(time.time() - t0, 4)
+    if watch is not None:
+        watch.mark()
+
+def finish(*_):
+    window[1] = round(time.time() - t0, 4)
+    if watch is not None:
+        watch.finish()
+    if gpu is not None:
+        gpu.stop()
+
+def report():
+    out = {"regdiag-launcher": "watch", "note": note, "window_s": window}
+    try:
+        if watch is not None:
+            out["host"] = watch.result()
+        if gpu is not None:
+            gpu.stop()
+            out.update(gpu.result(t0))
+    except Exception as e:
+        out["note"] = "%s: %s" % (type(e).__name__, e)
+    print(json.dumps(out), flush=True)
 
 def killpg(sig):
     try:
@@ -52,23 +104,30 @@ def stop(*_):
         time.sleep(0.1)
     killpg(signal.SIGKILL)
     p.wait()
+    report()
     print(json.dumps({"regdiag-launcher": "exited", "code": p.returncode, "by": "launcher"}), flush=True)
     os._exit(0)
 
 for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
     signal.signal(s, stop)
+signal.signal(signal.SIGUSR1, mark)
+signal.signal(signal.SIGUSR2, finish)
 while p.poll() is None:
     time.sleep(0.2)
     if os.getppid() != parent:
         stop()
 killpg(signal.SIGKILL)
+report()
 print(json.dumps({"regdiag-launcher": "exited", "code": p.returncode}), flush=True)
 """
+
+# What the launcher is sent to watch the host and the GPUs with (standard library, run there).
+WATCH_MODULES = ("_nvml", "_hoststat")
 
 KILLER = (
     "import os, signal, sys\n"
     "try:\n"
-    "    os.killpg(int(sys.argv[1]), getattr(signal, 'SIG' + sys.argv[2]))\n"
+    "    (os.kill if sys.argv[3:] else os.killpg)(int(sys.argv[1]), getattr(signal, 'SIG' + sys.argv[2]))\n"
     "except ProcessLookupError:\n"
     "    sys.exit(3)\n"
 )
@@ -119,6 +178,8 @@ class ServerProcess:
         self.started_at: float | None = None
         self.tail: collections.deque[str] = collections.deque(maxlen=40)
         self.engine_lines: list[str] = []
+        self.launcher_pid: int | None = None
+        self.watched: dict[str, Any] | None = None  # the launcher's host and GPU samples, once it exits
         self._started = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -132,12 +193,16 @@ class ServerProcess:
                 msg = {}
             if msg.get(MARK) == "started":
                 self.pid = int(msg["pid"])
+                self.launcher_pid = msg.get("launcher") if isinstance(msg.get("launcher"), int) else None
                 self._started.set()
                 return
             if msg.get(MARK) == "error":
                 # It names the program, a word of --launch-cmd: it can be `--api-key=...` by mistake.
                 self.start_error = scrub_text(str(msg.get("error")))
                 self._started.set()
+                return
+            if msg.get(MARK) == "watch":
+                self.watched = msg
                 return
             if msg.get(MARK) == "exited":
                 self.returncode = msg.get("code")
@@ -148,7 +213,14 @@ class ServerProcess:
                 self.engine_lines.append(line)
 
     def _run(self) -> None:
-        spec = json.dumps({"argv": self.argv, "env": self.env, "grace_s": self.grace_s}).encode()
+        spec = json.dumps(
+            {
+                "argv": self.argv,
+                "env": self.env,
+                "grace_s": self.grace_s,
+                "watch": {"sources": watch_sources()},
+            }
+        ).encode()
         try:
             res = self.host.run(
                 [self.host.python, "-c", LAUNCHER],
@@ -225,6 +297,28 @@ class ServerProcess:
         if self.pid is None:
             return
         self.host.run([self.host.python, "-c", KILLER, str(self.pid), sig], timeout=30)
+
+    def window(self, start: bool) -> None:
+        """The measured window starts (load begins) or ends: the launcher's host watch is told so."""
+        if self.launcher_pid is not None and self.running:
+            self.host.run(
+                [self.host.python, "-c", KILLER, str(self.launcher_pid), "USR1" if start else "USR2", "pid"],
+                timeout=30,
+            )
+
+    def record_into(self, launch: dict[str, Any]) -> None:
+        """The host and GPU samples taken beside the server into its launch record (after stop())."""
+        w = self.watched or {}
+        if isinstance(w.get("host"), dict):
+            launch["host"] = scrub_host(w["host"])
+        else:
+            launch["host"] = {"status": f"unavailable: {w.get('note') or 'the launcher reported nothing'}"}
+        launch["clocks"] = w.get("clocks") if isinstance(w.get("clocks"), list) else []
+        status = str(w.get("clock_sampler") or w.get("note") or "unavailable")
+        launch["clock_sampler"] = "nvml" if status == "nvml" else f"no GPU ({status})"
+        win = w.get("window_s")
+        if isinstance(win, list) and len(win) == 2 and all(isinstance(x, (int, float)) for x in win):
+            launch["clocks_window_s"] = win
 
     def stop(self) -> dict[str, Any]:
         """SIGTERM the process group, SIGKILL after grace_s. Returns how it went."""

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from regdiag.host_phantom import flag_run
 from regdiag.hosts.base import Host
 from regdiag.runs import RunWriter, now_iso
 from regdiag.server import client, metrics
@@ -167,6 +168,7 @@ def run_probe(probe: ServerProbe, writer: RunWriter, on_event: Event | None = No
         finally:
             if server is not None:
                 launch["server_process"] = server.stop()
+                server.record_into(launch)  # the host and GPU samples beside it
                 summary = engine_log_summary(server.engine_lines)
                 if summary:
                     launch["engine_log"] = summary
@@ -175,6 +177,8 @@ def run_probe(probe: ServerProbe, writer: RunWriter, on_event: Event | None = No
             emit("launch_end", {"launch": li, "record": launch})
         if fatal:
             raise MeasureError(f"launch {li}: {fatal}")
+    flag_run(writer.run)  # launches whose host stood out from the others' (docs/statistics.md)
+    writer.flush()
 
 
 def _learn_server(
@@ -267,8 +271,12 @@ def _one_launch(
         emit("request", {"launch": li, "done": done[0], "total": probe.load.requests, "ok": r.ok})
 
     stop = threading.Event()
+    if server is not None:
+        server.window(True)
     try:
         results, wall = run_load(ep, probe.prompts, probe.load, on_result=on_result, stop=stop)
+        if server is not None:
+            server.window(False)
     except KeyboardInterrupt:
         fill_launch(launch, flusher.results, wall_s=None, warmup=len(warm_results))
         launch["status"] = "interrupted"

@@ -1,0 +1,259 @@
+"""Phantoms from the host side: what the CPUs (and the GPU's clock) were doing during each launch,
+which launches stand out, and what a disagreement between launches or sides is explained by.
+
+Each launch record carries `host` (probes/_hoststat.py: the measured processes' CPU time, context
+switches and CPUs; load, steal, iowait, PSI, runnable tasks and the CPU other processes took over the
+measured window). From it, per launch, a few features; a launch is *flagged* when one of them stands
+out against the median of the other launches (docs/statistics.md, "Flagged launches"):
+
+    flags = flag_launches(launches)          # {position: ["other processes took 38 % of the CPUs", ...]}
+    lines = explain(old_launches, new_launches, metric, "old", "new")
+
+Nothing here decides a verdict: compare reports the flags, and leaves them out only with
+--exclude-flagged (and then shows the verdict with them too).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from regdiag.snapshot.redact import scrub_text
+
+# How far a launch's feature must stand out from the median of the other launches to flag it.
+OTHERS_PTS = 15.0  # other processes' share of the CPUs, percentage points above
+CTX_RATIO = 5.0  # involuntary context switches per second of the busiest measured process, x
+CTX_MIN_RATE = 20.0  # ... and at least this many per second more
+SHARE_PTS = 0.2  # the measured processes' share of the window on a CPU, this much below ...
+SHARE_RATIO = 0.75  # ... and below this x the others'
+STEAL_PTS = 5.0
+IOWAIT_PTS = 10.0
+PSI_CPU_PTS = 10.0
+PSI_MEM_PTS = 5.0
+MHZ_DROP = 0.10  # CPU clock this much below
+OUTLIER = 0.15  # a launch whose metric median is this far from the others' median "disagrees"
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return None
+    return float(x)
+
+
+def scrub_host(rec: Any) -> dict[str, Any] | None:
+    """The host record as kept: process names through the redaction scrubber (a comm can be anything
+    a program sets), no pids (the sampler records none)."""
+    if not isinstance(rec, dict):
+        return None
+    out = dict(rec)
+    for path in (("others", "top"), ("measured", "per_process")):
+        sec = out.get(path[0])
+        if isinstance(sec, dict) and isinstance(sec.get(path[1]), list):
+            sec = dict(sec)
+            sec[path[1]] = [
+                {**p, "name": scrub_text(str(p.get("name", "?")))[:40]}
+                for p in sec[path[1]]
+                if isinstance(p, dict)
+            ]
+            out[path[0]] = sec
+    return out
+
+
+def features(launch: dict[str, Any]) -> dict[str, float]:
+    """The numbers flags and explanations compare, from one launch's `host` (empty without one)."""
+    h = launch.get("host")
+    if not isinstance(h, dict) or not str(h.get("status", "")).startswith("proc"):
+        return {}
+    win = _num(h.get("window_s")) or 0.0
+    out: dict[str, float] = {}
+    m, s, o = h.get("measured") or {}, h.get("system") or {}, h.get("others") or {}
+    procs = [p for p in (m.get("per_process") or []) if isinstance(p, dict)] if isinstance(m, dict) else []
+    rates = [v / win for p in procs if (v := _num(p.get("ctx_invol"))) is not None and win > 0]
+    if rates:
+        out["ctx_invol_rate"] = max(rates)
+    # the share of the window each busy measured process ran (a rank that spins on the GPU, or
+    # computes on the CPU, runs all of it unless something else takes its CPU)
+    shares = [
+        (u + s_) / win
+        for p in procs
+        if win > 0 and (u := _num(p.get("user_s"))) is not None and (s_ := _num(p.get("sys_s"))) is not None
+    ]
+    busy = [x for x in shares if x >= 0.05]
+    if busy:
+        out["cpu_share"] = statistics.fmean(busy)
+    if isinstance(o, dict):
+        v = _num(o.get("pct_of_their_cpus"))
+        v = v if v is not None else _num(o.get("pct"))
+        if v is not None:
+            out["others_pct"] = v
+    if isinstance(s, dict):
+        for key in ("steal_pct", "iowait_pct", "runnable_median"):
+            if (v := _num(s.get(key))) is not None:
+                out[key] = v
+        psi: Any = s.get("psi_pct")
+        psi = psi if isinstance(psi, dict) else {}
+        for key in ("cpu_some", "memory_some"):
+            if (v := _num(psi.get(key))) is not None:
+                out[f"psi_{key}"] = v
+    if (v := _num(h.get("cpus_usable"))) is not None:
+        out["cpus_usable"] = v
+    mhz = h.get("cpu_mhz")
+    if isinstance(mhz, dict) and (v := _num(mhz.get("median"))) is not None:
+        out["cpu_mhz"] = v
+    return out
+
+
+def top_others(launch: dict[str, Any], n: int = 2) -> str:
+    o = (launch.get("host") or {}).get("others") if isinstance(launch.get("host"), dict) else None
+    top = [p for p in (o.get("top") or []) if isinstance(p, dict)] if isinstance(o, dict) else []
+    names = [
+        f"{p.get('name')} {_num(p.get('pct')) or 0:.0f} %" for p in top[:n] if (_num(p.get("pct")) or 0) >= 1
+    ]
+    return f" ({', '.join(names)})" if names else ""
+
+
+def _stands_out(f: dict[str, float], ref: dict[str, float], launch: dict[str, Any]) -> list[str]:
+    """Phrases for each feature of `f` that stands out against `ref` (the other launches' medians)."""
+    out = []
+    a, b = f.get("ctx_invol_rate"), ref.get("ctx_invol_rate")
+    if a is not None and b is not None and a - b >= CTX_MIN_RATE and a >= CTX_RATIO * max(b, 1.0):
+        out.append(
+            f"its busiest process had {a / max(b, 1.0):.0f}x the involuntary context switches ({a:.0f}/s)"
+        )
+    a, b = f.get("cpu_share"), ref.get("cpu_share")
+    if a is not None and b is not None and b - a >= SHARE_PTS and a < SHARE_RATIO * b:
+        out.append(f"its processes ran {100 * a:.0f} % of the time (vs {100 * b:.0f} %)")
+    a, b = f.get("others_pct"), ref.get("others_pct")
+    if a is not None and b is not None and a - b >= OTHERS_PTS:
+        out.append(f"other processes took {a:.0f} % of the CPUs (vs {b:.0f} %){top_others(launch)}")
+    for key, pts, what in (("steal_pct", STEAL_PTS, "steal"), ("iowait_pct", IOWAIT_PTS, "iowait"),
+                           ("psi_cpu_some", PSI_CPU_PTS, "CPU pressure (PSI some)"),
+                           ("psi_memory_some", PSI_MEM_PTS, "memory pressure (PSI some)")):  # fmt: skip
+        a, b = f.get(key), ref.get(key)
+        if a is not None and b is not None and a - b >= pts:
+            out.append(f"{what} {a:.0f} % (vs {b:.0f} %)")
+    a, b, cpus = f.get("runnable_median"), ref.get("runnable_median"), f.get("cpus_usable")
+    if a is not None and b is not None and cpus and a > cpus and b <= cpus:
+        out.append(f"{a:.0f} runnable tasks on {cpus:.0f} usable CPUs (vs {b:.0f})")
+    a, b = f.get("cpu_mhz"), ref.get("cpu_mhz")
+    if a is not None and b is not None and b > 0 and a < (1 - MHZ_DROP) * b:
+        out.append(f"its CPUs ran at {a:.0f} MHz (vs {b:.0f})")
+    return out
+
+
+def _reference(feats: Sequence[dict[str, float]], skip: int) -> dict[str, float]:
+    ref: dict[str, float] = {}
+    keys = {k for i, f in enumerate(feats) if i != skip for k in f}
+    for k in keys:
+        vals = [f[k] for i, f in enumerate(feats) if i != skip and k in f]
+        if vals:
+            ref[k] = float(statistics.median(vals))
+    return ref
+
+
+def flag_launches(launches: Sequence[dict[str, Any]]) -> dict[int, list[str]]:
+    """{position in `launches`: phrases} for the launches whose host stands out from the others'."""
+    feats = [features(la) for la in launches]
+    if sum(1 for f in feats if f) < 2:
+        return {}
+    out = {}
+    for i, f in enumerate(feats):
+        if f and (why := _stands_out(f, _reference(feats, i), launches[i])):
+            out[i] = why
+    return out
+
+
+def flag_run(run: dict[str, Any]) -> None:
+    """Each launch of a run whose host stood out from the run's other launches gets `host_flags`."""
+    launches = [la for la in run.get("launches", []) if isinstance(la, dict)]
+    flags = flag_launches(launches)
+    for i, la in enumerate(launches):
+        if la.get("host") is not None:
+            la["host_flags"] = flags.get(i, [])
+
+
+def _median_of(la: dict[str, Any], metric: str) -> float | None:
+    xs = (la.get("samples") or {}).get(metric) or []
+    xs = [x for x in xs if _num(x) is not None]
+    return float(statistics.median(xs)) if xs else None
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+
+
+def explain_launches(
+    sides: Sequence[tuple[str, Sequence[dict[str, Any]]]], metrics: Sequence[str], unit: str = "ms"
+) -> list[str]:
+    """A line for each launch whose metric median is far from its side's others, with what was
+    recorded about it that stood out from all the other launches, or that nothing did."""
+    pooled = [la for _, ls in sides for la in ls]
+    feats = [features(la) for la in pooled]
+    out, pos = [], 0
+    for label, ls in sides:
+        for j, la in enumerate(ls):
+            worst = _disagreement(ls, j, metrics)
+            if worst is not None:
+                metric, mine, rest = worst
+                why = _stands_out(feats[pos + j], _reference(feats, pos + j), la) if feats[pos + j] else []
+                head = f"launch {la.get('index', j)} of {label}: {metric} {_fmt(mine)} {unit} vs {_fmt(rest)}"
+                if why:
+                    out.append(f"{head}; {' and '.join(why)}")
+                elif feats[pos + j] or la.get("clocks"):
+                    out.append(
+                        f"{head}; nothing recorded about its host or GPU differs from the other launches"
+                    )
+                else:
+                    out.append(f"{head}; no host record to explain it (recorded before host sampling)")
+        pos += len(ls)
+    return out
+
+
+def _disagreement(
+    ls: Sequence[dict[str, Any]], j: int, metrics: Sequence[str]
+) -> tuple[str, float, float] | None:
+    """(metric, this launch's median, the median of the side's other launches) of the metric on which
+    launch j is furthest off, when that is more than OUTLIER; None otherwise (also with < 3 launches)."""
+    if len(ls) < 3:
+        return None
+    best: tuple[float, str, float, float] | None = None
+    for m in metrics:
+        mine = _median_of(ls[j], m)
+        rest = [v for k, la in enumerate(ls) if k != j and (v := _median_of(la, m)) is not None]
+        if mine is None or len(rest) < 2:
+            continue
+        ref = float(statistics.median(rest))
+        spread = max(rest) / min(rest) - 1 if min(rest) > 0 else math.inf
+        off = abs(mine / ref - 1) if ref > 0 else 0.0
+        if off > max(OUTLIER, 2 * spread) and (best is None or off > best[0]):
+            best = (off, m, mine, ref)
+    return None if best is None else (best[1], best[2], best[3])
+
+
+def side_contention(sides: Sequence[tuple[str, Sequence[dict[str, Any]], dict[int, list[str]]]]) -> list[str]:
+    """'host contention on new: 3 of 3 launches flagged (...)' for each side (label, its launches, their
+    flags by index) most of whose launches stood out."""
+    out = []
+    for label, ls, fl in sides:
+        if ls and len(fl) * 2 > len(ls):
+            first = fl[min(fl)]
+            out.append(
+                f"host contention on {label}: {len(fl)} of {len(ls)} launches flagged ({'; '.join(first)})"
+            )
+    return out
+
+
+def side_differences(sides: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> list[str]:
+    """'on new, its processes ran 31 % of the time (vs 49 %) ...': what stands out between the two
+    sides' median host features (each side against the other), when the sides disagree."""
+    meds = []
+    for _, ls in sides:
+        feats = [f for f in (features(la) for la in ls) if f]
+        meds.append(_reference(feats, -1) if feats else {})
+    out = []
+    for (label, _), mine, other in zip(sides, meds, reversed(meds), strict=True):
+        if mine and other and (why := _stands_out(mine, other, {})):
+            out.append(f"the {label} side's host: {'; '.join(w.replace('its ', 'the ') for w in why)}")
+    return out
