@@ -19,7 +19,7 @@ from regdiag.run_view import RunView
 from regdiag.runs import now_iso, regdiag_home, resolve_run
 from regdiag.stats import run_value
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")  # \Z: "$" let a trailing newline in
 
 
 def baselines_dir() -> Path:

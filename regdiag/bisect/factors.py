@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 _PKG_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z, not $: "A\n" is no name
 
 
 @dataclass
@@ -190,6 +190,7 @@ def load_side(arg: str, what: str, allow_code: bool = False) -> Spec:
     except RecordError as e:
         raise BadInput(f"{what}: {e}") from None
     spec = _side_of_record(rec, p, what)
+    _check_env(spec, f"{what} {p}")
     names = code_from_record(spec)
     if names and not allow_code:
         raise BadInput(
@@ -197,6 +198,16 @@ def load_side(arg: str, what: str, allow_code: bool = False) -> Spec:
             "they point; a record does not choose code to run: pass --allow-code-from-record if you trust it"
         )
     return spec
+
+
+def _check_env(spec: Spec, where: str) -> None:
+    """Every variable a record gives a side is a name, and its value has no NUL: a launch could not be
+    given either (os.environ raises), and a record is a file anyone may have written."""
+    for name, value in spec.env.items():
+        if not _ENV_NAME.match(name):
+            raise BadInput(f"{where}: the record sets a variable {name!r}, which is not a variable name")
+        if value is not None and "\x00" in value:
+            raise BadInput(f"{where}: the record's value of {name} holds a NUL byte, which no variable can")
 
 
 def _side_of_record(rec: dict[str, Any], p: Path, what: str) -> Spec:

@@ -256,8 +256,11 @@ def baseline_list(json_out: bool = JsonOpt) -> None:
         return
     rows = []
     for b in items:
-        if "problem" in b:
-            rows.append([b["name"], "-", b["problem"], "", "", ""])
+        if "problem" in b:  # one bad file never hides the rest of the store
+            from regdiag.errors import escape_controls
+
+            why = escape_controls(f"skipped baseline {b['name']}: {b['problem']}")
+            err_console.print(f"warning: {why}", soft_wrap=True, markup=False, highlight=False)
             continue
         cfg = " ".join(f"{k}={v}" for k, v in list(b["config"].items())[:4])
         med = b["primary_median"]

@@ -17,6 +17,7 @@ import numpy as np
 from regdiag.direction import LOWER, declare
 from regdiag.errors import BadInput
 from regdiag.importers import launch, new_import
+from regdiag.records import UnusableJSON, loads_json
 
 NAME = "hyperfine"
 TITLE = "hyperfine --export-json"
@@ -31,7 +32,9 @@ def sniff(text: str) -> bool:
 
 def parse(text: str, source: str) -> list[dict[str, Any]]:
     try:
-        doc = json.loads(text)
+        doc = loads_json(text)
+    except UnusableJSON as e:  # a key twice, a number no float64 holds, a lone surrogate
+        raise BadInput(f"{source}: {e}") from None
     except json.JSONDecodeError as e:
         raise BadInput(
             f"{source}: malformed hyperfine JSON at line {e.lineno} column {e.colno}: {e.msg}"

@@ -20,6 +20,7 @@ from typing import Any
 from regdiag.direction import CONTEXT, HIGHER, LOWER, declare
 from regdiag.errors import BadInput
 from regdiag.importers import launch, new_import
+from regdiag.records import UnusableJSON, loads_json
 
 NAME = "vllm-bench"
 TITLE = "vllm bench serve --save-result JSON"
@@ -43,7 +44,9 @@ def parse(text: str, source: str) -> list[dict[str, Any]]:
 
 def _json(text: str, source: str, what: str) -> Any:
     try:
-        return json.loads(text)
+        return loads_json(text)
+    except UnusableJSON as e:  # a key twice, a number no float64 holds, a lone surrogate
+        raise BadInput(f"{source}: {e}") from None
     except json.JSONDecodeError as e:
         raise BadInput(
             f"{source}: malformed {what} JSON at line {e.lineno} column {e.colno}: {e.msg}"
