@@ -28,6 +28,7 @@ from regdiag.measure.probes import probe_table
 from regdiag.measure.session import Session, warn
 from regdiag.measure.stream import LaunchStream, adopt_header, env_for_record
 from regdiag.runs import RunWriter, new_run
+from regdiag.snapshot.redact import redact_argv
 
 EventCallback = Callable[[str, dict[str, Any]], None]
 
@@ -73,7 +74,7 @@ def run_probe(
         raise BadInput(f"unknown probe {name!r}; choose from {', '.join(probe_table())}")
     emit = on_event or (lambda kind, data: None)
     run = new_probe_run(name, host)
-    run["probe"]["args"] = list(args)
+    run["probe"]["args"] = redact_argv(list(args))  # `-- --hf-token X`: never kept in clear
     if env:
         run["env"] = env_for_record(env)
     writer = RunWriter(output, run)

@@ -65,10 +65,10 @@ _PASSWORDISH = re.compile(r"(?i)(pass|pwd|pw$|passphrase|secret)")
 _NAME = r"[A-Za-z_][A-Za-z0-9_.-]{0,80}"
 _QUOTED = re.compile(r"([\"']?)(" + _NAME + r")\1(\s*[=:]\s*)([\"'])(.*?)\4")
 _ASSIGN = re.compile(r"(?<![\w.-])(--?)?(" + _NAME + r")(=|:[ \t]*)(?=[^\s\"'])")
-_FLAG = re.compile(r"(?<![\w-])(--?" + _NAME + r")[ \t]+(?!-)([^\s\"']+)")
+_FLAG = re.compile(r"(?<![\w-])(--?" + _NAME + r")[ \t]+(?!-)(?:([\"'])(.*?)\2|([^\s\"']+))")
 _SPECIAL = [
     re.compile(r"\bsshpass\s+-p\s*(\S+)"),
-    re.compile(r"\b(?:mysql|mysqladmin|mysqldump|mariadb)\b[^\n]*?\s-p(\S+)"),
+    re.compile(r"\b(?:mysql|mysqladmin|mysqldump|mariadb)\b[^\n]*?\s-p\s*(\S+)"),
     re.compile(r"(?<![\w-])(?:-u|--user)\s+[^\s:]+:(\S+)"),
     re.compile(r"\blogin\s+(?:--?[\w-]+\s+)*([A-Za-z0-9_.-]{16,})"),
     re.compile(r"(?i)\b(?:bearer|basic|token)\s+((?=[A-Za-z0-9._~+/-]*\d)[A-Za-z0-9._~+/-]{12,}=*)"),
@@ -135,10 +135,16 @@ def _quoted(m: re.Match[str]) -> str:
 
 
 def _flag(m: re.Match[str]) -> str:
-    v = m.group(2)
-    if not credential_name(m.group(1).lstrip("-")) or v.lower() in BOOLEANS or v.startswith("<redacted"):
+    q = m.group(2) or ""
+    v = m.group(3) if q else m.group(4)
+    if (
+        not v
+        or not credential_name(m.group(1).lstrip("-"))
+        or v.lower() in BOOLEANS
+        or v.startswith("<redacted")
+    ):
         return m.group(0)
-    return m.group(1) + " " + marker(v)
+    return m.group(1) + " " + q + marker(v) + q
 
 
 def _run(m: re.Match[str]) -> str:

@@ -36,7 +36,7 @@ from regdiag.snapshot.shapes import BOOLEANS, NUMBER, credential_name, harmless_
 
 REDACTED = "<redacted>"
 _NO_KEY = b""
-_SHELLISH = re.compile(r"[^A-Za-z0-9_.:+/@%,=~-]")
+_SPACE = re.compile(r"\s")
 _MYSQL = frozenset({"mysql", "mysqladmin", "mysqldump", "mariadb"})
 _PASSWORD_SHORT_FLAGS = frozenset({"p", "P"})
 _USER_FLAGS = frozenset({"u", "user"})
@@ -139,8 +139,8 @@ def _token(name: str, tok: str, key: bytes) -> str:
     """One argv value judged under its option or variable name (default-deny, text as text)."""
     if _harmless(name, tok) or (not credential_name(name) and _harmless(name, tok, loose=True)):
         return tok
-    if not credential_name(name) and _SHELLISH.search(tok):
-        return scrub_free_text(tok)  # a shell snippet or a sentence (`-c "import sys; ..."`)
+    if not credential_name(name) and _SPACE.search(tok):
+        return scrub_free_text(tok)  # a shell snippet or a sentence (`-c "import sys; ..."`): text
     return hidden(name or "argv", tok, key)
 
 
