@@ -63,8 +63,9 @@ def test_markdown_is_a_table_to_paste(capsys, seeds):
     assert code == 1
     assert out.startswith("**REGRESSED: cycle +")
     assert "| metric | old | new | change | 95 % CI | p (Holm) | verdict |" in out
-    assert re.search(r"\| \*\*verify\*\* \| [\d.]+ \| [\d.]+ \| \+10\.\d\d \|", out)
-    assert "margin ±5 %" in out
+    # the attribution's rows: where the change lives (delta, CI, share), no second old/new cycle number
+    assert re.search(r"\| \*\*verify\*\* \| \+10\.\d\d \| \[", out)
+    assert "margin ±5 %" in out and "old and new: geometric means of the launch medians" in out
 
 
 def test_html_report_is_self_contained(capsys, tmp_path, seeds):

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from rich.text import Text
 
-from regdiag.cli.common import JsonOpt, PlainProgress, console, err_console, print_json, show
+from regdiag.cli.common import JsonOpt, PlainProgress, bounded, console, err_console, print_json, show
 from regdiag.records import tagged
+from regdiag.report.layout import pack
 
 HELP = (
     "Run a whole diagnosis here, with no GPU and nothing to set up: two environments that differ in "
@@ -20,7 +22,7 @@ HELP = (
 
 def demo(
     launches: int = typer.Option(
-        3, "--launches", "-L", min=2, help="Probe launches per environment (default 3)."
+        3, "--launches", "-L", callback=bounded(2, 1000), help="Probe launches per environment (default 3)."
     ),
     slow_ms: float = typer.Option(
         20.0,
@@ -72,15 +74,36 @@ def register(app: typer.Typer) -> None:
 class DemoView:
     """The demo as it goes: a heading per step (on stderr under --json), each step's result shown as its
     own command shows it (not under --json), and what runs now on a status line (a terminal) or in
-    plain progress lines (a log)."""
+    plain progress lines (a log).
+
+    On a terminal the status line is taken down while anything else is printed and put back after,
+    so a heading or a bisect decision starts on a line of its own, never behind the spinner's text
+    (and stdout stays stdout: a live status would route it to stderr). In a log the progress lines
+    (stderr) fall between the steps, never inside a step's output."""
 
     def __init__(self, json_out: bool) -> None:
         self.json_out = json_out
         self.out = err_console if json_out else console
         self.status = err_console.status("starting") if err_console.is_terminal else None
-        if self.status is not None:
-            self.status.start()
+        self.running = False
+        self._resume()
         self.plain = PlainProgress("demo")
+
+    def _resume(self) -> None:
+        if self.status is not None and not self.running:
+            self.status.start()
+            self.running = True
+
+    def _pause(self) -> None:
+        if self.status is not None and self.running:
+            self.status.stop()
+            self.running = False
+
+    def say(self, *lines: Any, **kwargs: Any) -> None:
+        self._pause()
+        for ln in lines:
+            self.out.print(ln, **kwargs)
+        self._resume()
 
     def note(self, text: str) -> None:
         if self.status is not None:
@@ -88,35 +111,39 @@ class DemoView:
         self.plain.step(text)
 
     def stop(self) -> None:
-        if self.status is not None:
-            self.status.stop()
+        self._pause()
+        self.status = None
 
     def on_stage(self, stage: str, data: dict[str, Any]) -> None:
-        out, json_out = self.out, self.json_out
+        json_out = self.json_out
         if stage == "probe":
-            env = " ".join(f"{k}={v}" for k, v in data["env"].items())
-            out.print(
-                f"\n[bold]probe spec-decode --preset tiny[/], {data['side']} environment: [dim]{env}[/]"
+            env = [Text(f"{k}={v}", style="dim") for k, v in data["env"].items()]
+            self.say(
+                "",
+                f"[bold]probe spec-decode --preset tiny[/]: the {data['side']} environment",
+                *pack(env, self.out.width, "  "),
             )
             self.note(f"probing the {data['side']} environment")
         elif stage == "probed":
-            out.print(f"[dim]  run record: {data['path']}[/]")
+            self.say(f"[dim]  run record: {data['path']}[/]", soft_wrap=True)
         elif stage == "compare":
-            out.print("\n[bold]compare good bad[/]: is it real, and where?")
+            self.say("", "[bold]compare good bad[/]: is it real, and where?")
         elif stage == "compared" and not json_out:
-            show("compare", "terminal", data["comparison"], ("good", "bad"), to=out)
+            self._show("compare", data["comparison"], ("good", "bad"))
         elif stage == "bisect":
-            out.print(
-                f"\n[bold]bisect --metric {data['metric']}[/]: which of the four differences costs the "
-                "milliseconds?"
-            )
+            self.say("", f"[bold]bisect --metric {data['metric']}[/]: which difference costs the time?")
             self.note("bisecting")
         elif stage == "bisected" and not json_out:
-            show("bisect", "terminal", data["report"], to=out)
+            self._show("bisect", data["report"])
         elif stage == "explain":
-            out.print("\n[bold]explain bad[/]: regression or physics?")
+            self.say("", "[bold]explain bad[/]: regression or physics?")
         elif stage == "explained" and not json_out:
-            show("explain", "terminal", data["explanation"], to=out)
+            self._show("explain", data["explanation"])
+
+    def _show(self, what: str, data: Any, labels: tuple[str, str] = ("", "")) -> None:
+        self._pause()
+        show(what, "terminal", data, labels, to=self.out)
+        self._resume()
 
     def on_probe(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "launch_start":
@@ -128,7 +155,7 @@ class DemoView:
         elif ev.get("event") == "decision":
             theta = ev.get("theta")
             tail = f" (theta {theta:.2f})" if isinstance(theta, (int, float)) else ""
-            self.out.print(f"[dim]  {ev['what']}: {ev['verdict']}{tail}[/]")
+            self.say(f"[dim]  {ev['what']}: {ev['verdict']}{tail}[/]")
 
 
 def _print_found(result: dict[str, Any]) -> None:

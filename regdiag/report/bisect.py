@@ -84,7 +84,6 @@ def to_markdown(report: dict[str, Any]) -> str:
 def render(report: dict[str, Any], console: Any) -> None:
     """Terminal output with rich: the verdict first, then one row per culprit."""
     from rich.markup import escape as e
-    from rich.table import Table
 
     verdict = report["verdict"]
     style = {"CULPRIT": "bold red", "NOT-REPRODUCED": "bold yellow"}.get(verdict, "bold yellow")
@@ -92,25 +91,7 @@ def render(report: dict[str, Any], console: Any) -> None:
     console.print(e(report["statement"]))
     names = _phases(report)
     if report["culprits"]:
-        t = Table(box=None, pad_edge=False)
-        t.add_column("change")
-        for n in names:
-            t.add_column(f"{n} ms", justify="right")
-        t.add_column("share", justify="right")
-        for c in report["culprits"]:
-            label = e(c["change"])
-            if _subjects(c):
-                label += f"\n[dim]{e(_subjects(c))}[/]"
-            if c["interaction"]:
-                label += " [dim](only together)[/]"
-            if not c["exact"]:
-                label += " [dim](range: points in between SKIP)[/]"
-            t.add_row(label, *[_cell(c, n, report["metric"]) for n in names], _pct(c["share"]))
-        rest = report["unexplained_ms"]
-        t.add_row(
-            "[dim]unexplained rest[/]", *[_ms(rest.get(n)) for n in names], _pct(report["unexplained_share"])
-        )
-        console.print(t)
+        console.print(_culprits(report, names, console.width), crop=False)
     for s in report["skipped"]:
         console.print(f"[yellow]SKIP[/] {e(s['point'])}: {e(s['reason'])}")
     for u in report["unresolved"]:
@@ -124,6 +105,36 @@ def render(report: dict[str, Any], console: Any) -> None:
             console.print(f"[red]resume: {e(m)}[/]")
     console.print(f"[dim]{cost_line(report)}[/]")
     console.print(f"[dim]journal: {e(str(report.get('journal')))}[/]")
+
+
+def _culprits(report: dict[str, Any], names: list[str], width: int) -> Any:
+    """One row per culprit (its phases' ms and share), then the unexplained rest: a table where every
+    cell fits whole, else one block per culprit (report.layout)."""
+    from rich.text import Text
+
+    from regdiag.report import layout as L
+
+    cols = [L.Col("change"), *(L.Col(f"{n} ms", right=True, label=n, unit="ms") for n in names)]
+    cols.append(L.Col("share", right=True))
+    rows: list[list[L.Cell]] = []
+    for c in report["culprits"]:
+        label = Text(c["change"])
+        if _subjects(c):
+            label.append(f"\n{_subjects(c)}", style="dim")
+        if c["interaction"]:
+            label.append(" (only together)", style="dim")
+        if not c["exact"]:
+            label.append(" (range: points in between SKIP)", style="dim")
+        rows.append([label, *[_cell(c, n, report["metric"]) for n in names], _pct(c["share"])])
+    rest = report["unexplained_ms"]
+    rows.append(
+        [
+            Text("unexplained rest", style="dim"),
+            *[_ms(rest.get(n)) for n in names],
+            _pct(report["unexplained_share"]),
+        ]
+    )
+    return L.fit(cols, rows, width)
 
 
 # -- behind the registry (regdiag.report.registry) -----------------------------------------------

@@ -42,10 +42,7 @@ def render(
     parts += _attribution(c)
     parts += _plots(c, old_run, new_run)
     parts += _environment(c)
-    parts.append(
-        f"<p class='dim'>regdiag {escape(__version__)}; method {escape(c.method)}; "
-        f"margin {escape(T.margin_txt(c.margin))}.</p>"
-    )
+    parts.append(f"<p class='dim'>regdiag {escape(__version__)}; {escape(T.method_txt(c))}.</p>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
@@ -153,14 +150,17 @@ def _attribution(c: Comparison) -> list[str]:
     parts = []
     a = c.attribution
     if a is not None:
-        parts.append(f"<h2>Attribution (launch means, {e(a.unit)})</h2><table>")
-        parts.append("<tr><th>part</th><th>old</th><th>new</th><th>delta</th><th>CI</th><th>share</th></tr>")
+        parts.append(
+            f"<h2>Attribution: where the change lives, in {e(a.unit)}</h2>"
+            "<p class='dim'>changes of the launch means, which add up (the phases to the cycle)</p><table>"
+        )
+        parts.append("<tr><th>part</th><th>delta</th><th>CI</th><th>share</th></tr>")
         ad = T.attribution_decimals(a)
         for t in [a.total, *a.terms]:
             ci = "-" if t.lo is None else f"[{T.fixed(t.lo, ad, True)}, {T.fixed(t.hi, ad, True)}]"
             share = "" if t is a.total or t.share is None else f"{100 * t.share:.0f} %"
-            cells = [e(t.name), T.fixed(t.old, ad), T.fixed(t.new, ad), T.fixed(t.delta, ad, True), ci, share]
-            parts.append(_row(cells, ["", "n", "n", "n", "n", "n"]))
+            cells = [e(t.name), T.fixed(t.delta, ad, True), ci, share]
+            parts.append(_row(cells, ["", "n", "n", "n"]))
         parts.append("</table>")
     lines = []
     if c.throughput is not None:
@@ -189,9 +189,8 @@ def _plots(c: Comparison, old_run: dict[str, Any], new_run: dict[str, Any]) -> l
         new = [x for la in ln_ for x in la[key].get(m.name, [])]
         rows.append((m.name, old, new, m.old_centers, m.new_centers))
     unit = c.metrics[0].unit if c.metrics else ""
-    parts.append(
-        svg.distributions(rows, unit, "every cycle (box 25-75 %, whiskers 5-95 %) and launch centres (dots)")
-    )
+    title = "every cycle (box 25-75 %, whiskers 5-95 %) and launch centres (dots), each axis in its unit"
+    parts.append(svg.distributions(rows, unit, title, units=[m.unit for m in c.metrics]))
     head = next((m for m in c.metrics if m.name == c.primary), c.metrics[0] if c.metrics else None)
     if head is not None:
         parts.append(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from regdiag import stats
 from regdiag.attribution import fmt_share
 from regdiag.compare import Comparison
 from regdiag.report import text as T
@@ -42,11 +41,7 @@ def render(c: Comparison, old_name: str = "", new_name: str = "") -> str:
         out.append(f"- warning: {_cell(w)}")
     for n in c.notes:
         out.append(f"- note: {_cell(n)}")
-    method = "Welch's t on log launch medians" if c.method == stats.WELCH else "hierarchical bootstrap"
-    out.append(
-        f"\n<sub>regdiag compare: {method}; primary at {100 * c.level:g} %, other metrics Holm-adjusted; "
-        f"margin {T.margin_txt(c.margin)}.</sub>"
-    )
+    out.append(f"\n<sub>regdiag compare: {T.method_txt(c)}.</sub>")
     return "\n".join(out) + "\n"
 
 
@@ -105,19 +100,17 @@ def _attribution(c: Comparison) -> list[str]:
     if a is None:
         return []
     out = [
-        f"Attribution (launch means, {a.unit}):",
+        f"Attribution: where the change lives, in {a.unit} (changes of launch means, which add up):",
         "",
-        "| part | old | new | delta | CI | share |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| part | delta | CI | share |",
+        "| --- | ---: | ---: | ---: |",
     ]
     ad = T.attribution_decimals(a)
     for t in [a.total, *a.terms]:
         rng = "-" if t.lo is None else f"[{T.fixed(t.lo, ad, True)}, {T.fixed(t.hi, ad, True)}]"
         share = "" if t is a.total else fmt_share(t.share)
         name = f"**{t.name}**" if t.name == a.dominant else t.name
-        out.append(
-            f"| {name} | {T.fixed(t.old, ad)} | {T.fixed(t.new, ad)} | {T.fixed(t.delta, ad, True)} | {rng} | {share} |"
-        )
+        out.append(f"| {name} | {T.fixed(t.delta, ad, True)} | {rng} | {share} |")
     out.append("")
     return out
 

@@ -73,13 +73,15 @@ def distributions(
     unit: str,
     title: str,
     width: int = 640,
+    units: Sequence[str] | None = None,
 ) -> str:
     """One row per metric: (name, old cycles, new cycles, old launch centres, new launch centres).
 
     Each row has its own x range (phases differ by 10x); the boxes are the 25-75 % of all cycles, the
-    whiskers 5-95 %, the dots the per-launch centres (the unit of evidence).
+    whiskers 5-95 %, the dots the per-launch centres (the unit of evidence). Each row's axis is
+    labelled with its unit (`units`, one per row; else `unit` for all), after its last tick.
     """
-    left, right, row_h = 90, 20, 46
+    left, right, row_h = 90, 44, 46
     height = 20 + row_h * len(rows) + 10
     body = [f'<text x="{left}" y="13" {FONT} font-weight="bold">{escape(title)}</text>']
     for i, (name, old, new, oc, nc) in enumerate(rows):
@@ -101,6 +103,11 @@ def distributions(
             body.append(
                 f'<text x="{x:.1f}" y="{top + 44:.1f}" text-anchor="middle" {FONT} fill="#666">{_fmt(t)}</text>'
             )
+        row_unit = units[i] if units is not None else unit
+        body.append(
+            f'<text x="{width - right + 6}" y="{top + 44:.1f}" {FONT} fill="#666" class="unit">'
+            f"{escape(row_unit or 'no unit')}</text>"
+        )
         for j, (vals, centres, color) in enumerate(((old, oc, OLD_COLOR), (new, nc, NEW_COLOR))):
             v = np.asarray(vals, float)
             if v.size == 0:
@@ -119,7 +126,7 @@ def distributions(
             )
             for cv in centres:
                 body.append(
-                    f'<circle cx="{sx(cv):.1f}" cy="{y:.1f}" r="2.5" fill="{color}"><title>{_fmt(cv)} {escape(unit)}</title></circle>'
+                    f'<circle cx="{sx(cv):.1f}" cy="{y:.1f}" r="2.5" fill="{color}"><title>{_fmt(cv)} {escape(row_unit)}</title></circle>'
                 )
     return _svg(width, height, body, title)
 
@@ -155,13 +162,17 @@ def launch_series(old: Sequence[float], new: Sequence[float], unit: str, title: 
                 f'<circle cx="{sx(offset + i):.1f}" cy="{sy(v):.1f}" r="4" fill="{color}">'
                 f"<title>{'old' if side == 0 else 'new'} launch {i}: {_fmt(v)} {escape(unit)}</title></circle>"
             )
-        label = "old launches" if side == 0 else "new launches"
+        label = "old launches" if side == 0 else "new launches"  # the x axis: launches in run order
         if series:
             body.append(
                 f'<text x="{sx(offset + (len(series) - 1) / 2):.1f}" y="{height - bottom + 16}" text-anchor="middle" {FONT} fill="{color}">{label}</text>'
             )
     body.append(
-        f'<text x="12" y="{(top + height - bottom) / 2:.1f}" {FONT} transform="rotate(-90 12 {(top + height - bottom) / 2:.1f})" text-anchor="middle">{escape(unit)}</text>'
+        f'<text x="12" y="{(top + height - bottom) / 2:.1f}" {FONT} transform="rotate(-90 12 {(top + height - bottom) / 2:.1f})" text-anchor="middle" class="unit">{escape(unit)}</text>'
+    )
+    body.append(
+        f'<text x="{(left + width - right) / 2:.1f}" y="{height - 6}" text-anchor="middle" {FONT} class="unit">'
+        "launch, in run order (dashed: geometric mean of each side)</text>"
     )
     return _svg(width, height, body, title)
 

@@ -158,13 +158,7 @@ def _details(c: Comparison, console: Console) -> None:
         console.print(f"warning: {w}", style="yellow", highlight=False)
     for n in c.notes:
         console.print(f"note: {n}", style="dim", highlight=False)
-    method = "Welch's t on log launch medians" if c.method == stats.WELCH else "hierarchical bootstrap"
-    if getattr(c, "design", {}).get("kind") == "interleaved" and c.method == stats.WELCH:
-        method = "interleaved run: paired t on the A/B pairs of log launch medians"
-    console.print(
-        f"{method}; primary at {100 * c.level:g} %, other metrics Holm-adjusted; margin {T.margin_txt(c.margin)}",
-        style="dim",
-    )
+    console.print(T.method_txt(c), style="dim")
 
 
 def _machines(c: Comparison, console: Console) -> None:

@@ -54,6 +54,21 @@ def pval(p: float | None) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
+# How the old and new of every report are made (stats.run_value), said once, in the method line.
+RUN_CENTRES = "old and new: geometric means of the launch medians (of launch means for per-cycle values)"
+
+
+def method_txt(c: Comparison) -> str:
+    """The method line under every comparison: the test, the levels, the margin, what old and new are."""
+    method = "Welch's t on log launch medians" if c.method == stats.WELCH else "hierarchical bootstrap"
+    if getattr(c, "design", {}).get("kind") == "interleaved" and c.method == stats.WELCH:
+        method = "interleaved run: paired t on the A/B pairs of log launch medians"
+    return (
+        f"{method}; primary at {100 * c.level:g} %, other metrics Holm-adjusted; margin {margin_txt(c.margin)}; "
+        f"{RUN_CENTRES}"
+    )
+
+
 def margin_txt(margin: float) -> str:
     return f"\u00b1{100 * margin:g} %"
 
@@ -126,13 +141,13 @@ def dominant_line(a: Attribution) -> str | None:
 
 
 def throughput_line(t: Throughput) -> str:
+    # tok/s counts every cycle, so its cycle is the mean; only its ratio is shown, the run's cycle
+    # number being the one of the table (RUN_CENTRES), never a second one beside it.
     d = max(decimals(t.old.tok_s, t.new.tok_s) - 1, 1)
-    dc = decimals(t.old.cycle, t.new.cycle)
     return (
         f"tok/s {fixed(t.old.tok_s, max(d, 0))} \u2192 {fixed(t.new.tok_s, max(d, 0))} ({pct(t.ratio)} {ci(t.lo, t.hi)}) "
-        f"= accept_len \u00d7{t.accept_ratio:.3f} / cycle \u00d7{t.cycle_ratio:.3f} "
-        f"(accept_len {t.old.accept_len:.3g} \u2192 {t.new.accept_len:.3g}, "
-        f"mean cycle {fixed(t.old.cycle, dc)} \u2192 {fixed(t.new.cycle, dc)})"
+        f"= accept_len \u00d7{t.accept_ratio:.3f} / mean cycle \u00d7{t.cycle_ratio:.3f} "
+        f"(accept_len {t.old.accept_len:.3g} \u2192 {t.new.accept_len:.3g})"
     )
 
 
@@ -170,7 +185,8 @@ def clocks_line(c: Comparison) -> str | None:
     for label, s in (("old", c.old.clocks), ("new", c.new.clocks)):
         if not s.samples:
             continue
-        bits = [f"SM {num(s.sm_mhz)} MHz"]
+        rng = f" ({num(s.sm_mhz_lo)}–{num(s.sm_mhz_hi)})" if s.sm_mhz_lo != s.sm_mhz_hi else ""
+        bits = [f"SM {num(s.sm_mhz)} MHz{rng}"]
         if s.mem_mhz:
             bits.append(f"mem {num(s.mem_mhz)} MHz")
         if s.power_w:
@@ -180,7 +196,7 @@ def clocks_line(c: Comparison) -> str | None:
         parts.append(f"{label} " + ", ".join(bits))
     if not parts:
         return None
-    return "clocks during launches: " + "; ".join(parts)
+    return "clocks while measuring: " + "; ".join(parts)
 
 
 def env_item(item: dict[str, object]) -> str:
