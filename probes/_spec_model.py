@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _presets import Shape  # noqa: E402  (the probe directory is on sys.path)
+from _lowbit import Fp8Experts, Fp8Linear, Int4Experts  # noqa: E402  (the probe directory is on sys.path)
+from _presets import Shape  # noqa: E402
 
 # -------------------------------------------------------------------------------------- primitives
 
@@ -35,6 +36,11 @@ class Comm:
     def __init__(self, group: Any, world: int) -> None:
         self.group = group
         self.world = world
+        self.rank = 0
+        if world > 1:
+            import torch.distributed as dist
+
+            self.rank = dist.get_rank(group)
         self.enabled = True
         self.log: list[tuple[str, int]] | None = None
 
@@ -63,6 +69,11 @@ class Comm:
         gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
         gather(out, logits.contiguous(), group=self.group)
         return out.view(self.world, t, vl).permute(1, 0, 2).reshape(t, self.world * vl).argmax(-1)
+
+
+def lin(x: torch.Tensor, w: Any) -> torch.Tensor:
+    """x W^T for a tensor weight or a low-bit one (which carries its kernel)."""
+    return F.linear(x, w) if isinstance(w, torch.Tensor) else w(x)
 
 
 def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -108,9 +119,23 @@ def rope_tables(
 
 
 class Init:
-    def __init__(self, device: Any, dtype: torch.dtype) -> None:
+    """Makes the weights and counts their bytes. `lowbit`: components whose format is not "base" get
+    low-bit weights and kernels (CUDA only; _lowbit.py); `int4_impl` names the INT4 expert kernel."""
+
+    def __init__(
+        self, device: Any, dtype: torch.dtype, lowbit: bool = False, int4_impl: str = "none"
+    ) -> None:
         self.device, self.dtype = device, dtype
+        self.lowbit, self.int4_impl = lowbit, int4_impl
         self.bytes = 0
+
+    def lin(self, n: int, k: int, fmt: str = "base", fan_in: int | None = None) -> Any:
+        """A weight for y = x W^T: a tensor, or an FP8 one with its kernel where the format says so."""
+        if self.lowbit and fmt.startswith("fp8"):
+            m = Fp8Linear(n, k, self.device, fan_in)
+            self.bytes += m.nbytes
+            return m
+        return self.w(n, k, fan_in=fan_in)
 
     def w(self, *shape: int, fan_in: int | None = None) -> torch.Tensor:
         # Random (never zeros: zeros run faster than data), scaled so activations stay O(1).
@@ -153,11 +178,22 @@ class MoE:
         self.s, self.comm, self.impl, self.ml = s, comm, impl, ml
         self.gate = init.w(e, h)
         self.bias = torch.zeros(e, device=init.device, dtype=torch.float32)  # noaux_tc correction bias
-        self.w13 = init.w(e, 2 * ml, h)
-        self.w2 = init.w(e, h, ml)
+        fmt = s.w_routed if init.lowbit else "base"
+        self.lowbit = fmt if fmt in ("fp8", "fp8_block128", "int4_g32") else ""
+        if self.lowbit.startswith("fp8"):
+            self.e13: Any = Fp8Experts(e, 2 * ml, h, init.device)
+            self.e2: Any = Fp8Experts(e, h, ml, init.device)
+        elif self.lowbit:
+            self.e13 = Int4Experts(e, 2 * ml, h, init.device, init.dtype, init.int4_impl)
+            self.e2 = Int4Experts(e, h, ml, init.device, init.dtype, init.int4_impl)
+        else:
+            self.w13 = init.w(e, 2 * ml, h)
+            self.w2 = init.w(e, h, ml)
+        if self.lowbit:
+            init.bytes += self.e13.nbytes + self.e2.nbytes
         sl = ml * s.shared
-        self.s13 = init.w(2 * sl, h)
-        self.s2 = init.w(h, sl)
+        self.s13 = init.lin(2 * sl, h, s.w_shared)
+        self.s2 = init.lin(h, sl, s.w_shared)
         self.arange_e = torch.arange(e, device=init.device)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -185,7 +221,12 @@ class MoE:
         counts.scatter_add_(0, flat, torch.ones(n, device=x.device, dtype=torch.int32))
         if counts_out is not None:
             counts_out.copy_(counts)
-        if self.impl == "loop":
+        if self.lowbit == "int4_g32":  # one kernel program per (token, expert) pair: no sort needed
+            slots = torch.arange(n, device=x.device)
+            tok, wf = slots // k, w.reshape(-1)
+            hcat = self.e13(x, tok, flat)
+            y = self.e2(F.silu(hcat[:, : self.ml]) * hcat[:, self.ml :], slots, flat)
+        elif self.impl == "loop":
             y, tok, wf = self._loop(x, flat, counts, w)
         else:
             offs = counts.cumsum(0, dtype=torch.int32)
@@ -196,14 +237,18 @@ class MoE:
             perm = torch.empty_like(flat).scatter_(0, pos.long(), torch.arange(n, device=x.device))
             tok = perm // k
             xs = x.index_select(0, tok)
-            hcat = torch._grouped_mm(xs, self.w13.transpose(1, 2), offs=offs)
-            a = F.silu(hcat[:, : self.ml]) * hcat[:, self.ml :]
-            y = torch._grouped_mm(a, self.w2.transpose(1, 2), offs=offs)
+            if self.lowbit:
+                hcat = self.e13(xs, offs, x.dtype)
+                y = self.e2(F.silu(hcat[:, : self.ml]) * hcat[:, self.ml :], offs, x.dtype)
+            else:
+                hcat = torch._grouped_mm(xs, self.w13.transpose(1, 2), offs=offs)
+                a = F.silu(hcat[:, : self.ml]) * hcat[:, self.ml :]
+                y = torch._grouped_mm(a, self.w2.transpose(1, 2), offs=offs)
             wf = w.reshape(-1).index_select(0, perm)
         out = torch.zeros_like(x).index_add_(0, tok, y * wf.unsqueeze(1).to(y.dtype))
-        hs = F.linear(x, self.s13)
+        hs = lin(x, self.s13)
         sl = hs.shape[1] // 2
-        out += F.linear(F.silu(hs[:, :sl]) * hs[:, sl:], self.s2)
+        out += lin(F.silu(hs[:, :sl]) * hs[:, sl:], self.s2)
         return self.comm.all_reduce(out)
 
     def _loop(self, x: torch.Tensor, flat: torch.Tensor, counts: torch.Tensor, w: torch.Tensor) -> Any:
@@ -221,14 +266,14 @@ class MoE:
 
 
 class DenseMLP:
-    def __init__(self, h: int, inter_local: int, init: Init, comm: Comm) -> None:
-        self.w13 = init.w(2 * inter_local, h)
-        self.w2 = init.w(h, inter_local)
+    def __init__(self, h: int, inter_local: int, init: Init, comm: Comm, fmt: str = "base") -> None:
+        self.w13 = init.lin(2 * inter_local, h, fmt)
+        self.w2 = init.lin(h, inter_local, fmt)
         self.il, self.comm = inter_local, comm
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        hcat = F.linear(x, self.w13)
-        return self.comm.all_reduce(F.linear(F.silu(hcat[:, : self.il]) * hcat[:, self.il :], self.w2))
+        hcat = lin(x, self.w13)
+        return self.comm.all_reduce(lin(F.silu(hcat[:, : self.il]) * hcat[:, self.il :], self.w2))
 
 
 # -------------------------------------------------------------------------------------- attention
@@ -240,32 +285,29 @@ class MLA:
     def __init__(self, s: Shape, init: Init, comm: Comm, batch: int, slots: int) -> None:
         h, hl = s.hidden, s.heads // s.shard
         self.s, self.hl, self.comm = s, hl, comm
+        fa = s.w_attn
         if s.q_lora:
             self.q_a, self.q_ln, self.q_b = (
-                init.w(s.q_lora, h),
+                init.lin(s.q_lora, h, fa),
                 init.ones(s.q_lora),
-                init.w(hl * (s.nope + s.rope), s.q_lora),
+                init.lin(hl * (s.nope + s.rope), s.q_lora, fa),
             )
         else:
-            self.q_proj = init.w(hl * (s.nope + s.rope), h)
-        self.kv_a = init.w(s.kv_lora + s.rope, h)
+            self.q_proj = init.lin(hl * (s.nope + s.rope), h, fa)
+        self.kv_a = init.lin(s.kv_lora + s.rope, h, fa)
         self.kv_ln = init.ones(s.kv_lora)
         self.w_uk = init.w(hl, s.nope, s.kv_lora, fan_in=s.nope)
         self.w_uv = init.w(hl, s.kv_lora, s.v_head, fan_in=s.kv_lora)
-        self.o_proj = init.w(h, hl * s.v_head)
+        self.o_proj = init.lin(h, hl * s.v_head, fa)
         self.cache = init.w(batch, slots, s.kv_lora + s.rope, fan_in=1)  # a filled context, not zeros
         self.scale = (s.nope + s.rope) ** -0.5
 
     def __call__(self, x: torch.Tensor, p: Pos) -> torch.Tensor:
         s, hl, c = self.s, self.hl, self.s.kv_lora
         n = x.shape[0]
-        q = (
-            F.linear(rms_norm(F.linear(x, self.q_a), self.q_ln), self.q_b)
-            if s.q_lora
-            else F.linear(x, self.q_proj)
-        )
+        q = lin(rms_norm(lin(x, self.q_a), self.q_ln), self.q_b) if s.q_lora else lin(x, self.q_proj)
         q = q.view(n, hl, s.nope + s.rope)
-        kv = F.linear(x, self.kv_a)
+        kv = lin(x, self.kv_a)
         ckv = rms_norm(kv[:, :c], self.kv_ln)
         kpe = rope(kv[:, c:], p.cos, p.sin)
         self.cache[:, p.p0 : p.s].copy_(torch.cat([ckv, kpe], -1).view(p.batch, p.t, c + s.rope))
@@ -280,7 +322,7 @@ class MLA:
         pr = sc.softmax(-1).to(x.dtype)
         o_lat = torch.bmm(pr, kvc[:, :, :c])  # (batch, t*hl, c)
         o = torch.bmm(o_lat.view(n, hl, c).transpose(0, 1), self.w_uv)  # W_UV absorbed on the way out
-        out = F.linear(o.transpose(0, 1).reshape(n, hl * s.v_head), self.o_proj)
+        out = lin(o.transpose(0, 1).reshape(n, hl * s.v_head), self.o_proj)
         return self.comm.all_reduce(out)
 
 
@@ -317,12 +359,34 @@ class GQA:
 # ------------------------------------------------------------------------------------------ models
 
 
+class VocabEmbed:
+    """The embedding sharded over the vocabulary, as VocabParallelEmbedding: each rank looks up the ids
+    in its range (zeros elsewhere) and an all-reduce sums them, the forward's first collective. In a
+    --tp-slice run (one rank, no communication) every id is looked up in the one shard, modulo its
+    rows: the same bytes, and data rather than zeros for the tokens outside it."""
+
+    def __init__(self, s: Shape, init: Init, comm: Comm) -> None:
+        self.rows = s.vocab // s.shard
+        self.w = init.w(self.rows, s.hidden, fan_in=1)
+        self.lo = comm.rank * self.rows
+        self.comm = comm
+
+    def __call__(self, tok: torch.Tensor) -> torch.Tensor:
+        ids = tok.reshape(-1)
+        if self.comm.world == 1:
+            return self.comm.all_reduce(F.embedding(ids % self.rows, self.w))
+        local = ids - self.lo
+        ok = ((local >= 0) & (local < self.rows)).unsqueeze(-1)
+        x = F.embedding(local.clamp(0, self.rows - 1), self.w) * ok.to(self.w.dtype)
+        return self.comm.all_reduce(x)
+
+
 class Target:
     def __init__(
         self, s: Shape, init: Init, comm: Comm, batch: int, slots: int, moe_impl: str, on_layer: Any = None
     ) -> None:
         self.s, self.comm = s, comm
-        self.embed = init.w(s.vocab, s.hidden, fan_in=1)  # replicated: a lookup reads T rows only
+        self.embed = VocabEmbed(s, init, comm)
         self.layers: list[dict[str, Any]] = []
         for i in range(s.layers):
             if on_layer is not None:
@@ -333,7 +397,7 @@ class Target:
                 "attn": MLA(s, init, comm, batch, slots),
             }
             if i < s.n_dense:
-                layer["mlp"] = DenseMLP(s.hidden, s.inter // s.shard, init, comm)
+                layer["mlp"] = DenseMLP(s.hidden, s.inter // s.shard, init, comm, s.w_dense)
             else:
                 layer["moe"] = MoE(s, init, comm, moe_impl)
             self.layers.append(layer)
@@ -344,7 +408,7 @@ class Target:
 
     def __call__(self, tok: torch.Tensor, p: Pos, aux_out: torch.Tensor | None = None) -> torch.Tensor:
         h = self.s.hidden
-        x = F.embedding(tok.reshape(-1), self.embed)
+        x = self.embed(tok)
         j = 0
         for i, layer in enumerate(self.layers):
             x = x + layer["attn"](rms_norm(x, layer["ln1"]), p)
@@ -364,7 +428,7 @@ class Target:
 class Draft:
     """EAGLE-3 draft: fc(3H -> H), one decoder layer, draft-vocabulary lm_head (sharded, gathered)."""
 
-    def __init__(self, s: Shape, init: Init, comm: Comm, batch: int, slots: int, embed: torch.Tensor) -> None:
+    def __init__(self, s: Shape, init: Init, comm: Comm, batch: int, slots: int, embed: VocabEmbed) -> None:
         h = s.hidden
         self.s, self.comm, self.embed = s, comm, embed  # the draft shares the target's embedding
         self.fc = init.w(h, 3 * h)  # replicated, as in SGLang's LlamaForCausalLMEagle3
@@ -376,7 +440,7 @@ class Draft:
         self.d2t = torch.randint(0, s.vocab - s.draft_vocab, (s.draft_vocab,), device=init.device)
 
     def __call__(self, tok: torch.Tensor, hidden: torch.Tensor, p: Pos) -> tuple[torch.Tensor, torch.Tensor]:
-        e = F.embedding(tok.reshape(-1), self.embed)
+        e = self.embed(tok)
         x2 = torch.cat([rms_norm(e, self.ln_in), rms_norm(hidden, self.ln_h)], -1)
         x = hidden + self.attn(x2, p)
         x = x + self.mlp(rms_norm(x, self.ln_post))

@@ -144,7 +144,7 @@ def build(s: Setup, progress: Progress) -> Model:
     t_build = time.time()
     torch.manual_seed(a.seed * 7919 + s.rank)
     comm = Comm(s.group, s.world)
-    init = Init(s.device, s.dtype)
+    init = Init(s.device, s.dtype, s.lowbit, s.int4_impl)
     ndt, steps, batch = a.num_draft_tokens, a.num_steps, a.batch
     target = Target(
         shape,
@@ -176,7 +176,7 @@ def build(s: Setup, progress: Progress) -> Model:
     pool = torch.cuda.graph_pool_handle() if s.cuda else None
     for ph, fn in fns.items():
         use_graph = s.cuda and not (ph == "verify" and a.verify_graph == "off")
-        if use_graph and ph in ("verify", "decode") and s.moe_impl == "loop":
+        if use_graph and ph in ("verify", "decode") and s.host_sync_moe:
             use_graph = False  # the loop syncs the host to learn which experts were hit
         m.graphs[ph] = use_graph
         m.runners[ph] = _capture(fn, pool) if use_graph else fn
@@ -248,7 +248,7 @@ def header(s: Setup, m: Model, meta: dict[str, Any], hooks: dict[str, Any], alph
         "num_draft_tokens": a.num_draft_tokens if eagle else None, "accept_mean": a.accept_mean if eagle else None,
         "verify_graph": a.verify_graph if eagle else None, "cycles": a.cycles, "warmup": a.warmup,
         "block": a.block, "naive_timer": a.naive_timer, "device": s.device.type,
-        "dtype": str(s.dtype).split(".")[-1], "moe_impl": s.moe_impl, "seed": a.seed,
+        "dtype": str(s.dtype).split(".")[-1], "moe_impl": s.moe_impl, "seed": a.seed, "weights": a.weights,
     }  # fmt: skip
     t_tok = a.batch * s.t_in
     return {
@@ -267,6 +267,7 @@ def header(s: Setup, m: Model, meta: dict[str, Any], hooks: dict[str, Any], alph
         "threads": torch.get_num_threads(), "env": meta["env"], "launch_index": a.launch_index,
         "model": {
             "shape": _presets.shape_dict(shape), "source": _presets.SOURCES[s.preset],
+            "draft_source": _presets.DRAFT_SOURCES[s.preset],
             "weight_bytes_rank": m.init.bytes, "aux_layers": shape.aux_layers() if eagle else None,
             "collectives_per_phase": {ph: sum(c["count"] for c in t) for ph, t in m.collectives.items()},
             "collectives": m.collectives,
@@ -275,6 +276,9 @@ def header(s: Setup, m: Model, meta: dict[str, Any], hooks: dict[str, Any], alph
             "target_tokens": {s.target_phase: t_tok},
             "mla": "absorbed (W_UK into q, W_UV after attention) over a latent cache of kv_lora+rope",
             "moe": s.moe_impl, "lm_head": "vocabulary sharded, logits all-gathered",
+            "embedding": "vocabulary sharded, all-reduced (VocabParallelEmbedding)",
+            "weights": {"formats": shape.formats(), "kernels": s.kernels, "int4": s.int4_impl if s.lowbit else None,
+                        "low_bit_kernels": s.lowbit, "note": s.lowbit_note},
         },
         "comm_off_cycles": s.comm_off,
         "copy_GBps": s.copy_gbps, "graphs": m.graphs, "hooks": hooks, "build_s": m.build_s,

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import _presets
 import torch
 from _dist import init_dist, pick_device
+from _lowbit import check_kernels, int4_impl
 from _protocol import Progress, UsageError, summary
 from _spec_model import available_bytes, grouped_mm_available
 
@@ -63,10 +64,19 @@ class Setup:
     moe_impl: str
     copy_gbps: float
     t_rank0: float
+    lowbit: bool = False  # low-bit weights read by low-bit kernels (CUDA); else bytes modelled only
+    int4_impl: str = "none"
+    kernels: dict[str, str] | None = None  # each low-bit kernel's check at set-up: "ok" or its error
+    lowbit_note: str = ""
 
     @property
     def elt(self) -> int:
         return torch.finfo(self.dtype).bits // 8
+
+    @property
+    def host_sync_moe(self) -> bool:
+        """The MoE learns on the host which experts were hit: its phases cannot be graph-captured."""
+        return self.moe_impl == "loop" or (self.lowbit and self.int4_impl == "int4pack")
 
     @property
     def t_in(self) -> int:
@@ -101,15 +111,20 @@ def setup(a: Any, progress: Progress) -> Setup:
     ctx = a.context or _presets.CONTEXT.get(preset, _presets.DEFAULT_CONTEXT)
     progress("bandwidth", force=True)
     copy_gbps = copy_bandwidth(device, dtype)
-    shape = _presets.resolve_shape(preset, a.layers, shard)
+    shape = _presets.resolve_shape(preset, a.layers, shard, a.weights)
     if a.layers is None:
-        shape = _presets.resolve_shape(preset, _layers_that_fit(shape, device, dtype, a, ctx, preset), shard)
+        n = _layers_that_fit(shape, device, dtype, a, ctx, preset)
+        shape = _presets.resolve_shape(preset, n, shard, a.weights)
     moe_impl = a.moe_impl if a.moe_impl != "auto" else ("grouped_mm" if cuda else "loop")
     if moe_impl == "grouped_mm" and not grouped_mm_available(device, dtype):
         raise UsageError(
             f"torch {torch.__version__} has no usable torch._grouped_mm on {device.type}; use --moe-impl loop"
         )
+    low = _lowbit(shape, device, dtype, moe_impl)
+    if low["fallback"]:
+        shape = replace(shape, **low["fallback"])
     return Setup(
+        **{k: v for k, v in low.items() if k != "fallback"},
         a=a,
         rank=rank,
         world=world,
@@ -127,6 +142,31 @@ def setup(a: Any, progress: Progress) -> Setup:
         copy_gbps=copy_gbps,
         t_rank0=t_rank0,
     )
+
+
+def _lowbit(shape: Any, device: torch.device, dtype: torch.dtype, moe_impl: str) -> dict[str, Any]:
+    """Whether low-bit kernels read the weights, which INT4 kernel, the kernels' checks, and the formats
+    to drop back to the run's dtype where a kernel failed (the header says so)."""
+    fmts = shape.formats()
+    if all(v == "base" for v in fmts.values()):
+        return {"lowbit": False, "int4_impl": "none", "kernels": None, "lowbit_note": "", "fallback": {}}
+    if device.type != "cuda":
+        note = f"weights computed in {str(dtype).split('.')[-1]} on CPU: only the low-bit formats' bytes are modelled"
+        return {"lowbit": False, "int4_impl": "none", "kernels": None, "lowbit_note": note, "fallback": {}}
+    if moe_impl == "loop":
+        raise UsageError("low-bit weights need --moe-impl grouped_mm (the loop reads experts in --dtype)")
+    kernels = check_kernels(device, dtype, fmts)
+    fallback: dict[str, str] = {}
+    failed = {k: v for k, v in kernels.items() if v != "ok"}
+    if any(k.startswith("_scaled") for k in failed):
+        fallback.update({c: "base" for c, v in fmts.items() if v.startswith("fp8")})
+    if fmts.get("w_routed") == "int4_g32" and int4_impl(True) in failed:
+        fallback["w_routed"] = "base"
+    note = "low-bit kernels: " + ", ".join(f"{k} {v}" for k, v in kernels.items())
+    if fallback:
+        note += f"; fell back to {str(dtype).split('.')[-1]} for {', '.join(sorted(fallback))}"
+    return {"lowbit": True, "int4_impl": int4_impl(True), "kernels": kernels, "lowbit_note": note,
+            "fallback": fallback}  # fmt: skip
 
 
 def _layers_that_fit(

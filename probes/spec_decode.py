@@ -105,6 +105,14 @@ def build_parser() -> ProbeArgParser:
         help="weights and activations (default auto: bfloat16 on CUDA, float32 on CPU)",
     )
     p.add_argument(
+        "--weights",
+        choices=list(_presets.WEIGHT_CHOICES),
+        default="bf16",
+        help="weight formats: bf16 (every weight in --dtype, the default), preset (the checkpoint's: FP8 "
+        "blocks for kimi-k2/deepseek-v3, INT4 experts for kimi-k2.5), fp8, int4. Low-bit kernels on CUDA; "
+        "on CPU only their bytes are modelled",
+    )
+    p.add_argument(
         "--moe-impl",
         choices=["auto", "grouped_mm", "loop"],
         default="auto",
@@ -146,11 +154,13 @@ def validate(a: Any) -> dict[str, Any]:
         raise UsageError("with topk 1, --num-draft-tokens must be --num-steps + 1 (as SGLang requires)")
     if a.mode == "eagle" and not 1.0 <= a.accept_mean <= a.num_draft_tokens:
         raise UsageError(f"--accept-mean must be within 1..{a.num_draft_tokens} (num-draft-tokens)")
-    for name in ("batch", "context", "cycles", "block"):
-        if getattr(a, name) is not None and getattr(a, name) < 1:
-            raise UsageError(f"--{name} must be >= 1")
-    if a.warmup < 0:
-        raise UsageError("--warmup must be >= 0")
+    for name, hi in (("batch", 65_536), ("context", 10_000_000), ("cycles", 1_000_000), ("block", 1_000_000)):
+        if getattr(a, name) is not None and not 1 <= getattr(a, name) <= hi:
+            raise UsageError(f"--{name} must be within 1..{hi}")
+    if not 0 <= a.warmup <= 1_000_000:
+        raise UsageError("--warmup must be within 0..1000000")
+    if not 0 <= a.seed < 2**31:  # torch's seed is 64-bit; seed + launch index must stay inside it
+        raise UsageError(f"--seed must be within 0..{2**31 - 1}")
     if a.crash_rank is not None:
         crash = (a.crash_rank, a.crash_at_launch)
     else:
@@ -165,7 +175,7 @@ def validate(a: Any) -> dict[str, Any]:
         raise UsageError("--hang-timeout must be > 0 seconds")
     if a.preset != "auto":
         try:
-            _presets.resolve_shape(a.preset, a.layers, a.tp_slice or a.tp)
+            _presets.resolve_shape(a.preset, a.layers, a.tp_slice or a.tp, a.weights)
         except ValueError as e:
             raise UsageError(f"{a.preset}: {e}") from None
     return {"slow_ms": slow, "crash": list(crash) if crash else None, "hang": list(hang) if hang else None}

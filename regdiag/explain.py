@@ -2,14 +2,17 @@
 
 Regression or physics? Two questions with arithmetic answers:
 
-1. Does speculation pay? tok/s = accept_len / cycle; plain decoding gives 1 / t_decode; the
-   speedup is accept_len * t_decode / cycle. It breaks even at accept_len = cycle / t_decode, or
-   at cycle = accept_len * t_decode. (Per sequence; a batch multiplies both sides alike.)
+1. Does speculation pay? tok/s = accept_len / (cycle + overhead); plain decoding gives
+   1 / (t_decode + decode overhead); regdiag.throughput has the break-even and the step bounds.
+   Times are medians (the geometric mean of launch medians, as compare reads a run), accept
+   lengths means (a count per cycle: its median is a whole number).
 2. How far is each phase from the floor that its bytes set? A forward over t tokens of an MoE
    reads the attention and dense weights once, the shared experts, and the routed experts those t
    tokens touch, E * (1 - (1 - k/E)^t) per layer (regdiag.models). At a bandwidth B the phase
    cannot beat bytes / B; the achieved fraction is floor / measured. A phase run eagerly far from
-   its floor is paying kernel launches, not moving bytes: flagged launch-bound.
+   its floor is paying kernel launches, not moving bytes: flagged launch-bound. With a
+   `probe collectives` record the floor also holds the phase's collectives, count x measured
+   latency at their message sizes (regdiag.collective_costs).
 
 Library code: no typer, no rich.
 """
@@ -17,129 +20,25 @@ Library code: no typer, no rich.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+import statistics
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from regdiag import stats
+from regdiag.bandwidth import DEFAULT_BANDWIDTH, bandwidth_for
+from regdiag.collective_costs import Latencies
 from regdiag.comm import CommShare, comm_shares
 from regdiag.errors import BadInput
-from regdiag.models import DTYPE_BYTES, preset_shape, shape_from_dict, touched_experts
+from regdiag.models import DTYPE_BYTES, preset_shape, shape_from_dict
 from regdiag.records import EXPLANATION, RUN, RecordError, check_record, schema_id
+from regdiag.roofline import PhaseRoofline, add_comm, bytes_ratio, roofline
 from regdiag.run_view import usable
+from regdiag.throughput import ThroughputModel, check_accept, check_given, check_per_position
 
-DEFAULT_BANDWIDTH = 4.24e12  # B/s: device copy bandwidth measured on one H200 (docs/compare.md)
-LAUNCH_BOUND_FRACTION = 0.5  # an eager phase below this share of its floor is launch-bound
-FAR_FROM_FLOOR = 0.15
-
-
-@dataclass
-class ThroughputModel:
-    accept_len: float
-    cycle_ms: float
-    decode_ms: float | None
-    batch: int = 1
-    sources: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def tok_s(self) -> float:
-        return self.batch * self.accept_len / self.cycle_ms * 1e3
-
-    @property
-    def baseline_tok_s(self) -> float | None:
-        return None if self.decode_ms is None else self.batch / self.decode_ms * 1e3
-
-    @property
-    def speedup(self) -> float | None:
-        return None if self.decode_ms is None else self.accept_len * self.decode_ms / self.cycle_ms
-
-    @property
-    def breakeven_accept(self) -> float | None:
-        return None if self.decode_ms is None else self.cycle_ms / self.decode_ms
-
-    @property
-    def breakeven_cycle_ms(self) -> float | None:
-        return None if self.decode_ms is None else self.accept_len * self.decode_ms
-
-    def summary(self) -> list[str]:
-        lines = [
-            f"speculation: {self.accept_len:.3g} tokens per {self.cycle_ms:.3g} ms cycle -> {self.tok_s:.0f} tok/s"
-            + (f" (batch {self.batch})" if self.batch != 1 else "")
-        ]
-        if self.decode_ms is None:
-            lines.append(
-                "no plain-decode time: pass --decode-ms or --baseline RUN for the speedup and break-even"
-            )
-            return lines
-        assert (
-            self.speedup is not None
-            and self.breakeven_accept is not None
-            and self.breakeven_cycle_ms is not None
-        )
-        lines.append(
-            f"plain decode: {self.decode_ms:.3g} ms per token -> {self.baseline_tok_s:.0f} tok/s baseline"
-        )
-        if self.speedup < 1:
-            lines.append(
-                f"speedup {self.speedup:.2f}x: {self.tok_s:.0f} tok/s vs {self.baseline_tok_s:.0f} baseline; "
-                f"speculation loses until accept_len >= {self.breakeven_accept:.3g} "
-                f"or cycle <= {self.breakeven_cycle_ms:.3g} ms"
-            )
-        else:
-            lines.append(
-                f"speedup {self.speedup:.2f}x: {self.tok_s:.0f} tok/s vs {self.baseline_tok_s:.0f} baseline; "
-                f"speculation pays while accept_len >= {self.breakeven_accept:.3g} "
-                f"and cycle <= {self.breakeven_cycle_ms:.3g} ms"
-            )
-        return lines
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for k in ("tok_s", "baseline_tok_s", "speedup", "breakeven_accept", "breakeven_cycle_ms"):
-            d[k] = getattr(self, k)
-        return d
-
-
-@dataclass
-class PhaseRoofline:
-    phase: str
-    tokens: int
-    bytes: float
-    breakdown: dict[str, float]
-    touched_experts: float | None
-    floor_ms: float
-    measured_ms: float | None
-    graph: bool | None  # ran as a CUDA graph replay (None: unknown)
-
-    @property
-    def achieved(self) -> float | None:
-        if not self.measured_ms:
-            return None
-        return self.floor_ms / self.measured_ms
-
-    @property
-    def launch_bound(self) -> bool:
-        a = self.achieved
-        return self.graph is False and a is not None and a < LAUNCH_BOUND_FRACTION
-
-    @property
-    def note(self) -> str:
-        a = self.achieved
-        if a is None:
-            return "not measured in this run"
-        if self.launch_bound:
-            return "launch-bound: eager kernel launches, not bytes, set its time"
-        if a > 1.05:
-            return "faster than the floor: the bandwidth or the byte model is wrong for this run"
-        if a < FAR_FROM_FLOOR:
-            return "far from the floor: small kernels, syncs or communication dominate"
-        return ""
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.update(achieved=self.achieved, launch_bound=self.launch_bound, note=self.note)
-        return d
+__all__ = ["DEFAULT_BANDWIDTH", "Explanation", "PhaseRoofline", "ThroughputModel", "check_given",
+           "explain_model", "explain_numbers", "explain_run"]  # fmt: skip
 
 
 @dataclass
@@ -151,6 +50,7 @@ class Explanation:
     model: dict[str, Any] | None
     notes: list[str] = field(default_factory=list)
     comm: list[CommShare] = field(default_factory=list)  # measured at TP > 1 (regdiag.comm)
+    bytes_ratio_verify_decode: float | None = None  # verify's bytes over a decode's, this model
 
     def physics_line(self) -> str | None:
         """verify vs decode: how much of the extra cost the bytes explain."""
@@ -158,15 +58,22 @@ class Explanation:
         v, d = by.get("verify"), by.get("decode")
         if not v or not d or not v.measured_ms or not d.measured_ms:
             return None
-        return (
+        line = (
             f"verify costs {v.measured_ms / d.measured_ms:.2f}x a decode; its bytes account for "
             f"{v.bytes / d.bytes:.2f}x ({v.touched_experts or 0:.1f} vs {d.touched_experts or 0:.1f} experts touched "
             f"per layer); the rest, {v.measured_ms - d.measured_ms * v.bytes / d.bytes:+.3g} ms, is not explained by bytes"
         )
+        if v.comm_ms is not None and d.comm_ms is not None:
+            line += (
+                f"; collectives add {v.comm_ms:.3g} ms to verify's floor and {d.comm_ms:.3g} ms to a decode's"
+            )
+        return line
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": schema_id(EXPLANATION),
+            "tok_s": None if self.throughput is None else self.throughput.tok_s,
+            "bytes_ratio_verify_decode": self.bytes_ratio_verify_decode,
             "throughput": None if self.throughput is None else self.throughput.to_dict(),
             "phases": [p.to_dict() for p in self.phases],
             "bandwidth": self.bandwidth,
@@ -178,18 +85,90 @@ class Explanation:
         }
 
 
-def check_given(cycle_ms: float | None, decode_ms: float | None, accept_len: float | None) -> None:
-    """Numbers given on the command line, with or without a run: each a finite positive number."""
-    for name, v in (("cycle", cycle_ms), ("accept length", accept_len), ("decode time", decode_ms)):
-        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-            raise BadInput(f"{name} must be a positive number (got {v})")
+@dataclass
+class Given:
+    """What the command line gives beside a run (each replaces what the run says)."""
+
+    cycle_ms: float | None = None
+    decode_ms: float | None = None
+    accept_len: float | None = None
+    overhead_ms: float | None = None
+    decode_overhead_ms: float | None = None
+    num_steps: int | None = None
+    bandwidth: float | None = None
+    gpu: str | None = None
+    model: str | None = None
+    collectives: Latencies | None = None
+    sampling: bool = False  # temperature > 0: the engine's sampling broadcasts per cycle
+    engine: str = "sglang"
+
+    def check(self) -> None:
+        check_given(
+            self.cycle_ms,
+            self.decode_ms,
+            self.accept_len,
+            overhead_ms=self.overhead_ms,
+            decode_overhead_ms=self.decode_overhead_ms,
+            num_steps=self.num_steps,
+        )
 
 
 def explain_numbers(
-    cycle_ms: float, decode_ms: float | None, accept_len: float, batch: int = 1
+    cycle_ms: float,
+    decode_ms: float | None,
+    accept_len: float,
+    batch: int = 1,
+    *,
+    overhead_ms: float | None = None,
+    decode_overhead_ms: float | None = None,
+    num_steps: int | None = 2,
 ) -> ThroughputModel:
-    check_given(cycle_ms, decode_ms, accept_len)
-    return ThroughputModel(accept_len, cycle_ms, decode_ms, batch, {"cycle": "given", "accept_len": "given"})
+    """The model from numbers alone (num_steps bounds the accept length: SGLang's default 2 unless given)."""
+    check_given(cycle_ms, decode_ms, accept_len, overhead_ms=overhead_ms,
+                decode_overhead_ms=decode_overhead_ms, num_steps=num_steps)  # fmt: skip
+    t = ThroughputModel(
+        accept_len, cycle_ms, decode_ms, batch, {"cycle": "given", "accept_len": "given"},
+        overhead_ms or 0.0, decode_overhead_ms or 0.0, num_steps,
+    )  # fmt: skip
+    if overhead_ms:
+        t.sources["overhead"] = "given"
+    t.check_finite()
+    return t
+
+
+def explain_model(
+    model: str,
+    tp: int = 1,
+    *,
+    context: int = 4096,
+    batch: int = 1,
+    layers: int | None = None,
+    given: Given | None = None,
+) -> Explanation:
+    """A model's floors per phase without a run: the preset at TP=`tp` in its checkpoint's formats, one
+    cycle at `num_steps` (default 2), and the throughput model when a cycle and an accept length are given."""
+    g = given or Given()
+    g.check()
+    if not 1 <= tp <= 1024 or not 0 <= context <= 10**7 or not 1 <= batch <= 10**6:
+        raise BadInput("--tp must be 1..1024, --context 0..1e7 and the batch 1..1e6")
+    shape = preset_shape(model, layers, tp)
+    steps = g.num_steps or 2
+    config = {"batch": batch, "context": context, "num_steps": steps, "num_draft_tokens": steps + 1,
+              "shard": tp, "tp": tp}  # fmt: skip
+    bandwidth, bw_src = bandwidth_for([], g.bandwidth, g.gpu)
+    notes: list[str] = [f"no run: floors for {model} at TP={tp}, context {context}, {steps} steps"]
+    rows = [
+        r
+        for ph in ("decode", "draft", "verify", "extend")
+        if (r := roofline(ph, shape, config, 2, bandwidth, None, None)) is not None
+    ]
+    add_comm(rows, shape, config, notes, g.collectives, g.sampling, g.engine)
+    tput = None
+    if g.cycle_ms is not None and g.accept_len is not None:
+        tput = explain_numbers(g.cycle_ms, g.decode_ms, g.accept_len, batch, overhead_ms=g.overhead_ms,
+                               decode_overhead_ms=g.decode_overhead_ms, num_steps=steps)  # fmt: skip
+    model_d = {"name": shape.preset, **shape.to_dict()}
+    return Explanation(tput, rows, bandwidth, bw_src, model_d, notes, [], bytes_ratio(shape, config))
 
 
 # --- from run records ---------------------------------------------------------------------------
@@ -205,6 +184,7 @@ def _mean_of_launch_means(launches: list[dict[str, Any]], key: str, name: str) -
 
 
 def _median_center(launches: list[dict[str, Any]], name: str) -> float | None:
+    """A run's time: the geometric mean of its launch medians, the centre compare reads."""
     xs = [la["samples"][name] for la in launches if la.get("samples", {}).get(name)]
     if not xs:
         return None
@@ -263,10 +243,16 @@ def explain_run(
     model: str | None = None,
     label: str = "RUN",
     baseline_label: str = "BASELINE",
+    given: Given | None = None,
 ) -> Explanation:
-    """What the run's cycle costs and why. decode_ms, accept_len and cycle_ms, when given, replace what
-    the run (or the baseline) says."""
-    check_given(cycle_ms, decode_ms, accept_len)
+    """What the run's cycle costs and why. What `given` (or the keywords) holds replaces what the run
+    (or the baseline) says."""
+    g = given or Given()
+    for k, v in (("bandwidth", bandwidth), ("decode_ms", decode_ms), ("accept_len", accept_len),
+                 ("cycle_ms", cycle_ms), ("model", model)):  # fmt: skip
+        if v is not None:
+            setattr(g, k, v)
+    g.check()
     run = _check_run(run, label)
     launches = _ok_launches(run)
     header = _header(launches)
@@ -275,40 +261,95 @@ def explain_run(
         config = _engine_config(config, launches)
     _check_inputs(config, launches, label)
     notes: list[str] = []
-    primary = run.get("primary") or "cycle"
+    if g.num_steps is not None:
+        config["num_steps"] = g.num_steps
+        config["num_draft_tokens"] = g.num_steps + 1
+    steps = config.get("num_steps") if isinstance(config.get("num_steps"), int) else None
+    check_accept(g.accept_len, steps, "" if g.num_steps is not None else " (the run's)")
     phases = [p for p in run.get("phases") or [] if isinstance(p, str)]
-    batch = int(config.get("batch") or 1)
-
-    # Throughput model: the cycle of this run, the decode of the baseline (or given).
-    decode_src = "given"
-    if decode_ms is None and baseline is not None:
+    if baseline is not None and g.decode_ms is None:
         baseline = _check_run(baseline, baseline_label)
-        decode_ms, decode_src = _baseline_decode(run, baseline, label, baseline_label, notes)
-    if decode_ms is None and "decode" in phases and primary != "decode" and phases != ["decode"]:
-        decode_ms = _mean_of_launch_means(launches, "samples", "decode")
-        decode_src = "this run's decode phase"
-    tput = None
-    if phases != ["decode"]:
-        tput = _throughput_model(
-            launches, header, config, primary, accept_len, decode_ms, decode_src, batch, cycle_ms
-        )
-        if tput is None:
-            notes.append("no accept_len in this run: pass --accept-len for the throughput model")
-    elif decode_ms is None:
-        # A plain-decode run explains itself: its cycle is t_decode.
-        decode_ms = _mean_of_launch_means(launches, "samples", primary)
-
-    # Roofline: bytes per phase at a bandwidth.
-    bandwidth, bw_src = _bandwidth(launches, bandwidth)
-    shape = _shape(header, config, model, notes)
+    tput = _throughput(run, baseline, launches, header, config, phases, g, label, baseline_label, notes)
+    bandwidth_v, bw_src = bandwidth_for(launches, g.bandwidth, g.gpu)
+    shape = _shape(header, config, g.model, notes, (run.get("probe") or {}).get("name"))
     rows = (
         []
         if shape is None
-        else _rooflines(shape, phases, config, header, launches, baseline, bandwidth, notes)
+        else _rooflines(shape, phases, config, header, launches, baseline, bandwidth_v, notes)
     )
+    if shape is not None:
+        add_comm(rows, shape, config, notes, g.collectives, g.sampling, g.engine)
     comm = [c for c in comm_shares(run) if c.phase != "cycle"]
     model_d = None if shape is None else {"name": shape.preset, **shape.to_dict()}
-    return Explanation(tput, rows, bandwidth, bw_src, model_d, notes, comm)
+    ratio = None if shape is None else bytes_ratio(shape, config)
+    return Explanation(tput, rows, bandwidth_v, bw_src, model_d, notes, comm, ratio)
+
+
+def _throughput(
+    run: dict[str, Any],
+    baseline: dict[str, Any] | None,
+    launches: list[dict[str, Any]],
+    header: dict[str, Any],
+    config: dict[str, Any],
+    phases: list[str],
+    g: Given,
+    label: str,
+    baseline_label: str,
+    notes: list[str],
+) -> ThroughputModel | None:
+    """The throughput model of the run: its cycle and accept length, the decode of the baseline (or
+    this run's decode phase, or given), the overheads (given, or the engine's period minus its cycle)."""
+    primary = run.get("primary") or "cycle"
+    batch = int(config.get("batch") or 1)
+    decode_ms, decode_src = g.decode_ms, "given"
+    decode_oh, decode_oh_src = g.decode_overhead_ms, "given"
+    if decode_ms is None and baseline is not None:
+        decode_ms, decode_src = _baseline_decode(run, baseline, label, baseline_label, notes)
+        if decode_oh is None:
+            decode_oh, decode_oh_src = _between_cycles(_ok_launches(baseline), f"{baseline_label}'s")
+    if decode_ms is None and "decode" in phases and primary != "decode" and phases != ["decode"]:
+        decode_ms = _median_center(launches, "decode")
+        decode_src = "this run's decode phase (median)"
+    if phases == ["decode"]:
+        return None
+    tput = _throughput_model(launches, header, config, primary, g, decode_ms, decode_src, batch, notes)
+    if tput is None:
+        notes.append("no accept_len in this run: pass --accept-len for the throughput model")
+        return None
+    if decode_oh is not None:
+        tput.decode_overhead_ms = decode_oh
+        tput.sources["decode_overhead"] = decode_oh_src
+    tput.per_position = _per_position(launches)
+    if tput.per_position:
+        tput.sources["per_position"] = "the engine's per-position acceptance rates (median over launches)"
+    tput.check_finite()
+    return tput
+
+
+def _between_cycles(launches: list[dict[str, Any]], whose: str) -> tuple[float | None, str]:
+    """An engine record's time between cycles, period minus GPU cycle (median over launches)."""
+    xs = [
+        float(la["scalars"]["between_cycles_ms"])
+        for la in launches
+        if isinstance((la.get("scalars") or {}).get("between_cycles_ms"), (int, float))
+        and math.isfinite(la["scalars"]["between_cycles_ms"])
+        and la["scalars"]["between_cycles_ms"] >= 0
+    ]
+    if not xs:
+        return None, ""
+    return statistics.median(xs), f"{whose} period minus its GPU cycle (median between_cycles_ms)"
+
+
+def _per_position(launches: list[dict[str, Any]]) -> list[float] | None:
+    curves = [
+        c
+        for la in launches
+        if (c := check_per_position((la.get("engine_counters") or {}).get("per_position_rate"))) is not None
+    ]
+    if not curves:
+        return None
+    n = min(len(c) for c in curves)
+    return [statistics.median(c[i] for c in curves) for i in range(n)]
 
 
 def _engine_config(config: dict[str, Any], launches: list[dict[str, Any]]) -> dict[str, Any]:
@@ -337,7 +378,7 @@ def _engine_config(config: dict[str, Any], launches: list[dict[str, Any]]) -> di
 def _baseline_decode(
     run: dict[str, Any], baseline: dict[str, Any], label: str, baseline_label: str, notes: list[str]
 ) -> tuple[float | None, str]:
-    """t_decode from a plain-decode run of the same probe: the mean of its launch means of its primary."""
+    """t_decode from a plain-decode run of the same probe: the median centre of its primary."""
     bp = baseline.get("primary") or "cycle"
     probe, bprobe = (run.get("probe") or {}).get("name"), (baseline.get("probe") or {}).get("name")
     if probe and bprobe and probe != bprobe:
@@ -351,7 +392,7 @@ def _baseline_decode(
         notes.append(
             f"{baseline_label} is not a plain-decode run (phases {bphases}); its {bp} used as t_decode"
         )
-    return _mean_of_launch_means(_ok_launches(baseline), "samples", bp), f"{baseline_label} mean {bp}"
+    return _median_center(_ok_launches(baseline), bp), f"{baseline_label} median {bp}"
 
 
 def _throughput_model(
@@ -359,20 +400,21 @@ def _throughput_model(
     header: dict[str, Any],
     config: dict[str, Any],
     primary: str,
-    accept_len: float | None,
+    g: Given,
     decode_ms: float | None,
     decode_src: str,
     batch: int,
-    cycle_ms: float | None = None,
+    notes: list[str],
 ) -> ThroughputModel | None:
     """tok/s of this run's cycle and accept length (each given or measured); None without either."""
     # A server run's primary is the inter-token latency; its speculative cycle, where the engine
     # reported an accept length, is recorded as the "cycle" series.
     cycle_metric = "cycle" if all("cycle" in (la.get("samples") or {}) for la in launches) else primary
-    cycle, cycle_src = cycle_ms, "given"
+    measured = _median_center(launches, cycle_metric)
+    cycle, cycle_src = g.cycle_ms, "given"
     if cycle is None:
-        cycle, cycle_src = _mean_of_launch_means(launches, "samples", cycle_metric), f"mean {cycle_metric}"
-    acc, acc_src = accept_len, "given"
+        cycle, cycle_src = measured, f"median {cycle_metric}"
+    acc, acc_src = g.accept_len, "given"
     if acc is None:
         acc = _mean_of_launch_means(launches, "values", "accept_len")
         acc_src = "mean accept_len of the run"
@@ -380,29 +422,25 @@ def _throughput_model(
             acc_src += " (simulated by the probe)"
     if cycle is None or acc is None:
         return None
-    tput = ThroughputModel(acc, cycle, decode_ms, batch, {"cycle": cycle_src, "accept_len": acc_src})
+    steps = config.get("num_steps") if isinstance(config.get("num_steps"), int) else None
+    tput = ThroughputModel(acc, cycle, decode_ms, batch, {"cycle": cycle_src, "accept_len": acc_src},
+                           num_steps=steps)  # fmt: skip
     if decode_ms is not None:
         tput.sources["decode"] = decode_src
+    oh, oh_src = (
+        (g.overhead_ms, "given") if g.overhead_ms is not None else _between_cycles(launches, "the engine's")
+    )
+    if (
+        oh is None
+        and g.cycle_ms is not None
+        and measured is not None
+        and cycle_metric == "cycle"
+        and measured > cycle
+    ):
+        oh, oh_src = measured - cycle, "the run's cycle (period per cycle) minus the given GPU cycle"
+    if oh is not None:
+        tput.overhead_ms, tput.sources["overhead"] = oh, oh_src
     return tput
-
-
-def _bandwidth(launches: list[dict[str, Any]], given: float | None) -> tuple[float, str]:
-    """The bandwidth of the floor and where it comes from: given, measured by the probe, or the default."""
-    if given is not None:
-        bandwidth, src = given, "--bandwidth"
-    else:
-        measured = [la["header"].get("copy_GBps") for la in launches if isinstance(la.get("header"), dict)]
-        measured = [float(x) for x in measured if isinstance(x, (int, float)) and math.isfinite(x) and x > 0]
-        if measured:
-            bandwidth, src = (
-                float(np.median(measured)) * 1e9,
-                "copy bandwidth measured by the probe on this device",
-            )
-        else:
-            bandwidth, src = DEFAULT_BANDWIDTH, "default: copy bandwidth measured on one H200"
-    if not (math.isfinite(bandwidth) and bandwidth > 0):
-        raise BadInput(f"bandwidth must be positive (got {bandwidth})")
-    return bandwidth, src
 
 
 def _rooflines(
@@ -422,7 +460,7 @@ def _rooflines(
     if config.get("device") == "cpu":
         graphs = {}  # no CUDA graphs on a CPU: "eager" says nothing about launch overhead there
     for ph in phases:
-        row = _roofline(ph, shape, config, elt, bandwidth, _median_center(launches, ph), graphs.get(ph))
+        row = roofline(ph, shape, config, elt, bandwidth, _median_center(launches, ph), graphs.get(ph))
         if row is not None:
             rows.append(row)
     if baseline is not None and "decode" not in phases:
@@ -430,7 +468,7 @@ def _rooflines(
         bh = _header(bl)
         bgraphs: dict[str, Any] = bh["graphs"] if isinstance(bh.get("graphs"), dict) else {}
         center = _median_center(bl, baseline.get("primary") or "cycle")
-        row = _roofline("decode", shape, config, elt, bandwidth, center, bgraphs.get("decode"))
+        row = roofline("decode", shape, config, elt, bandwidth, center, bgraphs.get("decode"))
         if row is not None:
             rows.append(row)
     if config.get("device") == "cpu":
@@ -451,12 +489,16 @@ def _full_layers(shape: Any, header: dict[str, Any]) -> int:
     return int(v) if isinstance(v, int) else shape.layers
 
 
-def _shape(header: dict[str, Any], config: dict[str, Any], model: str | None, notes: list[str]) -> Any | None:
-    """The run's model shape (models.Shape): --model, else the header's own, else the config's preset."""
+def _shape(
+    header: dict[str, Any], config: dict[str, Any], model: str | None, notes: list[str], probe: Any = None
+) -> Any | None:
+    """The run's model shape (models.Shape): --model, else the header's own, else the config's preset.
+    --model on a probe run takes the weights the probe ran; on an engine run the checkpoint's."""
     hs = (header.get("model") or {}).get("shape") if isinstance(header.get("model"), dict) else None
     layers = int(config.get("layers") or 0) or None
     if model:
-        return preset_shape(model, layers, int(config.get("shard") or 1))
+        weights = str(config.get("weights") or "bf16") if probe == "spec-decode" else "preset"
+        return preset_shape(model, layers, int(config.get("shard") or 1), weights)
     if isinstance(hs, dict):
         bad = [k for k, v in hs.items() if isinstance(v, float) and not (math.isfinite(v) and v >= 0)]
         bad += [k for k, v in hs.items() if isinstance(v, int) and not isinstance(v, bool) and v < 0]
@@ -465,7 +507,8 @@ def _shape(header: dict[str, Any], config: dict[str, Any], model: str | None, no
         return shape_from_dict(hs)
     preset = config.get("preset")
     if isinstance(preset, str):
-        return preset_shape(preset, layers, int(config.get("shard") or config.get("tp") or 1))
+        weights = str(config.get("weights") or "bf16")
+        return preset_shape(preset, layers, int(config.get("shard") or config.get("tp") or 1), weights)
     if "engine_preset" in config:
         notes.append(
             f"an engine run (preset {config.get('engine_preset')!r} names the engine's functions, not a "
@@ -474,48 +517,3 @@ def _shape(header: dict[str, Any], config: dict[str, Any], model: str | None, no
         return None
     notes.append("no model shape in the run (no header, no preset): pass --model for the roofline")
     return None
-
-
-def _roofline(
-    phase: str,
-    shape: Any,
-    config: dict[str, Any],
-    elt: int,
-    bandwidth: float,
-    measured: float | None,
-    graph: Any,
-) -> PhaseRoofline | None:
-    batch = int(config.get("batch") or 1)
-    ctx = int(config.get("context") or 0)
-    steps = int(config.get("num_steps") or 2)
-    ndt = int(config.get("num_draft_tokens") or steps + 1)
-    touched: float | None = None
-    if phase == "decode":
-        tokens = batch
-        parts = shape.target_breakdown(tokens, batch, ctx + 1, elt)
-        touched = touched_experts(shape.experts, shape.topk, tokens)
-    elif phase == "verify":
-        tokens = batch * ndt
-        parts = shape.target_breakdown(tokens, batch, ctx + ndt, elt)
-        touched = touched_experts(shape.experts, shape.topk, tokens)
-    elif phase == "draft":
-        # steps - 1 draft forwards of one token each (the first draft token came from draft-extend).
-        tokens = batch
-        one = shape.draft_breakdown(tokens, batch, ctx, with_fc=False, elt=elt)
-        parts = {k: v * max(steps - 1, 0) for k, v in one.items()}
-    elif phase == "extend":
-        tokens = batch * ndt
-        parts = shape.draft_breakdown(tokens, batch, ctx + ndt, with_fc=True, elt=elt)
-    else:
-        return None
-    total = sum(parts.values())
-    return PhaseRoofline(
-        phase=phase,
-        tokens=tokens,
-        bytes=total,
-        breakdown=parts,
-        touched_experts=touched,
-        floor_ms=total / bandwidth * 1e3,
-        measured_ms=measured,
-        graph=graph if isinstance(graph, bool) else None,
-    )

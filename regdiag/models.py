@@ -5,8 +5,12 @@ the probe kit, so the probe's HBM floor and explain's roofline cannot disagree a
 shapes are the published config.json values (SOURCES); a run's own resolved shape (its header's
 `model.shape`: layers actually run, tensor-parallel shard) is used as it is.
 
-Byte accounting, per rank, bf16 unless said (`elt` bytes per element), in `Shape.target_breakdown` /
-`Shape.draft_breakdown`:
+Byte accounting, per rank, in `Shape.target_breakdown` / `Shape.draft_breakdown`. Each component has a
+weight format (`Shape.formats()`: attention, dense MLP, shared experts, routed experts, lm_head, KV
+cache): "base" is the run's dtype (`elt` bytes per element, bf16 unless said), "fp8_block128" is FP8
+e4m3 with a float32 scale per 128x128 block (DeepSeek-V3, Kimi-K2), "int4_g32" is INT4 with a bf16
+scale per 32 weights (Kimi-K2.5's routed experts). A preset's formats are its checkpoint's
+(WEIGHTS, WEIGHT_SOURCES); a probe run's are what the probe ran (its header's shape).
 - MLA attention: q path (q_a and q_b, or q_proj without q_lora), kv_a (replicated on every rank),
   kv_b and o (heads sharded), plus the latent KV cache (kv_lora + rope per token and layer, read
   whole by every rank);
@@ -29,6 +33,9 @@ from regdiag.probe_modules import load
 _presets = load("_presets")
 Shape = _presets.Shape
 SOURCES: dict[str, str] = dict(_presets.SOURCES)
+DRAFT_SOURCES: dict[str, str] = dict(_presets.DRAFT_SOURCES)
+WEIGHT_SOURCES: dict[str, str] = dict(_presets.WEIGHT_SOURCES)
+COMPONENTS: tuple[str, ...] = tuple(_presets.COMPONENTS)
 PRESETS: dict[str, dict[str, Any]] = {name: dict(d) for name, d in _presets.PRESETS.items()}
 
 DTYPE_BYTES = {
@@ -50,13 +57,14 @@ def touched_experts(experts: int, topk: int, tokens: float) -> float:
     return experts * (1.0 - (1.0 - topk / experts) ** tokens)
 
 
-def preset_shape(name: str, layers: int | None = None, shard: int = 1) -> Any:
-    """A preset cut for one rank of TP=`shard`, `layers` of its layers (BadInput for an unknown model
-    or a degree the model's dimensions do not divide by)."""
+def preset_shape(name: str, layers: int | None = None, shard: int = 1, weights: str = "preset") -> Any:
+    """A preset cut for one rank of TP=`shard`, `layers` of its layers, its weights in the checkpoint's
+    formats (or a probe --weights choice: bf16, fp8, int4). BadInput for an unknown model or a degree the
+    model's dimensions do not divide by."""
     if name not in PRESETS:
         raise BadInput(f"unknown model {name!r}; known: {', '.join(PRESETS)}")
     try:
-        return _presets.resolve_shape(name, layers, shard)
+        return _presets.resolve_shape(name, layers, shard, weights)
     except ValueError as e:
         raise BadInput(f"model {name}: {e}") from None
 
@@ -79,8 +87,10 @@ def shape_from_dict(d: dict[str, Any], name: str = "") -> Any:
             raise BadInput(f"the probe header's model shape has an invalid {k}: {v!r}")
         given[k] = want(v)
     if preset in PRESETS:
-        return replace(_presets.resolve_shape(preset, None, 1), **given)
-    missing = sorted(set(kinds) - set(given) - {"preset", "shard"})
+        # A header without formats is from a probe that ran every weight in its dtype.
+        weights = "preset" if any(c in given for c in COMPONENTS) else "bf16"
+        return replace(_presets.resolve_shape(preset, None, 1, weights), **given)
+    missing = sorted(set(kinds) - set(given) - {"preset", "shard", *COMPONENTS})
     if missing:
         raise BadInput(f"model shape lacks {', '.join(missing)}")
     return Shape(preset=preset or "custom", **given)

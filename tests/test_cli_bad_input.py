@@ -4,7 +4,6 @@ that should not be."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
@@ -133,13 +132,6 @@ def test_explain_numbers_given_with_a_run_are_checked_too(opts: list[str]) -> No
     assert "must be a positive number" in line
 
 
-def _strict(text: str) -> object:
-    def refuse(name: str) -> None:
-        raise ValueError(f"not JSON: {name}")
-
-    return json.loads(text, parse_constant=refuse)
-
-
 @pytest.mark.parametrize(
     "args",
     [
@@ -147,11 +139,11 @@ def _strict(text: str) -> object:
         [str(RUN), "--accept-len", "1e308"],
     ],
 )
-def test_explain_json_stays_json_when_a_number_overflows(args: list[str]) -> None:
-    r = run_cli("explain", *args, "--json", timeout=60)
-    assert r.returncode == 0, r.stderr
-    out = _strict(r.stdout)  # was `"tok_s": Infinity`, which jq and JSON.parse refuse
-    assert isinstance(out, dict) and out["throughput"]["tok_s"] is None
+def test_explain_refuses_numbers_that_overflow(args: list[str]) -> None:
+    # It printed `"tok_s": Infinity` (which jq and JSON.parse refuse), then null: a number no cycle can
+    # give is bad input, one line and exit 2, before any JSON.
+    line = one_error_line(run_cli("explain", *args, "--json", timeout=60))
+    assert "within" in line or "1..3 tokens per cycle" in line
 
 
 @pytest.mark.parametrize("value", ["inf", "1e12"])

@@ -55,7 +55,7 @@ def test_explain_numbers_json_and_bad_numbers(capsys):
     code, _, err = _main(capsys, "explain", "--cycle-ms", "-3", "--accept-len", "2")
     assert code == 2 and err.startswith("regdiag: error: cycle must be a positive number")
     code, _, err = _main(capsys, "explain")
-    assert code == 2 and "give a RUN, or --cycle-ms and --accept-len" in err
+    assert code == 2 and "give a RUN, --model, or --cycle-ms and --accept-len" in err
 
 
 def test_touched_experts_matches_a_routing_simulation():
@@ -103,13 +103,109 @@ def test_the_probe_floor_and_explain_read_one_byte_model(preset, tokens, shard):
 
 
 def test_kimi_k2_routed_expert_bytes_by_hand():
-    s = preset_shape("kimi-k2", shard=8)
+    s = preset_shape("kimi-k2", shard=8, weights="bf16")
     parts = s.target_breakdown(tokens=3, batch=1, kv_len=4096)
     per_expert = 3 * 7168 * (2048 // 8) * 2  # gate, up, down of one expert slice, bf16
     touched = 384 * (1 - (1 - 8 / 384) ** 3)
     assert parts["routed_experts"] == pytest.approx(60 * touched * per_expert)
     assert parts["kv_cache"] == pytest.approx(61 * 4096 * (512 + 64) * 2)
     assert parts["lm_head"] == pytest.approx(7168 * 163840 / 8 * 2)
+    # The checkpoint's own formats: FP8 e4m3 with a float32 scale per 128x128 block.
+    fp8 = preset_shape("kimi-k2", shard=8).target_breakdown(tokens=3, batch=1, kv_len=4096)
+    assert fp8["routed_experts"] == pytest.approx(parts["routed_experts"] / 2 * (1 + 4 / 128**2))
+    assert fp8["lm_head"] == parts["lm_head"] and fp8["router"] == parts["router"]  # bf16 in the checkpoint
+    # Kimi-K2.5: INT4 routed experts, a bf16 scale per 32 weights (4.5 bits); the rest bf16.
+    int4 = preset_shape("kimi-k2.5", shard=8).target_breakdown(tokens=3, batch=1, kv_len=4096)
+    assert int4["routed_experts"] == pytest.approx(parts["routed_experts"] * (0.5 + 2 / 32) / 2)
+    assert int4["shared_experts"] == parts["shared_experts"] and int4["attention"] == parts["attention"]
+
+
+def test_kimi_k2_5_at_tp8_verify_reads_1_46_decodes_not_2_01():
+    """Context 4096, 2 steps: bf16 experts give 2.01x, the INT4 checkpoint 1.46x (2.01 / 1.46 changes the
+    seeds' 29 vs 12 ms from +4.9 ms to +11.5 ms not explained by bytes)."""
+    bf16 = ex.explain_model("kimi-k2.5", 8, given=ex.Given())
+    assert bf16.bytes_ratio_verify_decode == pytest.approx(1.456, abs=0.005)
+    s = preset_shape("kimi-k2.5", shard=8, weights="bf16")
+    d = sum(s.target_breakdown(1, 1, 4097).values())
+    v = sum(s.target_breakdown(3, 1, 4099).values())
+    assert v / d == pytest.approx(2.013, abs=0.005)
+    assert 29 - 12 * bf16.bytes_ratio_verify_decode == pytest.approx(11.5, abs=0.1)
+    # bf16 routed experts would not fit a 96 GB card at TP=8: ~253 GB per rank.
+    assert 60 * 384 * s.layer_bytes(2)["expert"] / 1e9 == pytest.approx(253.7, abs=0.5)
+
+
+def test_explain_model_without_a_run_json(capsys):
+    code, out, err = _main(capsys, "explain", "--model", "kimi-k2.5", "--tp", "8", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["bytes_ratio_verify_decode"] == pytest.approx(1.456, abs=0.005) and d["tok_s"] is None
+    rows = {p["phase"]: p for p in d["phases"]}
+    # SGLang's count: embedding all-reduce, two per layer, the logits all-gather: 2L + 2 = 124 at 61 layers;
+    # EAGLE-3 draft: 4 per forward (2 steps: one draft forward, one extend).
+    assert rows["verify"]["collectives"] == 124 and rows["draft"]["collectives"] == 4
+    assert rows["extend"]["collectives"] == 4
+    assert d["model"]["w_routed"] == "int4_g32" and d["model"]["draft_kv_heads"] == 64
+
+
+def test_the_seeds_94_and_60_with_overhead(capsys):
+    code, out, _ = _main(capsys, "explain", "--cycle-ms", "20", "--decode-ms", "12.2", "--accept-len", "2.0",
+                         "--overhead-ms", "1.28", "--json")  # fmt: skip
+    d = json.loads(out)
+    assert code == 0 and round(d["tok_s"]) == 94 and round(d["throughput"]["baseline_tok_s"]) == 82
+    t = ex.explain_numbers(30, 12.2, 2.0, overhead_ms=3.33)
+    assert round(t.tok_s) == 60
+    # Against 82 tok/s, with 3.33 ms per cycle beyond the GPU, the GPU cycle must be <= 21.1 ms, not 24.
+    assert t.breakeven_cycle_ms == pytest.approx(21.07, abs=0.01)
+    assert "or cycle <= 21.1 ms" in t.summary()[-1]
+
+
+@pytest.mark.parametrize("acc", ["0.5", "3.5", "1e308", "nan"])
+def test_an_accept_length_outside_1_to_steps_plus_1_is_refused(capsys, acc):
+    code, _, err = _main(capsys, "explain", "--cycle-ms", "30", "--decode-ms", "12", "--accept-len", acc,
+                         "--num-steps", "2")  # fmt: skip
+    assert (
+        code == 2 and err.startswith("regdiag: error: accept length must be") and len(err.splitlines()) == 1
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--cycle-ms", "1e-308"], ["--cycle-ms", "1e300"], ["--overhead-ms", "-1"], ["--num-steps", "0"],
+     ["--num-steps", "100"], ["--bandwidth", "1e-300"], ["--gpu", "TPU v5"]],
+)  # fmt: skip
+def test_numbers_that_would_overflow_are_refused(capsys, args):
+    base = {"--cycle-ms": "30", "--decode-ms": "12", "--accept-len": "2"}
+    base.update(dict(zip(args[::2], args[1::2], strict=True)))
+    code, _, err = _main(capsys, "explain", *[x for kv in base.items() for x in kv])
+    assert code == 2 and err.startswith("regdiag: error:"), err
+
+
+def test_a_break_even_beyond_steps_plus_one_says_it_cannot_pay():
+    t = ex.explain_numbers(60, 12, 2.0, num_steps=2)  # needs 5 tokens a cycle; 2 steps give 3
+    line = t.summary()[-1]
+    assert "cannot pay at 2 steps" in line and "at most 3" in line and ">= 4 steps" in line
+    assert "cycle <= 24 ms" in line
+
+
+def test_a_per_position_acceptance_curve_sweeps_the_step_count():
+    t = ex.explain_numbers(30, 12, 2.0, num_steps=3)
+    t.per_position = [0.65, 0.42, 0.24]
+    rows = t.sweep()
+    assert [r["steps"] for r in rows] == [1, 2, 3]
+    assert [r["accept_len"] for r in rows] == pytest.approx([1.65, 2.07, 2.31])
+    assert rows[1]["breakeven_cycle_ms"] == pytest.approx(2.07 * 12)
+    assert any("at 2 steps the acceptance curve gives accept_len 2.07" in x for x in t.summary())
+
+
+def test_bandwidth_from_the_records_device_or_the_table():
+    from regdiag.bandwidth import bandwidth_for, lookup
+
+    assert lookup("NVIDIA H100 PCIe")[0] == "H100 PCIe" and lookup("NVIDIA H100 80GB HBM3")[0] == "H100"
+    assert lookup("NVIDIA RTX PRO 6000 Blackwell Server Edition")[1] == pytest.approx(1.792e12)
+    la = {"header": {"device": {"type": "cuda", "name": "NVIDIA B200"}}}
+    bw, src = bandwidth_for([la], None)
+    assert bw == 8.0e12 and "NVIDIA B200" in src
+    assert bandwidth_for([la], 1e12)[0] == 1e12 and bandwidth_for([la], None, "L40S")[0] == 8.64e11
 
 
 def _gpu_like_run(mode: str, cycle_ms: dict[str, float], graphs: dict[str, bool]) -> dict:

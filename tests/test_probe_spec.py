@@ -43,8 +43,9 @@ def test_protocol_header_cycles_footer(plain):
     assert h["timer"] == "perf_counter" and h["device"]["type"] == "cpu"
     assert h["accept_len_simulated"] is True and "simulated" in h["labels"]["accept_len"]
     assert h["torch"] and h["python"] and h["threads"] == 1
-    # Two collectives per layer (after attention, after MLP/MoE) plus the lm_head gather: 4 layers -> 9.
-    assert h["model"]["collectives_per_phase"]["verify"] == 2 * 4 + 1
+    # As SGLang issues them: the embedding all-reduce, two per layer, the logits all-gather (2L + 2).
+    assert h["model"]["collectives_per_phase"]["verify"] == 2 * 4 + 2
+    assert h["model"]["collectives_per_phase"]["draft"] == 4  # llama_eagle3: embedding, o_proj, MLP, logits
     assert h["graphs"] == {"draft": False, "verify": False, "extend": False}
     assert h["supervisor"]["env_defaults_applied"] or h["env"].get("NCCL_NVLS_ENABLE") == "0"
     assert h["env"]["NCCL_NVLS_ENABLE"] == "0" and h["env"]["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
@@ -197,10 +198,14 @@ def test_presets_match_the_published_table_in_the_docs():
 def test_tensor_parallel_shapes_are_checked():
     with pytest.raises(ValueError, match="not divisible"):
         _presets.resolve_shape("tiny", None, 3)
-    s = _presets.resolve_shape("kimi-k2", None, 8)
+    s = _presets.resolve_shape("kimi-k2", None, 8, "bf16")
     b = s.layer_bytes(2)
     assert b["expert"] == 3 * 7168 * 256 * 2  # moe_intermediate 2048 / 8 ranks
-    assert s.draft_kv_local == 1
+    assert s.draft_kv_local == 8  # the trained Kimi EAGLE-3 drafts have 64 KV heads
+    fp8 = _presets.resolve_shape("kimi-k2", None, 8).layer_bytes(2)  # the checkpoint's FP8 blocks
+    assert fp8["expert"] == pytest.approx(3 * 7168 * 256 * (1 + 4 / 128**2))
+    dsv3 = _presets.resolve_shape("deepseek-v3", None, 8)
+    assert (dsv3.draft_heads, dsv3.draft_kv_heads, dsv3.draft_inter) == (56, 8, 40960)  # SpecForge's
 
 
 def test_probe_dir_has_no_regdiag_imports():

@@ -43,6 +43,7 @@ COMMAND_MODULES = [
     "regdiag.cli.snapshot_cmd",
     "regdiag.cli.probe_cmd",
     "regdiag.cli.compare_cmd",
+    "regdiag.cli.explain_cmd",
     "regdiag.cli.hosts_cmd",
     "regdiag.cli.bisect_cmd",
     "regdiag.cli.server_cmd",

@@ -1,4 +1,4 @@
-"""`regdiag compare`, `regdiag explain`, `regdiag baseline`: parse, call the library, render.
+"""`regdiag compare`, `regdiag baseline`: parse, call the library, render (explain: explain_cmd.py).
 
 Library imports (numpy, scipy) are deferred into the command bodies: every module imported here is
 paid by every regdiag command.
@@ -38,17 +38,6 @@ COMPARE_HELP = (
     "Exit status (for CI gates): 0 unchanged or improved, 1 regressed, 2 bad input, 3 inconclusive. "
     "See docs/compare.md and docs/statistics.md."
 )
-
-EXPLAIN_HELP = (
-    "Throughput model and MoE roofline: regression, or physics?\n\n"
-    "tok/s = accept_len / cycle; speedup over plain decoding = accept_len x t_decode / cycle; speculation "
-    "breaks even at accept_len = cycle / t_decode or cycle = accept_len x t_decode. Per phase of RUN: the "
-    "bytes a forward must read (MLA attention and its KV cache, dense MLP, shared experts, the routed experts "
-    "t tokens touch: E x (1 - (1 - k/E)^t), lm_head), the floor at a bandwidth, the achieved fraction, and "
-    "phases run eagerly far from their floor flagged launch-bound.\n\n"
-    "Works on plain numbers too: regdiag explain --cycle-ms 30 --decode-ms 12 --accept-len 2.0"
-)
-
 
 def _margin(text: str) -> float:
     """'2%' or '0.02' -> 0.02; a bare number >= 1 is ambiguous and refused."""
@@ -125,7 +114,6 @@ def compare(
     if method not in ("welch", "bootstrap"):
         raise BadInput(f"--method {method!r}: use welch or bootstrap")
     old_run, old_name = baselines.resolve(old)
-        exclude_flagged=exclude_flagged,
     new_run, new_name = baselines.resolve(new)
     refuse_input_as_output(html, [old, new, old_name, new_name], "--html")
     result = compare_runs(
@@ -157,70 +145,6 @@ def compare(
     if html is not None and chosen != "json":
         err_console.print(f"wrote {html}", style="dim", soft_wrap=True, highlight=False)
     raise typer.Exit(result.exit_code)
-
-
-def explain(
-    run: str = typer.Argument(
-        None, help="A run file, baseline name or stored run id (optional with the number options)."
-    ),
-    baseline: str = typer.Option(
-        None, "--baseline", "-b", help="A plain-decode run (probe --mode baseline): its cycle is t_decode."
-    ),
-    cycle_ms: float = typer.Option(
-        None, "--cycle-ms", help="Speculative cycle time in ms (default: from RUN)."
-    ),
-    decode_ms: float = typer.Option(
-        None, "--decode-ms", help="Plain decode time per token in ms (default: from --baseline)."
-    ),
-    accept_len: float = typer.Option(
-        None, "--accept-len", help="Mean tokens accepted per cycle (default: from RUN)."
-    ),
-    bandwidth: float = typer.Option(
-        None,
-        "--bandwidth",
-        help="Memory bandwidth in bytes/s for the floor (default: the probe's measured copy bandwidth, "
-        "else 4.24e12, measured on one H200).",
-    ),
-    model: str = typer.Option(
-        None,
-        "--model",
-        help="Model shapes for the roofline: kimi-k2, deepseek-v3, deepseek-v2-lite, tiny (default: the run's).",
-    ),
-    json_out: bool = JsonOpt,
-    markdown: bool = typer.Option(False, "--markdown", help="Print Markdown instead of the terminal view."),
-    fmt: str = format_opt("explain"),
-) -> None:
-    from regdiag import baselines
-    from regdiag import explain as ex
-
-    chosen = pick_format("explain", fmt, json_out, markdown)
-    ex.check_given(cycle_ms, decode_ms, accept_len)  # before any file is read; the library checks again
-
-    if run is None:
-        if cycle_ms is None or accept_len is None:
-            raise BadInput("give a RUN, or --cycle-ms and --accept-len (and --decode-ms for the break-even)")
-        result = ex.Explanation(
-            ex.explain_numbers(cycle_ms, decode_ms, accept_len),
-            [],
-            bandwidth or ex.DEFAULT_BANDWIDTH,
-            "",
-            None,
-        )
-    else:
-        rec, name = baselines.resolve(run)
-        base = baselines.resolve(baseline) if baseline else None
-        result = ex.explain_run(
-            rec,
-            base[0] if base else None,
-            bandwidth=bandwidth,
-            decode_ms=decode_ms,
-            accept_len=accept_len,
-            cycle_ms=cycle_ms,
-            model=model,
-            label=name,
-            baseline_label=base[1] if base else "BASELINE",
-        )
-    show("explain", chosen, result)
 
 
 baseline_app = typer.Typer(
@@ -327,6 +251,5 @@ def export(
 
 def register(app: typer.Typer) -> None:
     app.command("compare", help=COMPARE_HELP)(compare)
-    app.command("explain", help=EXPLAIN_HELP)(explain)
     app.command("export")(export)
     app.add_typer(baseline_app, name="baseline")

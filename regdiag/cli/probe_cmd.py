@@ -156,7 +156,7 @@ FormatOpt = format_opt("probe")
 
 
 def spec_decode(
-    preset: str = typer.Option("auto", "--preset", help="kimi-k2, deepseek-v3, deepseek-v2-lite, tiny; auto = tiny without a GPU, kimi-k2 with one."),
+    preset: str = typer.Option("auto", "--preset", help="kimi-k2, kimi-k2.5, deepseek-v3, deepseek-v2-lite, tiny; auto = tiny without a GPU, kimi-k2 with one."),
     layers: int = typer.Option(None, "--layers", min=1, help="Full-size target layers (default: as many of the preset's as fit; the record says how many)."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel ranks, one process each (NCCL on GPUs, gloo on CPU)."),
     tp_slice: int = typer.Option(None, "--tp-slice", help="With --tp 1: one rank's shapes of TP=N on one device, without communication."),
@@ -175,6 +175,7 @@ def spec_decode(
     device: Device = typer.Option(Device.auto, "--device", help="auto: CUDA when torch sees a GPU, else CPU."),
     dtype: DType = typer.Option(DType.auto, "--dtype", help="auto: bfloat16 on CUDA, float32 on CPU."),
     moe_impl: MoEImpl = typer.Option(MoEImpl.auto, "--moe-impl", help="auto: grouped_mm on CUDA, a loop over the hit experts on CPU."),
+    weights: str = typer.Option("bf16", "--weights", help="bf16 (every weight in --dtype); preset (the checkpoint's: FP8 blocks for kimi-k2 and deepseek-v3, INT4 routed experts for kimi-k2.5); fp8; int4. Low-bit kernels on CUDA; on CPU only their bytes are modelled."),
     seed: int = typer.Option(0, "--seed", help="Weights seed (inputs use seed + launch index)."),
     slow_phase: list[str] = typer.Option(None, "--slow-phase", help="Test hook: PHASE:MS adds MS of real busy work to PHASE (also REGDIAG_PROBE_SLOW)."),
     crash_rank: int = typer.Option(None, "--crash-rank", help="Test hook: this rank exits abruptly ..."),
@@ -196,6 +197,8 @@ def spec_decode(
 
     if preset not in presets():
         raise BadInput(f"--preset {preset!r}: choose from {', '.join(presets())}")
+    if weights not in ("bf16", "preset", "fp8", "int4"):
+        raise BadInput(f"--weights {weights!r}: choose from bf16, preset, fp8, int4")
     for name, val, low in (("--tp", tp, 1), ("--cycles", cycles, 1), ("--warmup", warmup, 0), ("--batch", batch, 1),
                            ("--context", context, 1), ("--num-steps", num_steps, 1), ("--block", block, 1)):  # fmt: skip
         if val is not None and val < low:
@@ -207,7 +210,7 @@ def spec_decode(
         "mode": mode.value, "verify_graph": verify_graph.value, "num_steps": num_steps,
         "num_draft_tokens": num_draft_tokens, "accept_mean": accept_mean, "batch": batch, "context": context,
         "naive_timer": naive_timer, "block": block, "device": device.value, "dtype": dtype.value,
-        "moe_impl": moe_impl.value, "seed": seed, "slow_phase": slow_phase or None, "crash_rank": crash_rank,
+        "moe_impl": moe_impl.value, "weights": weights, "seed": seed, "slow_phase": slow_phase or None, "crash_rank": crash_rank,
         "crash_at_launch": crash_at_launch, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu,
     }  # fmt: skip
     _run("spec-decode", options, launches, timeout, no_snapshot, output, pick_format("probe", fmt, json_out), host,

@@ -88,8 +88,9 @@ def _roofline(e: Explanation, console: Console) -> None:
     for p in e.phases:
         mark = ""
         if p.note:
-            notes.append(p.note)
-            mark = f" [{len(notes)}]"
+            if p.note not in notes:
+                notes.append(p.note)
+            mark = f" [{notes.index(p.note) + 1}]"
         table.add_row(
             p.phase,
             str(p.tokens),
@@ -109,8 +110,25 @@ def _roofline(e: Explanation, console: Console) -> None:
     )
     for i, text in enumerate(notes, 1):
         console.print(f"  [{i}] {text}", highlight=False, markup=False)
+    for line in _extra_lines(e):
+        console.print(line, highlight=False, markup=False)
+
+
+def _extra_lines(e: Explanation) -> list[str]:
+    """The physics line (or the bytes ratio without measurements) and the collectives per phase."""
+    out = []
     if physics := e.physics_line():
-        console.print(physics, highlight=False)
+        out.append(physics)
+    elif e.bytes_ratio_verify_decode is not None:
+        out.append(f"a verify reads {e.bytes_ratio_verify_decode:.2f}x the bytes of a decode")
+    coll = [p for p in e.phases if p.collectives is not None]
+    if coll:
+        parts = [
+            f"{p.phase} {p.collectives}" + ("" if p.comm_ms is None else f" ({p.comm_ms:.3g} ms)")
+            for p in coll
+        ]
+        out.append("collectives per phase, as the engine issues them: " + ", ".join(parts))
+    return out
 
 
 def markdown(e: Explanation) -> str:
@@ -134,8 +152,7 @@ def markdown(e: Explanation) -> str:
                 f"| {_frac(p)} | {_graph(p)} | {p.note} |"
             )
         out.append("")
-        if physics := e.physics_line():
-            out += [physics, ""]
+        out += [x for line in _extra_lines(e) for x in (line, "")]
     if e.comm:
         out += [
             "Communication, measured (the same phases with the collectives left out, interleaved):",
