@@ -47,8 +47,8 @@ def parse_slow(items: list[str] | None, env: str | None, phases: list[str]) -> d
             val = float(ms)
         except ValueError:
             raise UsageError(f"slow-phase {spec!r}: expected PHASE:MS, e.g. verify:2.0") from None
-        if val < 0:
-            raise UsageError(f"slow-phase {spec!r}: milliseconds must be >= 0")
+        if not 0 <= val <= 10_000:  # NaN too: it failed the launch writing its record
+            raise UsageError(f"slow-phase {spec!r}: milliseconds must be within 0..10000")
         out[name] = out.get(name, 0.0) + val
     return out
 

@@ -88,12 +88,20 @@ def parse_size(text: str) -> int:
     if t and t[-1] in UNITS:
         mult, t = UNITS[t[-1]], t[:-1]
     try:
-        n = int(float(t) * mult)
-    except ValueError:
+        x = float(t) * mult
+        if x != x:
+            raise ValueError("NaN")
+        n = int(x) if x <= MAX_SIZE else MAX_SIZE + 1  # 1e400 (inf) and 1e27 are too large, not a traceback
+    except ValueError:  # NaN included
         raise UsageError(f"size {text!r}: expected a number with an optional K, M or G suffix") from None
     if n < 4:
         raise UsageError(f"size {text!r}: at least 4 bytes")
+    if n > MAX_SIZE:
+        raise UsageError(f"size {text!r}: at most 64G bytes")
     return n
+
+
+MAX_SIZE = 64 << 30  # one buffer; an all_gather holds world x this
 
 
 def parse_sizes(spec: str) -> list[int]:
@@ -236,13 +244,13 @@ def build_parser() -> ProbeArgParser:
 def validate(a: Any) -> None:
     if a.tp < 1:
         raise UsageError("--tp must be >= 1")
-    for name in ("iters", "reps"):
-        if getattr(a, name) < 1:
-            raise UsageError(f"--{name} must be >= 1")
-    if a.warmup < 0:
-        raise UsageError("--warmup must be >= 0")
-    if a.target_ms <= 0:
-        raise UsageError("--target-ms must be > 0")
+    for name, hi in (("iters", 1_000_000), ("reps", 100_000)):
+        if not 1 <= getattr(a, name) <= hi:
+            raise UsageError(f"--{name} must be within 1..{hi}")
+    if not 0 <= a.warmup <= 1_000_000:
+        raise UsageError("--warmup must be within 0..1000000")
+    if not 0 < a.target_ms <= 60_000:  # NaN too
+        raise UsageError("--target-ms must be within 0..60000 (milliseconds)")
     if a.sizes is not None:
         if model_preset(a.sizes) is None and not parse_sizes(a.sizes):
             raise UsageError("--sizes: no sizes given")

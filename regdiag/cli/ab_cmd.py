@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from regdiag.cli.common import (
+    LAUNCHES,
     AllowCodeOpt,
     AllowUnloadedOpt,
     FindLinksOpt,
@@ -23,6 +24,7 @@ from regdiag.cli.common import (
     SlurmArgsOpt,
     SlurmOpt,
     SshConfigOpt,
+    bounded,
     console,
     err_console,
     open_target,
@@ -66,7 +68,9 @@ def ab(
         help="Instead of --probe: a command whose stdout follows the probe protocol (docs/probes.md); "
         "`python` (or {python}) is the side's interpreter. Split like a shell would, not run by one.",
     ),
-    launches: int = typer.Option(8, "--launches", "-L", min=2, help="Launches per side (default 8)."),
+    launches: int = typer.Option(
+        8, "--launches", "-L", callback=bounded(2, LAUNCHES[1]), help="Launches per side (default 8)."
+    ),
     margin: str = typer.Option(
         "2%", "--margin", "-m", help="Smallest change that matters, as 2% or 0.02 (default 2%)."
     ),

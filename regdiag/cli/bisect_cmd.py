@@ -23,6 +23,7 @@ from regdiag.cli.common import (
     SlurmArgsOpt,
     SlurmOpt,
     SshConfigOpt,
+    bounded,
     build_fields,
     err_console,
     format_opt,
@@ -136,10 +137,17 @@ def bisect(
     index_url: str | None = IndexUrlOpt,
     installer: str = InstallerOpt,
     launches: int = typer.Option(
-        3, "--launches", "-L", help="Launches per point before classifying (default 3)."
+        3,
+        "--launches",
+        "-L",
+        callback=bounded(1, 1000),
+        help="Launches per point before classifying (default 3).",
     ),
     max_launches: int = typer.Option(
-        9, "--max-launches", help="Cap per point; then PARTIAL or INCONCLUSIVE (default 9)."
+        9,
+        "--max-launches",
+        callback=bounded(1, 1000),
+        help="Cap per point; then PARTIAL or INCONCLUSIVE (default 9).",
     ),
     margin: str = typer.Option(
         "2%",

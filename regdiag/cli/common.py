@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import stat
 import sys
@@ -319,6 +320,39 @@ def _callback(check):  # type: ignore[no-untyped-def]
 
 input_file = _callback(check_input_file)
 output_file = _callback(check_output_file)
+# Numbers as option callbacks: every count, size and time has a range, named in the one error line
+# (`--launches 1000000000000: out of range, use 1 to 10000`); NaN and infinities are outside any range.
+LAUNCHES = (1, 10_000)
+CYCLES = (1, 1_000_000)
+COUNT = (1, 1_000_000)  # requests, tokens, iterations, repetitions
+SECONDS = (0.001, 7 * 86400.0)  # timeouts and waits: a millisecond to a week
+
+
+def bounded(lo: float, hi: float, unit: str = "", none_ok: bool = True):  # type: ignore[no-untyped-def]
+    """A typer callback holding a number option to lo..hi (inclusive, in `unit`), or BadInput (exit 2)."""
+
+    def cb(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+        if ctx.resilient_parsing or (value is None and none_ok):
+            return value
+        if not lo <= value <= hi:  # False for NaN
+            raise BadInput(
+                f"{_flag(param)} {_number(value)}: out of range, use {_number(lo)} to {_number(hi)}"
+                + (f" {unit}" if unit else "")
+            )
+        return value
+
+    return cb
+
+
+def _number(x: float) -> str:
+    """1000000, 0.001, 1e+308, nan: whole numbers in full, others as %g."""
+    return (
+        str(int(x))
+        if isinstance(x, int) or (math.isfinite(x) and x == int(x) and abs(x) < 1e15)
+        else f"{x:g}"
+    )
+
+
 output_prefix = _callback(check_output_prefix)
 OutputOpt = typer.Option(
     None, "-o", "--output", help="Also write the record to this file (atomically).", callback=output_file
@@ -357,7 +391,10 @@ FindLinksOpt = typer.Option(
 IndexUrlOpt = typer.Option(None, "--index-url", help="Package index (default: pip's own).")
 InstallerOpt = typer.Option("auto", "--installer", help="auto (uv if on PATH, else pip), uv or pip.")
 LaunchTimeoutOpt = typer.Option(
-    600.0, "--launch-timeout", min=0.001, help="Seconds per launch (default 600)."
+    600.0,
+    "--launch-timeout",
+    callback=bounded(*SECONDS, unit="seconds"),
+    help="Seconds per launch (default 600).",
 )
 
 

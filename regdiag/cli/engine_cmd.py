@@ -11,11 +11,15 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from regdiag.cli.common import (
+    COUNT,
+    LAUNCHES,
+    SECONDS,
     HostOpt,
     JsonOpt,
     OutputOpt,
     PythonOpt,
     SshConfigOpt,
+    bounded,
     console,
     err_console,
     format_opt,
@@ -76,24 +80,33 @@ def probe_engine(
         help="Send requests here once the engine is healthy; without it the command runs to its end.",
     ),
     api: str = typer.Option("sglang", "--api", help="With --url: sglang, openai or openai-chat."),
-    requests: int = typer.Option(8, "--requests", "-R", min=1, help="With --url: requests per launch."),
-    max_tokens: int = typer.Option(128, "--max-tokens", min=1, help="With --url: tokens per request."),
+    requests: int = typer.Option(
+        8, "--requests", "-R", callback=bounded(*COUNT), help="With --url: requests per launch."
+    ),
+    max_tokens: int = typer.Option(
+        128, "--max-tokens", callback=bounded(*COUNT), help="With --url: tokens per request."
+    ),
     launches_opt: int | None = typer.Option(
         None,
         "--launches",
         "-L",
-        min=1,
+        callback=bounded(*LAUNCHES),
         help="Engine starts (the unit of evidence); default 3, 1 with --protocol.",
     ),
-    warmup: int = typer.Option(2, "--warmup", min=0, help="Cycles dropped at the start of each process."),
+    warmup: int = typer.Option(
+        2, "--warmup", callback=bounded(0, COUNT[1]), help="Cycles dropped at the start of each process."
+    ),
     block: int = typer.Option(
         1,
         "--block",
-        min=0,
+        callback=bounded(0, COUNT[1]),
         help="Bare cycles (hook off but the cycle's two marks) interleave in ABBA blocks of this size, for the overhead; 0: none.",
     ),
     timeout: float = typer.Option(
-        1800.0, "--timeout", help="Seconds for the engine to become healthy, or (without --url) to finish."
+        1800.0,
+        "--timeout",
+        callback=bounded(*SECONDS, unit="seconds"),
+        help="Seconds for the engine to become healthy, or (without --url) to finish.",
     ),
     check: bool = typer.Option(
         True,

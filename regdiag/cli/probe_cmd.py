@@ -14,6 +14,10 @@ from rich.progress import Progress
 
 from regdiag import interrupts
 from regdiag.cli.common import (
+    COUNT,
+    CYCLES,
+    LAUNCHES,
+    SECONDS,
     HostOpt,
     JsonOpt,
     PlainProgress,
@@ -21,6 +25,7 @@ from regdiag.cli.common import (
     SlurmArgsOpt,
     SlurmOpt,
     SshConfigOpt,
+    bounded,
     console,
     err_console,
     fitted_table,
@@ -131,20 +136,21 @@ LaunchesOpt = typer.Option(
     8,
     "--launches",
     "-L",
+    callback=bounded(*LAUNCHES),
     help="Fresh probe processes, the unit of evidence. 8 per side gives >= 95 % power to call a 5 % change "
     "at 2 % launch-to-launch noise (docs/statistics.md).",
 )
 TimeoutOpt = typer.Option(
     None,
     "--timeout",
-    min=0.001,
+    callback=bounded(*SECONDS, unit="seconds"),
     help="Seconds one launch may take before it is stopped. Default: 1800 for the first launch, then 4x "
     "its duration (at least 120); a rank that stops making progress is caught sooner (--hang-timeout).",
 )
 HangOpt = typer.Option(
     None,
     "--hang-timeout",
-    min=0.001,
+    callback=bounded(*SECONDS, unit="seconds"),
     help="Seconds a rank may go without progress before the launch ends as hung, naming the rank and "
     "where it was stuck. Default 180 while starting and building, 60 once measuring.",
 )
@@ -157,29 +163,29 @@ FormatOpt = format_opt("probe")
 
 def spec_decode(
     preset: str = typer.Option("auto", "--preset", help="kimi-k2, kimi-k2.5, deepseek-v3, deepseek-v2-lite, tiny; auto = tiny without a GPU, kimi-k2 with one."),
-    layers: int = typer.Option(None, "--layers", min=1, help="Full-size target layers (default: as many of the preset's as fit; the record says how many)."),
-    tp: int = typer.Option(1, "--tp", help="Tensor-parallel ranks, one process each (NCCL on GPUs, gloo on CPU)."),
-    tp_slice: int = typer.Option(None, "--tp-slice", help="With --tp 1: one rank's shapes of TP=N on one device, without communication."),
+    layers: int = typer.Option(None, "--layers", callback=bounded(1, 1000), help="Full-size target layers (default: as many of the preset's as fit; the record says how many)."),
+    tp: int = typer.Option(1, "--tp", callback=bounded(1, 1024), help="Tensor-parallel ranks, one process each (NCCL on GPUs, gloo on CPU)."),
+    tp_slice: int = typer.Option(None, "--tp-slice", callback=bounded(1, 1024), help="With --tp 1: one rank's shapes of TP=N on one device, without communication."),
     launches: int = LaunchesOpt,
-    cycles: int = typer.Option(50, "--cycles", "-C", help="Measured cycles per launch (as many bare ones run interleaved)."),
-    warmup: int = typer.Option(5, "--warmup", help="Cycles run first and dropped (recorded as dropped)."),
+    cycles: int = typer.Option(50, "--cycles", "-C", callback=bounded(*CYCLES), help="Measured cycles per launch (as many bare ones run interleaved)."),
+    warmup: int = typer.Option(5, "--warmup", callback=bounded(0, CYCLES[1]), help="Cycles run first and dropped (recorded as dropped)."),
     mode: Mode = typer.Option(Mode.eagle, "--mode", help="eagle: draft -> verify -> extend; baseline: one-token decode."),
     verify_graph: OnOff = typer.Option(OnOff.on, "--verify-graph", help="Verify as a CUDA graph (on) or eager (off)."),
-    num_steps: int = typer.Option(2, "--num-steps", help="EAGLE speculative steps."),
-    num_draft_tokens: int = typer.Option(None, "--num-draft-tokens", help="Tokens verified per cycle (topk 1: num-steps + 1, the default)."),
-    accept_mean: float = typer.Option(2.0, "--accept-mean", help="Mean of the SIMULATED accept length."),
-    batch: int = typer.Option(1, "--batch", help="Sequences per forward."),
-    context: int = typer.Option(None, "--context", help="Tokens in the KV cache. Default 4096 (tiny: 512)."),
+    num_steps: int = typer.Option(2, "--num-steps", callback=bounded(1, 64), help="EAGLE speculative steps."),
+    num_draft_tokens: int = typer.Option(None, "--num-draft-tokens", callback=bounded(1, 65), help="Tokens verified per cycle (topk 1: num-steps + 1, the default)."),
+    accept_mean: float = typer.Option(2.0, "--accept-mean", callback=bounded(1.0, 65.0), help="Mean of the SIMULATED accept length."),
+    batch: int = typer.Option(1, "--batch", callback=bounded(1, 65_536), help="Sequences per forward."),
+    context: int = typer.Option(None, "--context", callback=bounded(1, 10_000_000), help="Tokens in the KV cache. Default 4096 (tiny: 512)."),
     naive_timer: bool = typer.Option(False, "--naive-timer", help="Also record unsynchronized perf_counter per phase, side by side."),
-    block: int = typer.Option(1, "--block", help="Instrumented and bare cycles alternate in blocks of this many (ABBA order)."),
+    block: int = typer.Option(1, "--block", callback=bounded(1, CYCLES[1]), help="Instrumented and bare cycles alternate in blocks of this many (ABBA order)."),
     device: Device = typer.Option(Device.auto, "--device", help="auto: CUDA when torch sees a GPU, else CPU."),
     dtype: DType = typer.Option(DType.auto, "--dtype", help="auto: bfloat16 on CUDA, float32 on CPU."),
     moe_impl: MoEImpl = typer.Option(MoEImpl.auto, "--moe-impl", help="auto: grouped_mm on CUDA, a loop over the hit experts on CPU."),
     weights: str = typer.Option("bf16", "--weights", help="bf16 (every weight in --dtype); preset (the checkpoint's: FP8 blocks for kimi-k2 and deepseek-v3, INT4 routed experts for kimi-k2.5); fp8; int4. Low-bit kernels on CUDA; on CPU only their bytes are modelled."),
-    seed: int = typer.Option(0, "--seed", help="Weights seed (inputs use seed + launch index)."),
+    seed: int = typer.Option(0, "--seed", callback=bounded(0, 2**31 - 1), help="Weights seed (inputs use seed + launch index)."),
     slow_phase: list[str] = typer.Option(None, "--slow-phase", help="Test hook: PHASE:MS adds MS of real busy work to PHASE (also REGDIAG_PROBE_SLOW)."),
-    crash_rank: int = typer.Option(None, "--crash-rank", help="Test hook: this rank exits abruptly ..."),
-    crash_at_launch: int = typer.Option(None, "--crash-at-launch", help="Test hook: ... in this launch (default 0; also REGDIAG_PROBE_CRASH=R@L)."),
+    crash_rank: int = typer.Option(None, "--crash-rank", callback=bounded(0, 1023), help="Test hook: this rank exits abruptly ..."),
+    crash_at_launch: int = typer.Option(None, "--crash-at-launch", callback=bounded(0, LAUNCHES[1]), help="Test hook: ... in this launch (default 0; also REGDIAG_PROBE_CRASH=R@L)."),
     hang_timeout: float = HangOpt,
     allow_busy_gpu: bool = BusyOpt,
     timeout: float = TimeoutOpt,
@@ -218,16 +224,16 @@ def spec_decode(
 
 
 def collectives(
-    tp: int = typer.Option(2, "--tp", help="Ranks, one process each."),
+    tp: int = typer.Option(2, "--tp", callback=bounded(1, 1024), help="Ranks, one process each."),
     sizes: str = typer.Option(None, "--sizes", help="MIN:MAX[:FACTOR], a list (1K,64K,1M) or model:PRESET. Default: 1K:256M doubling on GPUs, 1K:16M on CPU."),
     op: CollOp = typer.Option(CollOp.all_reduce, "--op", help="Collective of a numeric sweep (model: sweeps set their own)."),
     mode: CollMode = typer.Option(CollMode.auto, "--mode", help="eager, graph (the loop in a CUDA graph) or both; auto: both on CUDA, eager on CPU."),
     api: CollApi = typer.Option(CollApi.auto, "--api", help="nccl: NCCL called directly on the current CUDA stream, as engines call it in graphs; torch: torch.distributed (its own stream and events per call); auto: nccl on CUDA when the library loads, torch on CPU."),
     dtype: DType = typer.Option(DType.auto, "--dtype", help="auto: bfloat16 for model: sweeps, else float32."),
-    iters: int = typer.Option(20, "--iters", help="Operations per timed repetition, at most."),
-    reps: int = typer.Option(5, "--reps", help="Timed repetitions per size (the 'cycles' of the record)."),
-    warmup: int = typer.Option(5, "--warmup", help="Untimed operations per size."),
-    target_ms: float = typer.Option(20.0, "--target-ms", help="Fewer than --iters operations for sizes whose one operation already takes this long."),
+    iters: int = typer.Option(20, "--iters", callback=bounded(*COUNT), help="Operations per timed repetition, at most."),
+    reps: int = typer.Option(5, "--reps", callback=bounded(1, 100_000), help="Timed repetitions per size (the 'cycles' of the record)."),
+    warmup: int = typer.Option(5, "--warmup", callback=bounded(0, COUNT[1]), help="Untimed operations per size."),
+    target_ms: float = typer.Option(20.0, "--target-ms", callback=bounded(0.001, 60_000.0, unit="ms"), help="Fewer than --iters operations for sizes whose one operation already takes this long."),
     device: Device = typer.Option(Device.auto, "--device", help="auto: CUDA when torch sees a GPU, else CPU."),
     hang_timeout: float = HangOpt,
     allow_busy_gpu: bool = BusyOpt,

@@ -8,12 +8,16 @@ from typing import Any
 import typer
 
 from regdiag.cli.common import (
+    COUNT,
+    LAUNCHES,
+    SECONDS,
     HostOpt,
     JsonOpt,
     OutputOpt,
     PlainProgress,
     PythonOpt,
     SshConfigOpt,
+    bounded,
     err_console,
     format_opt,
     input_file,
@@ -122,16 +126,20 @@ def probe_server(
         None, "--model", help="Model name for the OpenAI APIs. Default: the first of /v1/models."
     ),
     launches: int = typer.Option(
-        3, "--launches", "-L", min=1, help="Launches (server starts with --launch-cmd). Default: 3."
+        3,
+        "--launches",
+        "-L",
+        callback=bounded(*LAUNCHES),
+        help="Launches (server starts with --launch-cmd). Default: 3.",
     ),
     requests: int = typer.Option(
-        8, "--requests", "-R", min=1, help="Measured requests per launch. Default: 8."
+        8, "--requests", "-R", callback=bounded(*COUNT), help="Measured requests per launch. Default: 8."
     ),
     concurrency: int = typer.Option(
-        1, "--concurrency", "-C", min=1, help="Requests in flight at once. Default: 1."
+        1, "--concurrency", "-C", callback=bounded(1, 10_000), help="Requests in flight at once. Default: 1."
     ),
     max_tokens: int = typer.Option(
-        128, "--max-tokens", min=1, help="Output tokens per request. Default: 128."
+        128, "--max-tokens", callback=bounded(*COUNT), help="Output tokens per request. Default: 128."
     ),
     prompts: Path | None = typer.Option(
         None,
@@ -140,7 +148,10 @@ def probe_server(
         help='Prompt file: one prompt per line, or .jsonl with a "prompt" field. Default: 8 built-in prompts.',
     ),
     warmup: int = typer.Option(
-        1, "--warmup", min=0, help="Requests per launch sent first and dropped. Default: 1."
+        1,
+        "--warmup",
+        callback=bounded(0, COUNT[1]),
+        help="Requests per launch sent first and dropped. Default: 1.",
     ),
     stream: bool = typer.Option(
         True, "--stream/--no-stream", help="Stream (needed for TTFT and ITL). Default: stream."
@@ -150,9 +161,17 @@ def probe_server(
         "--ignore-eos/--no-ignore-eos",
         help="Decode exactly --max-tokens tokens per request. Default: on.",
     ),
-    connect_timeout: float = typer.Option(10.0, "--connect-timeout", help="Seconds to connect. Default: 10."),
+    connect_timeout: float = typer.Option(
+        10.0,
+        "--connect-timeout",
+        callback=bounded(*SECONDS, unit="seconds"),
+        help="Seconds to connect. Default: 10.",
+    ),
     read_timeout: float = typer.Option(
-        300.0, "--read-timeout", help="Longest wait for the next bytes, in seconds. Default: 300."
+        300.0,
+        "--read-timeout",
+        callback=bounded(*SECONDS, unit="seconds"),
+        help="Longest wait for the next bytes, in seconds. Default: 300.",
     ),
     api_key_env: str | None = typer.Option(
         None,
@@ -166,10 +185,16 @@ def probe_server(
         "environment), e.g. 'python -m sglang.launch_server --model-path M --port 30000'. Default: measure a running server.",
     ),
     startup_timeout: float = typer.Option(
-        1800.0, "--startup-timeout", help="Seconds to wait for /health after a start. Default: 1800."
+        1800.0,
+        "--startup-timeout",
+        callback=bounded(*SECONDS, unit="seconds"),
+        help="Seconds to wait for /health after a start. Default: 1800.",
     ),
     stop_grace: float = typer.Option(
-        30.0, "--stop-grace", help="Seconds between SIGTERM and SIGKILL at stop. Default: 30."
+        30.0,
+        "--stop-grace",
+        callback=bounded(0.0, SECONDS[1], unit="seconds"),
+        help="Seconds between SIGTERM and SIGKILL at stop. Default: 30.",
     ),
     snapshot: bool = typer.Option(
         True,
@@ -246,7 +271,10 @@ def ingest_log(
         ..., help="Engine log files; each becomes one launch.", callback=input_file
     ),
     idle_gap: float = typer.Option(
-        5.0, "--idle-gap", min=0.0, help="Seconds between two lines of a rank that count as idle. Default: 5."
+        5.0,
+        "--idle-gap",
+        callback=bounded(0.0, SECONDS[1], unit="seconds"),
+        help="Seconds between two lines of a rank that count as idle. Default: 5.",
     ),
     rank: str | None = typer.Option(
         None, "--rank", help="Keep only SGLang lines of this rank, e.g. 'TP0' or 'DP1 TP1'. Default: all."

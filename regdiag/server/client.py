@@ -71,6 +71,10 @@ class Endpoint:
             port = parts.port
         except ValueError:
             raise EndpointError(f"{self.url}: the port is not a number") from None
+        if port == 0:  # urlsplit reads ":0" as no port, which then meant port 80
+            raise EndpointError(f"{self.url}: port 0 is no port a server listens on (1..65535)")
+        if any(c.isspace() or not c.isprintable() for c in parts.netloc):
+            raise EndpointError(f"{self.url}: the host holds a space or a control character")
         if parts.username or parts.password:
             raise EndpointError(f"{self.url}: put credentials in --api-key-env, not in the URL")
         self.scheme = parts.scheme
