@@ -113,7 +113,9 @@ def setup(a: Any, progress: Progress) -> Setup:
     copy_gbps = copy_bandwidth(device, dtype)
     shape = _presets.resolve_shape(preset, a.layers, shard, a.weights)
     if a.layers is None:
-        n = _layers_that_fit(shape, device, dtype, a, ctx, preset)
+        # On CPU the weights are held in --dtype whatever their format: fit what is really allocated.
+        held = shape if cuda else replace(shape, **dict.fromkeys(_presets.COMPONENTS, "base"))
+        n = _layers_that_fit(held, device, dtype, a, ctx, preset)
         shape = _presets.resolve_shape(preset, n, shard, a.weights)
     moe_impl = a.moe_impl if a.moe_impl != "auto" else ("grouped_mm" if cuda else "loop")
     if moe_impl == "grouped_mm" and not grouped_mm_available(device, dtype):

@@ -284,3 +284,57 @@ def test_a_given_cycle_replaces_the_runs_own():
     assert e.throughput.tok_s == pytest.approx(e.throughput.accept_len / 40.0 * 1e3)
     with pytest.raises(BadInput, match="cycle must be a positive number"):
         ex.explain_run(simulate_spec_run(1), cycle_ms=float("nan"))
+
+
+def test_explain_takes_an_engines_time_between_cycles_as_its_overhead(cli, tmp_path):
+    """A real engine run (the fake engine's processes, the real hook): period minus cycle per launch."""
+    from server_helpers import free_port
+    from test_engine_probe import FAKE_PHASES, _fake_server
+
+    port = free_port()
+    out = tmp_path / "run.json"
+    r = cli("probe", "engine", *_fake_server(port, workers=1), *FAKE_PHASES, "-L", "2", "-R", "2",
+            "--max-tokens", "40", "-o", str(out), "--json")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    run = json.loads(out.read_text())
+    between = [la["scalars"]["between_cycles_ms"] for la in run["launches"]]
+    e = ex.explain_run(run, decode_ms=5.0)
+    t = e.throughput
+    assert t is not None and t.overhead_ms == pytest.approx(float(np.median(between)))
+    assert "period minus its GPU cycle" in t.sources["overhead"]
+    assert t.tok_s == pytest.approx(t.accept_len / (t.cycle_ms + t.overhead_ms) * 1e3)
+    given = ex.explain_run(run, given=ex.Given(decode_ms=5.0, overhead_ms=0.0))
+    assert given.throughput is not None and given.throughput.overhead_ms == 0.0
+
+
+def test_collectives_priced_from_a_probe_collectives_record(capsys):
+    """The H200 pair's all-reduce sweep (a real record): tiny at TP=2, one decode token: 2L+1 = 9
+    all-reduces of 512 B (below the smallest size: its latency) and the 4 KiB logits all-gather (not in
+    the sweep: the all-reduce's latency at that size, said so)."""
+    import statistics
+
+    from regdiag.collective_costs import Latencies
+
+    rec = json.loads((ROOT / "baselines" / "h200x2-kimi-tp2-collectives.json").read_text())
+    us = {}
+    for size in (1024, 4096):
+        us[size] = statistics.median(
+            r["us"] for la in rec["launches"] for r in la["footer"]["table"] if r["bytes"] == size
+        )
+    e = ex.explain_model(
+        "tiny", 2, context=64, given=ex.Given(collectives=Latencies.from_record(rec, "sweep"))
+    )
+    rows = {p.phase: p for p in e.phases}
+    d = rows["decode"]
+    assert d.collectives == 10 and d.comm_ms == pytest.approx((9 * us[1024] + us[4096]) / 1e3)
+    assert d.floor_ms == pytest.approx(d.bytes_floor_ms + d.comm_ms)
+    assert rows["verify"].comm_ms > d.comm_ms
+    assert any("all_gather" in n and "not measured" in n for n in e.notes)
+    code, out, _ = _main(capsys, "explain", "--model", "tiny", "--tp", "2", "--context", "64", "--collectives",
+                         str(ROOT / "baselines" / "h200x2-kimi-tp2-collectives.json"), "--json")  # fmt: skip
+    assert code == 0 and {p["phase"]: p for p in json.loads(out)["phases"]}["decode"][
+        "comm_ms"
+    ] == pytest.approx(d.comm_ms)
+    code, _, err = _main(capsys, "explain", "--model", "tiny", "--collectives", str(ROOT / "baselines" /
+                         "h200-kimi-tp1-eagle.json"))  # fmt: skip
+    assert code == 2 and "takes a `probe collectives` run" in err
