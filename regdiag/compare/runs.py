@@ -65,6 +65,11 @@ def compare_runs(
     one_sided_ok = allow_mismatch or _other_instrument(po, pn)
     names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, one_sided_ok, warnings)
     how = _Method(method, level, margin, n_boot, np.random.default_rng(seed), paired)
+    if method == stats.BOOTSTRAP and not paired and min(len(lo_), len(ln_)) < stats.BOOTSTRAP_MIN_LAUNCHES:
+        warnings.append(
+            f"--method bootstrap needs {stats.BOOTSTRAP_MIN_LAUNCHES} launches per side "
+            f"({len(lo_)} vs {len(ln_)} here): no interval, so INCONCLUSIVE; Welch (the default) holds from 2"
+        )
     derived = _derived(old, new)
     results, context = _verdicts(names, lo_, ln_, units, better, how, derived)
     verdict = _overall(results, primary)
