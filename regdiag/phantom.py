@@ -49,6 +49,8 @@ class ClockSummary:
     sm_mhz: float | None = None  # median over launches of each launch's median
     sm_mhz_min: float | None = None
     sm_mhz_max: float | None = None
+    sm_mhz_lo: float | None = None  # the lowest and highest sample while measuring
+    sm_mhz_hi: float | None = None
     mem_mhz: float | None = None
     power_w: float | None = None
     temp_c_max: float | None = None
@@ -92,7 +94,7 @@ def in_measure_window(launch: dict[str, Any], clocks: list[Any]) -> list[Any]:
 def summarize_clocks(launches: Sequence[dict[str, Any]]) -> ClockSummary:
     s = ClockSummary()
     gpus: set[Any] = set()
-    launch_sm, launch_mem, launch_pw, temps = [], [], [], []
+    launch_sm, launch_mem, launch_pw, temps, all_sm = [], [], [], [], []
     reasons: dict[str, int] = {}
     for la in launches:
         all_clocks = la.get("clocks") or []
@@ -100,6 +102,7 @@ def summarize_clocks(launches: Sequence[dict[str, Any]]) -> ClockSummary:
             all_clocks = []
         clocks = in_measure_window(la, all_clocks)
         sm = [v for c in clocks if isinstance(c, dict) and (v := _num(c.get("sm_mhz"))) is not None]
+        all_sm += sm
         mem = [v for c in clocks if isinstance(c, dict) and (v := _num(c.get("mem_mhz"))) is not None]
         pw = [v for c in clocks if isinstance(c, dict) and (v := _num(c.get("power_w"))) is not None]
         temps += [v for c in clocks if isinstance(c, dict) and (v := _num(c.get("temp_c"))) is not None]
@@ -127,6 +130,8 @@ def summarize_clocks(launches: Sequence[dict[str, Any]]) -> ClockSummary:
         if pw:
             launch_pw.append(float(np.median(pw)))
     s.gpus = len(gpus)
+    if all_sm:
+        s.sm_mhz_lo, s.sm_mhz_hi = min(all_sm), max(all_sm)
     if launch_sm:
         s.sm_mhz = float(np.median(launch_sm))
         s.sm_mhz_min, s.sm_mhz_max = min(launch_sm), max(launch_sm)

@@ -93,8 +93,20 @@ def test_host_reasons(h200: dict[str, Any]) -> None:
     assert errors(rec) == ["cpu_governor"]
     ok = set_field(h200, "host", "cpu_governor", {"performance": 12})
     assert errors(ok) == []
-    busy = set_field(h200, "host", "load_avg", [20.0, 5.0, 1.0])
+    # 16 usable CPUs: a load of 10 competes (a warning), one of 20 is more work than CPUs (not fit)
+    busy = set_field(h200, "host", "load_avg", [10.0, 5.0, 1.0])
     assert "load_avg" in [r["field"] for r in check_snapshot(busy)] and is_fit(check_snapshot(busy))
+    over = set_field(h200, "host", "load_avg", [20.0, 5.0, 1.0])
+    assert errors(over) == ["load_avg"] and not is_fit(check_snapshot(over))
+    assert "20 on 16 usable CPUs" in next(
+        r["message"] for r in check_snapshot(over) if r["field"] == "load_avg"
+    )
+    # SMT on and no isolated CPU, where readable: warnings; unreadable: nothing said
+    smt = set_field(set_field(h200, "host", "smt_active", "1"), "host", "isolated_cpus", "")
+    warned = {r["field"] for r in check_snapshot(smt) if r["severity"] == "warning"}
+    assert {"smt_active", "isolated_cpus"} <= warned and is_fit(check_snapshot(smt))
+    quiet = set_field(set_field(h200, "host", "smt_active", "0"), "host", "isolated_cpus", "2-15")
+    assert not {"smt_active", "isolated_cpus"} & {r["field"] for r in check_snapshot(quiet)}
 
 
 def test_several_gpus_each_named(h200: dict[str, Any]) -> None:

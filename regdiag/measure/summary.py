@@ -65,7 +65,9 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
         reasons = sorted(
             {r for c in clocks for r in (c.get("reasons") or []) if r not in ("none", "gpu_idle")}
         )
+        mem = [c["mem_mhz"] for c in clocks if isinstance(c.get("mem_mhz"), (int, float))]
         clock = {"sm_mhz_min": min(sm), "sm_mhz_median": statistics.median(sm), "sm_mhz_max": max(sm),
+                 "mem_mhz_median": statistics.median(mem) if mem else None,
                  "reasons": reasons, "samples": len(clocks)}  # fmt: skip
     from regdiag.comm import comm_shares
 

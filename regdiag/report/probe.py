@@ -53,10 +53,10 @@ def terminal(s: dict[str, Any], out: Out) -> None:
         bits.append(f"probe overhead {sc['overhead_pct']:+.2f} % vs bare cycles")
     if s.get("clocks"):
         c = s["clocks"]
-        lo, hi = c["sm_mhz_min"], c["sm_mhz_max"]
-        bits.append(
-            f"SM clock {lo} MHz while measuring" if lo == hi else f"SM clock {lo}–{hi} MHz while measuring"
-        )
+        lo, med, hi = c["sm_mhz_min"], c.get("sm_mhz_median", c["sm_mhz_min"]), c["sm_mhz_max"]
+        rng = "" if lo == hi else f" ({lo:.0f}–{hi:.0f})"
+        mem = f", mem {c['mem_mhz_median']:.0f} MHz" if c.get("mem_mhz_median") else ""
+        bits.append(f"SM clock {med:.0f} MHz{rng}{mem} while measuring")
         if c["reasons"]:
             bits.append("[yellow]clock events: " + ", ".join(c["reasons"]) + "[/yellow]")
     for line in L.pack([Text.from_markup(b) for b in bits], console.width, "  "):

@@ -228,7 +228,18 @@ def _check_host(h: dict[str, Any]) -> list[dict[str, Any]]:
         )
     load = _value(h, "load_avg")
     cpus = _value(h, "cpus_usable") or _value(h, "cpu_count")
-    if load and cpus and load[0] > LOAD_PER_CPU * cpus:
+    if load and cpus and load[0] > cpus:  # more runnable work than CPUs: the ranks wait for a CPU
+        out.append(
+            _reason(
+                ERROR,
+                "host",
+                "load_avg",
+                f"load average {load[0]:g} on {cpus} usable CPUs: more work than CPUs, the ranks wait "
+                "for a CPU",
+                "stop the other work, or pin it and the benchmark apart (taskset)",
+            )
+        )
+    elif load and cpus and load[0] > LOAD_PER_CPU * cpus:
         out.append(
             _reason(
                 WARNING,
@@ -237,6 +248,7 @@ def _check_host(h: dict[str, Any]) -> list[dict[str, Any]]:
                 f"load average {load[0]:g} on {cpus} usable CPUs: other work is running",
             )
         )
+    out += _cpu_layout(h)
     quota = _value(h, "cgroup_cpu_quota")
     count = _value(h, "cpu_count")
     if isinstance(quota, dict) and quota.get("cpus") and count and quota["cpus"] < count:
@@ -253,6 +265,33 @@ def _check_host(h: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(
             _reason(
                 WARNING, "host", "memory_available_mib", f"only {avail} MiB of {total} MiB memory available"
+            )
+        )
+    return out
+
+
+def _cpu_layout(h: dict[str, Any]) -> list[dict[str, Any]]:
+    """SMT and isolated CPUs, where the snapshot could read them (as pyperf system show reports)."""
+    out = []
+    if str(_value(h, "smt_active")) == "1":
+        out.append(
+            _reason(
+                WARNING,
+                "host",
+                "smt_active",
+                "SMT is on: a busy sibling hardware thread slows the core a rank issues its kernels from",
+                "pin the ranks to cores whose siblings are idle, or turn SMT off",
+            )
+        )
+    iso = _value(h, "isolated_cpus")
+    if iso == "":  # readable, and none isolated (a missing file says nothing)
+        out.append(
+            _reason(
+                WARNING,
+                "host",
+                "isolated_cpus",
+                "no CPU is isolated (isolcpus=): the ranks share their CPUs with every other process",
+                "isolcpus=/nohz_full= on the kernel command line, then taskset the benchmark there",
             )
         )
     return out

@@ -235,6 +235,7 @@ def collect(use_psutil: bool = True) -> dict[str, Any]:
         v = freq[key]
         fields[label] = F.ok(v) if v is not None else F.unsupported("CPU frequency is not exposed here")
     fields["isolated_cpus"] = F.read_sys(f"{CPU}/isolated")
+    fields["smt_active"] = F.read_sys(f"{CPU}/smt/active")  # "1": sibling hardware threads in use
     fields["nohz_full"] = F.read_sys(f"{CPU}/nohz_full")
     fields["load_avg"] = F.guard(lambda: [round(x, 2) for x in os.getloadavg()])
     mem = F.guard(lambda: _memory(ps))
