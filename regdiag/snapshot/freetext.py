@@ -170,7 +170,23 @@ def _url_path(m: re.Match[str]) -> str:
 _SKIP_PLUGINS = frozenset({"Public IP (ipv4)", "Base64 High Entropy String", "Hex High Entropy String"})
 _detector_lock = threading.Lock()
 _detector: list[Any] = []  # [None] when unavailable, else [(settings context factory, plugins)]
-_CANDIDATE = re.compile(r"(?i)pass|secret|key|token|auth|bearer|cred|pwd|[A-Za-z0-9+/_=-]{16,}")
+# Worth asking detect-secrets about: an assignment to a credential-like word, an auth header, or a
+# word long and mixed enough to be a token. Plain text (a kernel command line, a commit subject with
+# "token" in it) never loads the library: importing it costs ~0.2 s, more than a snapshot's budget.
+_CANDIDATE_WORD = re.compile(
+    r"(?i)(?:pass|secret|token|key|auth|cred|pwd|bearer|basic)\w*[\"']?\s*[=:]\s*\S|bearer\s|basic\s"
+)
+_CANDIDATE_RUN = re.compile(r"[A-Za-z0-9+/_=.-]{16,}")
+
+
+def _candidate(text: str) -> bool:
+    if _CANDIDATE_WORD.search(text):
+        return True
+    for m in _CANDIDATE_RUN.finditer(text):
+        for piece in re.split(r"[/._=-]", m.group(0)):
+            if len(piece) >= 16 and any(c.isdigit() for c in piece) and any(c.isalpha() for c in piece):
+                return True
+    return False
 
 
 def _load_detector() -> Any:
@@ -193,7 +209,7 @@ def detector_available() -> bool:
 
 
 def _detect(text: str) -> str:
-    if not _CANDIDATE.search(text):
+    if not _candidate(text):
         return text
     loaded = _load_detector()
     if loaded is None:
