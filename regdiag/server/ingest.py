@@ -10,12 +10,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from regdiag.errors import BadInput
-from regdiag.server.logparse import parse_file
+from regdiag.server.logparse import MAX_LOG_BYTES, parse_file
 from regdiag.server.record import log_launch, log_run
 
 
 def _launch(path: str, index: int, idle_gap_s: float, rank: str | None) -> dict[str, Any]:
     try:
+        size = os.stat(path).st_size
+        if size > MAX_LOG_BYTES:
+            raise BadInput(
+                f"{path}: {size / 2**20:.0f} MiB is more than ingest-log reads "
+                f"({MAX_LOG_BYTES >> 20} MiB); cut the log to the interval you measured (tail -c, split)"
+            )
         parse = parse_file(path, idle_gap_s=idle_gap_s, rank=rank)
     except OSError as e:
         raise BadInput(f"{path}: cannot read ({e.strerror})") from None

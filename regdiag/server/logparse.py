@@ -31,6 +31,7 @@ while the server sat idle, so it reads low.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -104,11 +105,13 @@ class LogParse:
 
 
 def _num(text: str) -> float | None:
+    """A finite number, or None: "inf" or "Infinity" tok/s would become an ITL of 0.0 ms."""
     text = text.strip().rstrip("%")
     try:
-        return float(text)
+        x = float(text)
     except ValueError:
         return None
+    return x if math.isfinite(x) else None
 
 
 def _sgl_time(ts: str) -> float | None:
@@ -373,6 +376,18 @@ def parse_lines(
     return rd.res
 
 
+# What ingest-log reads of one file (docs/server.md): larger files are refused before reading, and a
+# "line" longer than MAX_LINE (a sparse file of NULs has none) is read in pieces of that size, so memory
+# stays bounded whatever the file holds; no engine writes a metrics line of 64 KiB.
+MAX_LOG_BYTES = 1 << 30
+MAX_LINE = 1 << 16
+
+
+def _bounded_lines(f: Any) -> Iterable[str]:
+    while line := f.readline(MAX_LINE):
+        yield line
+
+
 def parse_file(path: str, **kw: Any) -> LogParse:
     with open(path, encoding="utf-8", errors="replace") as f:
-        return parse_lines(f, **kw)
+        return parse_lines(_bounded_lines(f), **kw)
