@@ -49,12 +49,12 @@ def inputs_hash(inputs: Mapping[str, Any]) -> str:
 
 
 def default_path() -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     """$REGDIAG_HOME/bisect/<time>-<pid><4 hex>.jsonl: two bisects started in one second (on one host or
     two sharing a REGDIAG_HOME) get two journals, where the time alone gave them one."""
     import secrets
 
     d = regdiag_home() / "bisect"
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     while True:
         p = d / f"{stamp}-{os.getpid()}{secrets.token_hex(2)}.jsonl"
         if not os.path.lexists(p):
