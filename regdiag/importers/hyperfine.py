@@ -18,6 +18,7 @@ from regdiag.direction import LOWER, declare
 from regdiag.errors import BadInput
 from regdiag.importers import launch, new_import
 from regdiag.records import UnusableJSON, loads_json
+from regdiag.snapshot.redact import scrub_text
 
 NAME = "hyperfine"
 TITLE = "hyperfine --export-json"
@@ -55,7 +56,7 @@ def _command(r: Any, source: str, i: int) -> dict[str, Any]:
     codes: list[Any] = r["exit_codes"] if isinstance(r.get("exit_codes"), list) else [0] * len(times)
     unit, scale = next((u, s) for u, s in TIME_UNITS if float(np.median(times)) >= s or s == 1e-6)
     run = new_import(NAME, source, tool="hyperfine", config={}, primary=METRIC, select=command)
-    run["probe"]["command"] = command
+    run["probe"]["command"] = scrub_text(command)  # a benchmarked command line can hold a token
     params = r.get("parameters")
     if isinstance(params, dict) and params:
         run["labels"] = {str(k): str(v) for k, v in params.items()}

@@ -25,7 +25,7 @@ from regdiag import probe_modules
 from regdiag.host_phantom import scrub_host
 from regdiag.hosts.base import Host
 from regdiag.server.client import Endpoint, RequestFailed, simple_get
-from regdiag.snapshot.redact import scrub_text
+from regdiag.snapshot.redact import scrub_lines, scrub_text
 
 MARK = "regdiag-launcher"
 
@@ -208,7 +208,7 @@ class ServerProcess:
                 self.returncode = msg.get("code")
                 return
         with self._lock:
-            self.tail.append(scrub_text(line)[:500])
+            self.tail.append(line[:500])  # raw in memory: scrubbed as one text when shown (a key spans lines)
             if len(self.engine_lines) < MAX_ENGINE_LINES and any(m in line for m in ENGINE_LINE_MARKS):
                 self.engine_lines.append(line)
 
@@ -257,7 +257,7 @@ class ServerProcess:
     def _tail_note(self, n: int = 3) -> str:
         # Several lines: an engine's own error is not always the last line (usage text follows it).
         with self._lock:
-            lines = [ln.strip() for ln in self.tail if ln.strip()]
+            lines = [ln.strip() for ln in scrub_lines(self.tail) if ln.strip()]
         return f"; last output: {' | '.join(lines[-n:])[-400:]}" if lines else ""
 
     def exit_note(self, when: str) -> str:
