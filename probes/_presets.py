@@ -56,6 +56,14 @@ SOURCES = {
     "deepseek-v2-lite": "https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json",
     "tiny": "regdiag's own CI shape",
 }
+DRAFTS = ("eagle3", "mtp")
+# Presets with an MTP (NextN) layer: DeepSeek-V3's config.json has num_nextn_predict_layers 1 (the module:
+# enorm, hnorm, eh_proj 2H -> H, one decoder layer of the model's shape, the shared head); Kimi-K2 and
+# V2-Lite have none. tiny has one for CI.
+MTP = ("deepseek-v3", "tiny")
+MTP_SOURCE = (
+    "https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json (num_nextn_predict_layers 1)"
+)
 DRAFT_SOURCES = {
     "kimi-k2": "https://github.com/sgl-project/SpecForge/blob/main/configs/kimi-k2-eagle3.json",
     "kimi-k2.5": "https://github.com/sgl-project/SpecForge/blob/main/configs/kimi-k25-eagle3.json",
@@ -157,6 +165,7 @@ class Shape:
     w_routed: str = "base"
     w_lm_head: str = "base"
     kv_cache: str = "base"
+    draft: str = "eagle3"  # the draft model: "eagle3" (draft_* fields) or "mtp" (the model's own MTP layer)
 
     def nbytes(self, component: str, elt: float) -> float:
         """Bytes per element of a component ("w_routed", ...) in a run whose dtype has `elt` bytes."""
@@ -184,7 +193,10 @@ class Shape:
         return max(1, self.draft_kv_heads // self.shard)
 
     def aux_layers(self) -> list[int]:
-        # SGLang's EAGLE-3 default capture points, clamped into a shortened stack.
+        # SGLang's EAGLE-3 default capture points, clamped into a shortened stack; MTP takes the last
+        # layer's hidden state.
+        if self.draft == "mtp":
+            return [self.layers - 1]
         return [min(max(i, 0), self.layers - 1) for i in (2, self.layers // 2, self.layers - 3)]
 
     def check(self) -> None:
@@ -199,6 +211,12 @@ class Shape:
             raise ValueError("draft heads per rank must be a multiple of draft KV heads per rank")
         if self.experts % self.n_group:
             raise ValueError("experts must divide into n_group groups")
+        if self.draft not in DRAFTS:
+            raise ValueError(f"unknown draft {self.draft!r}; choose from {', '.join(DRAFTS)}")
+        if self.draft == "mtp" and self.preset not in MTP:
+            raise ValueError(
+                f"{self.preset} has no MTP layer (num_nextn_predict_layers 0); MTP drafts: {', '.join(MTP)}"
+            )
 
     # ----- bytes each forward must read (weights of this rank + KV cache), for the HBM floor
     def layer_bytes(self, elt: float) -> dict[str, float]:
@@ -224,6 +242,11 @@ class Shape:
         }
 
     def draft_bytes(self, elt: float) -> int:
+        if self.draft == "mtp":
+            b = self.layer_bytes(elt)
+            return int(
+                2 * self.hidden**2 * elt + b["attn"] + b["gate"] + b["shared"] + self.experts * b["expert"]
+            )
         h, hl, kv, hd = self.hidden, self.draft_heads // self.shard, self.draft_kv_local, self.draft_head_dim
         il = self.draft_inter // self.shard
         return int(
@@ -270,7 +293,11 @@ class Shape:
     def draft_breakdown(
         self, tokens: int, batch: int, kv_len: int, with_fc: bool, elt: float = 2
     ) -> dict[str, float]:
-        """Bytes one EAGLE-3 draft forward reads (fc only in draft-extend, where hidden states enter)."""
+        """Bytes one draft forward reads. EAGLE-3: fc only in draft-extend, where hidden states enter.
+        MTP: eh_proj (2H -> H, in the run's dtype) every forward, one MLA + MoE layer of the target's
+        shape and formats (the routed experts `tokens` touch), the target-sized lm_head."""
+        if self.draft == "mtp":
+            return self._mtp_breakdown(tokens, batch, kv_len, elt)
         h, hl, kvh, hd = self.hidden, self.draft_heads // self.shard, self.draft_kv_local, self.draft_head_dim
         return {
             "fc": float(3 * h * h * elt) if with_fc else 0.0,
@@ -281,17 +308,33 @@ class Shape:
             "embedding_rows": float(tokens * h * elt),
         }
 
+    def _mtp_breakdown(self, tokens: int, batch: int, kv_len: int, elt: float) -> dict[str, float]:
+        b = self.layer_bytes(elt)
+        return {
+            "fc": float(2 * self.hidden * self.hidden * elt),
+            "attention": float(b["attn"]),
+            "kv_cache": float(batch * kv_len * (self.kv_lora + self.rope) * self.nbytes("kv_cache", elt)),
+            "router": float(b["gate"]),
+            "shared_experts": float(b["shared"]),
+            "routed_experts": float(self.expected_unique(tokens) * b["expert"]),
+            "lm_head": float(b["lm_head"]),
+            "embedding_rows": float(tokens * self.hidden * elt),
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def resolve_shape(preset: str, layers: int | None, shard: int, weights: str = "preset") -> Shape:
+def resolve_shape(
+    preset: str, layers: int | None, shard: int, weights: str = "preset", draft: str = "eagle3"
+) -> Shape:
     """A preset for one rank of TP=`shard`, `layers` of its layers, weights in the formats of a --weights
-    choice (default the checkpoint's)."""
+    choice (default the checkpoint's), with an EAGLE-3 draft or the model's MTP layer."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
     p = PRESETS[preset]
-    s = Shape(preset=preset, layers_full=p["layers"], shard=shard, **p, **weight_formats(preset, weights))
+    fmts = weight_formats(preset, weights)
+    s = Shape(preset=preset, layers_full=p["layers"], shard=shard, draft=draft, **p, **fmts)
     if layers is not None:
         if layers < 1:
             raise ValueError("--layers must be >= 1")

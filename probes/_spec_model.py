@@ -385,7 +385,7 @@ class Target:
     def __init__(
         self, s: Shape, init: Init, comm: Comm, batch: int, slots: int, moe_impl: str, on_layer: Any = None
     ) -> None:
-        self.s, self.comm = s, comm
+        self.s, self.comm, self.moe_impl = s, comm, moe_impl
         self.embed = VocabEmbed(s, init, comm)
         self.layers: list[dict[str, Any]] = []
         for i in range(s.layers):
@@ -439,6 +439,9 @@ class Draft:
         # draft id -> target id offset table (EAGLE-3's d2t), random but fixed
         self.d2t = torch.randint(0, s.vocab - s.draft_vocab, (s.draft_vocab,), device=init.device)
 
+    def hidden_in(self, aux: torch.Tensor) -> torch.Tensor:
+        return F.linear(aux, self.fc)  # fc over the three captured hidden states
+
     def __call__(self, tok: torch.Tensor, hidden: torch.Tensor, p: Pos) -> tuple[torch.Tensor, torch.Tensor]:
         e = self.embed(tok)
         x2 = torch.cat([rms_norm(e, self.ln_in), rms_norm(hidden, self.ln_h)], -1)
@@ -446,6 +449,30 @@ class Draft:
         x = x + self.mlp(rms_norm(x, self.ln_post))
         ids = self.comm.vocab_argmax(F.linear(rms_norm(x, self.norm), self.lm_head))
         return ids + self.d2t.index_select(0, ids), x
+
+
+class MTP:
+    """DeepSeek-V3's multi-token-prediction module as a draft: enorm(embedding) and hnorm(hidden)
+    concatenated through eh_proj (2H -> H), one decoder layer of the target's shape (MLA, MoE), the
+    target's lm_head (the shared head) over the full vocabulary."""
+
+    def __init__(self, s: Shape, init: Init, comm: Comm, batch: int, slots: int, target: Any) -> None:
+        h = s.hidden
+        self.s, self.comm, self.embed, self.lm_head = s, comm, target.embed, target.lm_head
+        self.eh_proj = init.w(h, 2 * h)  # replicated, in the run's dtype
+        self.enorm, self.hnorm, self.ln1, self.ln2, self.norm = (init.ones(h) for _ in range(5))
+        self.attn = MLA(s, init, comm, batch, slots)
+        self.moe = MoE(s, init, comm, target.moe_impl)
+
+    def hidden_in(self, aux: torch.Tensor) -> torch.Tensor:
+        return aux  # the target's last hidden state
+
+    def __call__(self, tok: torch.Tensor, hidden: torch.Tensor, p: Pos) -> tuple[torch.Tensor, torch.Tensor]:
+        e = self.embed(tok)
+        x = F.linear(torch.cat([rms_norm(e, self.enorm), rms_norm(hidden, self.hnorm)], -1), self.eh_proj)
+        x = x + self.attn(rms_norm(x, self.ln1), p)
+        x = x + self.moe(rms_norm(x, self.ln2), None)
+        return self.comm.vocab_argmax(lin(rms_norm(x, self.norm), self.lm_head)), x
 
 
 def available_bytes(device: torch.device) -> int:

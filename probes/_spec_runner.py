@@ -24,11 +24,10 @@ from typing import Any
 
 import _presets
 import torch
-import torch.nn.functional as F
 from _dist import barrier, device_info, max_over_ranks, nccl_version, teardown
 from _hooks import hang_here
 from _protocol import Emitter, Progress
-from _spec_model import Comm, Draft, Init, Pos, Target, rope_tables, simulate_accept_len
+from _spec_model import MTP, Comm, Draft, Init, Pos, Target, rope_tables, simulate_accept_len
 from _spec_report import Report
 from _spec_setup import Setup, setup
 
@@ -78,18 +77,21 @@ class Model:
         self.fns.clear()
 
 
-def _eagle_fns(s: Setup, target: Target, draft: Draft, inp: torch.Tensor) -> dict[str, Callable[[], None]]:
+def _eagle_fns(s: Setup, target: Target, draft: Any, inp: torch.Tensor) -> dict[str, Callable[[], None]]:
     a, shape, device, dtype = s.a, s.shape, s.device, s.dtype
     ndt, steps, batch, ctx = a.num_draft_tokens, a.num_steps, a.batch, s.ctx
     n_pos = ctx + ndt + steps + 1
     cos_t, sin_t = rope_tables(shape.rope, n_pos, shape.rope_theta, device, dtype)
-    cos_d, sin_d = rope_tables(shape.draft_head_dim, n_pos, shape.rope_theta, device, dtype)
+    mtp = shape.draft == "mtp"  # the MTP layer's MLA ropes like the target's
+    cos_d, sin_d = (
+        (cos_t, sin_t) if mtp else rope_tables(shape.draft_head_dim, n_pos, shape.rope_theta, device, dtype)
+    )
     tok_in = inp[: batch * ndt].view(batch, ndt)
     acc_idx = inp[batch * ndt :]
     pos_verify = Pos(ctx, ndt, batch, cos_t, sin_t)
     pos_ext = Pos(ctx, ndt, batch, cos_d, sin_d)
     pos_draft = [Pos(ctx + ndt + j, 1, batch, cos_d, sin_d) for j in range(steps - 1)]
-    aux = torch.zeros(batch * ndt, 3 * shape.hidden, dtype=dtype, device=device)
+    aux = torch.zeros(batch * ndt, len(shape.aux_layers()) * shape.hidden, dtype=dtype, device=device)
     verify_ids = torch.zeros(batch * ndt, dtype=torch.long, device=device)
     start_hidden = torch.randn(batch, shape.hidden, dtype=dtype, device=device)
     start_tok = torch.zeros(batch, dtype=torch.long, device=device)
@@ -109,7 +111,7 @@ def _eagle_fns(s: Setup, target: Target, draft: Draft, inp: torch.Tensor) -> dic
         verify_ids.copy_(target(tok_in, pos_verify, aux))
 
     def f_extend() -> None:
-        ids, hid = draft(tok_in, F.linear(aux, draft.fc), pos_ext)
+        ids, hid = draft(tok_in, draft.hidden_in(aux), pos_ext)
         sel = row_base + acc_idx
         start_hidden.copy_(hid.index_select(0, sel))
         start_tok.copy_(ids.index_select(0, sel))
@@ -159,7 +161,12 @@ def build(s: Setup, progress: Progress) -> Model:
     # refreshed by a single device-to-device copy at the start of each cycle (the cycle's "other" time).
     inp = torch.zeros(batch * s.t_in + batch, dtype=torch.long, device=s.device)
     if s.eagle:
-        draft = Draft(shape, init, comm, batch, s.ctx + ndt + steps, target.embed)
+        slots = s.ctx + ndt + steps
+        draft: Any = (
+            MTP(shape, init, comm, batch, slots, target)
+            if shape.draft == "mtp"
+            else Draft(shape, init, comm, batch, slots, target.embed)
+        )
         fns = _eagle_fns(s, target, draft, inp)
     else:
         fns = _decode_fns(s, target, inp)
@@ -176,7 +183,8 @@ def build(s: Setup, progress: Progress) -> Model:
     pool = torch.cuda.graph_pool_handle() if s.cuda else None
     for ph, fn in fns.items():
         use_graph = s.cuda and not (ph == "verify" and a.verify_graph == "off")
-        if use_graph and ph in ("verify", "decode") and s.host_sync_moe:
+        moe_phase = ph in ("verify", "decode") or s.shape.draft == "mtp"  # the MTP draft has a MoE too
+        if use_graph and moe_phase and s.host_sync_moe:
             use_graph = False  # the loop syncs the host to learn which experts were hit
         m.graphs[ph] = use_graph
         m.runners[ph] = _capture(fn, pool) if use_graph else fn
@@ -267,7 +275,8 @@ def header(s: Setup, m: Model, meta: dict[str, Any], hooks: dict[str, Any], alph
         "threads": torch.get_num_threads(), "env": meta["env"], "launch_index": a.launch_index,
         "model": {
             "shape": _presets.shape_dict(shape), "source": _presets.SOURCES[s.preset],
-            "draft_source": _presets.DRAFT_SOURCES[s.preset],
+            "draft": shape.draft,
+            "draft_source": _presets.MTP_SOURCE if shape.draft == "mtp" else _presets.DRAFT_SOURCES[s.preset],
             "weight_bytes_rank": m.init.bytes, "aux_layers": shape.aux_layers() if eagle else None,
             "collectives_per_phase": {ph: sum(c["count"] for c in t) for ph, t in m.collectives.items()},
             "collectives": m.collectives,

@@ -111,12 +111,15 @@ def setup(a: Any, progress: Progress) -> Setup:
     ctx = a.context or _presets.CONTEXT.get(preset, _presets.DEFAULT_CONTEXT)
     progress("bandwidth", force=True)
     copy_gbps = copy_bandwidth(device, dtype)
-    shape = _presets.resolve_shape(preset, a.layers, shard, a.weights)
+    try:
+        shape = _presets.resolve_shape(preset, a.layers, shard, a.weights, a.draft)
+    except ValueError as e:
+        raise UsageError(f"{preset}: {e}") from None
     if a.layers is None:
         # On CPU the weights are held in --dtype whatever their format: fit what is really allocated.
         held = shape if cuda else replace(shape, **dict.fromkeys(_presets.COMPONENTS, "base"))
         n = _layers_that_fit(held, device, dtype, a, ctx, preset)
-        shape = _presets.resolve_shape(preset, n, shard, a.weights)
+        shape = _presets.resolve_shape(preset, n, shard, a.weights, a.draft)
     moe_impl = a.moe_impl if a.moe_impl != "auto" else ("grouped_mm" if cuda else "loop")
     if moe_impl == "grouped_mm" and not grouped_mm_available(device, dtype):
         raise UsageError(

@@ -113,6 +113,13 @@ def build_parser() -> ProbeArgParser:
         "on CPU only their bytes are modelled",
     )
     p.add_argument(
+        "--draft",
+        choices=list(_presets.DRAFTS),
+        default="eagle3",
+        help="eagle3 (an EAGLE-3 layer shaped like the trained drafts, the default) or mtp (the model's own "
+        f"MTP layer: {', '.join(_presets.MTP)})",
+    )
+    p.add_argument(
         "--moe-impl",
         choices=["auto", "grouped_mm", "loop"],
         default="auto",
@@ -175,7 +182,7 @@ def validate(a: Any) -> dict[str, Any]:
         raise UsageError("--hang-timeout must be > 0 seconds")
     if a.preset != "auto":
         try:
-            _presets.resolve_shape(a.preset, a.layers, a.tp_slice or a.tp, a.weights)
+            _presets.resolve_shape(a.preset, a.layers, a.tp_slice or a.tp, a.weights, a.draft)
         except ValueError as e:
             raise UsageError(f"{a.preset}: {e}") from None
     return {"slow_ms": slow, "crash": list(crash) if crash else None, "hang": list(hang) if hang else None}

@@ -52,11 +52,10 @@ def forward_collectives(shape: Any, what: str, tokens: int) -> list[dict[str, An
     ]
 
 
-def phase_collectives(
-    shape: Any, phase: str, config: dict[str, Any], draft: str = "eagle3"
-) -> list[dict[str, Any]]:
+def phase_collectives(shape: Any, phase: str, config: dict[str, Any]) -> list[dict[str, Any]]:
     """The collectives of one phase of a cycle: decode and verify are target forwards, draft is
     num_steps - 1 draft forwards of one token per sequence, extend one draft forward over the verified."""
+    draft = getattr(shape, "draft", "eagle3")
     batch = int(config.get("batch") or 1)
     steps = int(config.get("num_steps") or 2)
     ndt = int(config.get("num_draft_tokens") or steps + 1)

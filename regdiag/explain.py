@@ -144,6 +144,7 @@ def explain_model(
     batch: int = 1,
     layers: int | None = None,
     given: Given | None = None,
+    draft: str = "eagle3",
 ) -> Explanation:
     """A model's floors per phase without a run: the preset at TP=`tp` in its checkpoint's formats, one
     cycle at `num_steps` (default 2), and the throughput model when a cycle and an accept length are given."""
@@ -151,7 +152,7 @@ def explain_model(
     g.check()
     if not 1 <= tp <= 1024 or not 0 <= context <= 10**7 or not 1 <= batch <= 10**6:
         raise BadInput("--tp must be 1..1024, --context 0..1e7 and the batch 1..1e6")
-    shape = preset_shape(model, layers, tp)
+    shape = preset_shape(model, layers, tp, draft=draft)
     steps = g.num_steps or 2
     config = {"batch": batch, "context": context, "num_steps": steps, "num_draft_tokens": steps + 1,
               "shard": tp, "tp": tp}  # fmt: skip

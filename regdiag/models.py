@@ -57,14 +57,16 @@ def touched_experts(experts: int, topk: int, tokens: float) -> float:
     return experts * (1.0 - (1.0 - topk / experts) ** tokens)
 
 
-def preset_shape(name: str, layers: int | None = None, shard: int = 1, weights: str = "preset") -> Any:
+def preset_shape(
+    name: str, layers: int | None = None, shard: int = 1, weights: str = "preset", draft: str = "eagle3"
+) -> Any:
     """A preset cut for one rank of TP=`shard`, `layers` of its layers, its weights in the checkpoint's
     formats (or a probe --weights choice: bf16, fp8, int4). BadInput for an unknown model or a degree the
     model's dimensions do not divide by."""
     if name not in PRESETS:
         raise BadInput(f"unknown model {name!r}; known: {', '.join(PRESETS)}")
     try:
-        return _presets.resolve_shape(name, layers, shard, weights)
+        return _presets.resolve_shape(name, layers, shard, weights, draft)
     except ValueError as e:
         raise BadInput(f"model {name}: {e}") from None
 
@@ -90,7 +92,7 @@ def shape_from_dict(d: dict[str, Any], name: str = "") -> Any:
         # A header without formats is from a probe that ran every weight in its dtype.
         weights = "preset" if any(c in given for c in COMPONENTS) else "bf16"
         return replace(_presets.resolve_shape(preset, None, 1, weights), **given)
-    missing = sorted(set(kinds) - set(given) - {"preset", "shard", *COMPONENTS})
+    missing = sorted(set(kinds) - set(given) - {"preset", "shard", "draft", *COMPONENTS})
     if missing:
         raise BadInput(f"model shape lacks {', '.join(missing)}")
     return Shape(preset=preset or "custom", **given)

@@ -338,3 +338,17 @@ def test_collectives_priced_from_a_probe_collectives_record(capsys):
     code, _, err = _main(capsys, "explain", "--model", "tiny", "--collectives", str(ROOT / "baselines" /
                          "h200-kimi-tp1-eagle.json"))  # fmt: skip
     assert code == 2 and "takes a `probe collectives` run" in err
+
+
+def test_deepseek_v3_mtp_draft_reads_one_moe_layer_and_the_full_head(capsys):
+    e = ex.explain_model("deepseek-v3", 8, given=ex.Given(), draft="mtp")
+    rows = {p.phase: p for p in e.phases}
+    s = preset_shape("deepseek-v3", shard=8, draft="mtp")
+    b = s.layer_bytes(2)
+    # One draft forward (2 steps: one draft step of one token): eh_proj, MLA, router, shared, 8 experts, head.
+    expect = 2 * 7168**2 * 2 + b["attn"] + b["gate"] + b["shared"] + 8 * b["expert"] + b["lm_head"]
+    expect += 4096 * (512 + 64) * 2 + 7168 * 2  # its latent KV cache and one embedding row
+    assert rows["draft"].bytes == pytest.approx(expect)
+    assert rows["draft"].collectives == 4 and e.model is not None and e.model["draft"] == "mtp"
+    code, _, err = _main(capsys, "explain", "--model", "kimi-k2", "--draft", "mtp")
+    assert code == 2 and "no MTP layer" in err

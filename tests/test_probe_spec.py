@@ -208,6 +208,20 @@ def test_tensor_parallel_shapes_are_checked():
     assert (dsv3.draft_heads, dsv3.draft_kv_heads, dsv3.draft_inter) == (56, 8, 40960)  # SpecForge's
 
 
+@pytest.mark.slow
+def test_the_mtp_draft_runs_and_issues_four_collectives_a_forward():
+    out = run_probe_script("spec_decode", *TINY, "--draft", "mtp")
+    assert out.returncode == 0, out.stderr[-3000:]
+    m = out.header["model"]
+    assert m["draft"] == "mtp" and m["aux_layers"] == [3] and "num_nextn_predict_layers" in m["draft_source"]
+    assert m["collectives_per_phase"] == {"draft": 4, "verify": 2 * 4 + 2, "extend": 4}
+    assert len(out.measured()) == 6
+    bad = run_probe_script(
+        "spec_decode", "--preset", "kimi-k2", "--layers", "2", "--draft", "mtp", "--device", "cpu"
+    )
+    assert bad.returncode == 2 and "no MTP layer" in bad.lines[0]["message"]
+
+
 def test_probe_dir_has_no_regdiag_imports():
     for f in Path(PROBES).glob("*.py"):
         assert not re.search(r"^\s*(from|import) regdiag", f.read_text(encoding="utf-8"), re.M), f.name

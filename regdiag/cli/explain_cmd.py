@@ -65,6 +65,9 @@ def explain(
     context: int = typer.Option(
         4096, "--context", help="With --model and no RUN: tokens in the KV cache (default 4096)."
     ),
+    draft: str = typer.Option(
+        "eagle3", "--draft", help="With --model and no RUN: eagle3, or mtp (DeepSeek-V3's own MTP layer)."
+    ),
     collectives: str = typer.Option(
         None, "--collectives", help="A `probe collectives` run: its latencies price each phase's collectives."
     ),
@@ -91,7 +94,7 @@ def explain(
         rec, name = baselines.resolve(collectives)
         given.collectives = Latencies.from_record(rec, name)
     if run is None and model is not None:
-        result = ex.explain_model(model, tp, context=context, given=given)
+        result = ex.explain_model(model, tp, context=context, given=given, draft=draft)
     elif run is None:
         if cycle_ms is None or accept_len is None:
             raise BadInput(
