@@ -203,6 +203,13 @@ FAMILIES: dict[str, Callable[[random.Random], Planted]] = {
     "mongodb srv /": _url_password("mongodb+srv://{u}:{p}@cluster0.example.net/db"),
     "redis url /": _url_password("redis://:{p}@cache.internal:6379/0"),
     "https url /": _url_password("https://{u}:{p}@mirror.example.com/simple"),
+    "url password with @": lambda rng: Planted(
+        "value", "", f"postgresql://app:{(p := _r(rng, ALNUM, 5) + '@' + _r(rng, ALNUM, 6))}@db/x", p
+    ),
+    "sentry dsn": lambda rng: Planted(
+        "value", "", f"https://{(k := _r(rng, HEX, 32))}@o{rng.randrange(10**5)}.ingest.sentry.io/42", k
+    ),
+    "docker login -p": _argv("docker login -u me -p {v} registry.example.com", _password),
     "ssh host spec": lambda rng: Planted("value", "", f"admin:{(p := _password(rng))}@gpu-node3", p),
 }
 
@@ -252,6 +259,7 @@ HARMLESS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
     "bool": lambda rng: ("SGLANG_ENABLE_TORCH_COMPILE", rng.choice(["true", "false", "1", "0"])),
     "cache dir": lambda rng: ("TRITON_CACHE_DIR", f"/root/.triton/cache/{_word(rng)}"),
     "url": lambda rng: ("VLLM_MIRROR", f"https://mirror.example.com/{_word(rng)}/simple"),
+    "socket ifname": lambda rng: ("NCCL_SOCKET_IFNAME", rng.choice(["^docker0,lo", "=eth0", "ib0,ib1"])),
     "ld path list": lambda rng: ("LD_LIBRARY_PATH", f"/usr/local/cuda/lib64:/opt/{_word(rng)}/lib"),
 }
 
@@ -275,6 +283,10 @@ HARMLESS_TEXT: dict[str, Callable[[random.Random], str]] = {
     "revert subject": lambda rng: f'Revert "spec: faster verify" (reverts {_r(rng, HEX, 40)})',
     "timing line": lambda rng: f"verify {rng.uniform(1, 50):.1f} ms; decode {rng.uniform(1, 50):.1f} ms",
     "versions": lambda rng: f"sglang 0.5.{rng.randrange(1, 9)}.post1 torch 2.{rng.randrange(1, 12)}.0+cu130",
+    "token ids": lambda rng: f"eos_token_id={rng.randrange(10**6)} pad_token_id={rng.randrange(10**6)}",
+    "nccl init": lambda rng: (
+        f"NCCL INFO comm 0x{_r(rng, HEX, 12)} rank 0 nranks 8 commId 0x{_r(rng, HEX, 16)} - Init COMPLETE"
+    ),
     "path": lambda rng: f"loading /models/{_word(rng)}/model-0000{rng.randrange(1, 9)}-of-00008.safetensors",
 }
 

@@ -37,7 +37,7 @@ def marker(secret: str) -> str:
 _BLOCK = re.compile(
     r"-----BEGIN ([A-Z0-9 ]{1,60})-----.*?(?:-----END \1-----|\Z)|\A.*?-----END [A-Z0-9 ]{1,60}-----", re.S
 )
-_URL_USER = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,30}://)([^\s@'\"]+)@")
+_URL_USER = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,30}://)([^\s'\"]+)@")  # to the last '@': p@ss
 _BARE_USER = re.compile(r"(?<![\w/:.@-])([A-Za-z0-9_.-]{1,64}):([^\s@'\"/:]{1,200})@(?=[A-Za-z0-9[])")
 _PARAM = re.compile(
     r"(?i)([?&;](?:x-amz-(?:signature|credential|security-token)|x-goog-(?:signature|credential)|sig|"
@@ -71,6 +71,7 @@ _SPECIAL = [
     re.compile(r"\b(?:mysql|mysqladmin|mysqldump|mariadb)\b[^\n]*?\s-p\s*(\S+)"),
     re.compile(r"(?<![\w-])(?:-u|--user)\s+[^\s:]+:(\S+)"),
     re.compile(r"\blogin\s+(?:--?[\w-]+\s+)*([A-Za-z0-9_.-]{16,})"),
+    re.compile(r"\blogin\b[^\n]*?\s-p[ \t]+(\S+)"),
     re.compile(r"(?i)\b(?:bearer|basic|token)\s+((?=[A-Za-z0-9._~+/-]*\d)[A-Za-z0-9._~+/-]{12,}=*)"),
 ]
 _CLAUSE_END = re.compile(r"[;&\n]|\s--?[A-Za-z]|\s[A-Z_][A-Z0-9_]*=")
@@ -102,8 +103,8 @@ def _value_end(name: str, value: str) -> int:
     if _PASSWORDISH.search(name):
         m = _CLAUSE_END.search(value)
         return len(value.rstrip()) if m is None else m.start()
-    m = re.search(r"[\s,;&)}\]]", value)
-    return len(value) if m is None else m.start()
+    m = re.match(r"(?:<redacted len=\d+>|<(?!redacted)|[^\s,;&)}\]<])*", value)
+    return m.end() if m else 0
 
 
 def _assign(text: str) -> str:

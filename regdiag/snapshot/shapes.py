@@ -126,6 +126,8 @@ def credential_name(name: str) -> bool:
         return False
     if _is_credential_word(ws[-1]):
         return True
+    if len(ws) >= 2 and ws[-1] == "ID" and ws[-2] in ("TOKEN", "SESSION"):
+        return False  # eos_token_id, XDG_SESSION_ID: identifiers, not credentials
     return len(ws) >= 2 and ws[-1] in QUALIFIERS and _is_credential_word(ws[-2])
 
 
@@ -146,8 +148,8 @@ def risky_piece(s: str) -> bool:
     """One word (no separators) that could be a generated secret: long enough, letters and digits
     mixed (or long hex), and close to random. A commit hash (7-12 or 40 or 64 hex) is not."""
     s = s.strip("=")
-    if len(s) < 14:
-        return False
+    if len(s) < 14 or re.fullmatch(r"0x[0-9a-fA-F]+", s):
+        return False  # short, or a hex literal (a pointer, NCCL's commId)
     if re.fullmatch(r"[0-9a-f]+", s) or re.fullmatch(r"[0-9A-F]+", s):
         return len(s) not in (40, 64) and len(s) >= 16 and entropy(s) >= 3.0
     has_digit = any(c.isdigit() for c in s)
@@ -187,9 +189,9 @@ def enum_word(value: str, loose: bool = False) -> bool:
 
 def perf_token(value: str) -> bool:
     """A short list of low-entropy words (mlx5_0:1,mlx5_1:1; :4096:8; 8.0 9.0+PTX; arena_max=2)."""
-    if len(value) > MAX_PERF or not re.fullmatch(r"[A-Za-z0-9_.:+,;= /{}\[\]-]*", value):
+    if len(value) > MAX_PERF or not re.fullmatch(r"\^?[A-Za-z0-9_.:+,;= /{}\[\]-]*", value):
         return False
-    return _pieces_ok(value, _PERF_SEP, mixed_ok=True)
+    return _pieces_ok(value.removeprefix("^"), _PERF_SEP, mixed_ok=True)  # ^docker0,lo: all but these
 
 
 def path_like(value: str) -> bool:
