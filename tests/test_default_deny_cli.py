@@ -144,3 +144,56 @@ def test_error_lines_carry_no_secret(tmp_path: Path) -> None:
         assert r.returncode != 0 and "regdiag: error: " in r.stderr, r.stderr[-1000:]
         assert "Traceback" not in r.stderr
     assert _leaks([url_pw, key, ghp, host], *(r.stderr + r.stdout for r in runs)) == []
+
+
+def _protocol_script(stderr_text: str, stray: str) -> str:
+    """A command that speaks the probe protocol, prints a secret on stderr and a stray stdout line."""
+    return (
+        "import os, sys, json; t = 10.0 if os.environ.get('OMP_NUM_THREADS') == '1' else 5.0; "
+        f"print({stderr_text!r}, file=sys.stderr); print({stray!r}); "
+        "[print(json.dumps({'type': 'cycle', 'i': i, 't': {'cycle': t}})) for i in range(5)]; "
+        "print(json.dumps({'type': 'footer', 'cycles': 5, 'warmup_dropped': 0}))"
+    )
+
+
+@pytest.mark.slow
+def test_ab_records_screen_and_compare_leak_nothing(tmp_path: Path) -> None:
+    pw_a, pw_b = planted("PGPASSWORD", 21), planted("PGPASSWORD", 22)
+    token, key, argv = planted("xai", 21), planted("openssh key", 21), planted("--accessToken", 21)
+    script = _protocol_script(token.value, key.value)
+    command = f"{sys.executable} -c {shlex.quote(script)} {argv.value}"
+    prefix = tmp_path / "ab"
+    r = run_cli(
+        "ab", "--a", f"OMP_NUM_THREADS=2 PGPASSWORD={shlex.quote(pw_a.value)}",
+        "--b", f"OMP_NUM_THREADS=1 PGPASSWORD={shlex.quote(pw_b.value)}", "--command", command,
+        "--launches", "2", "--margin", "25%", "--no-snapshot", "-o", str(prefix), env={"COLUMNS": "400"},
+    )  # fmt: skip
+    assert r.returncode in (0, 1, 3), r.stderr[-2000:]
+    a, b = Path(f"{prefix}-a.json"), Path(f"{prefix}-b.json")
+    c = run_cli("compare", str(a), str(b), "--margin", "25%", "--format", "markdown", env={"COLUMNS": "400"})
+    outs = [r.stdout, r.stderr, a.read_text(), b.read_text(), c.stdout, c.stderr]
+    assert _leaks([pw_a, pw_b, token, key, argv], *outs) == []
+    rec = json.loads(b.read_text())
+    assert rec["env"]["OMP_NUM_THREADS"] == "1" and is_hidden(rec["env"]["PGPASSWORD"])
+
+
+def test_snapshot_pid_leaks_nothing_of_a_running_process(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    pw, token, argv = planted("MYSQL_PWD", 31), planted("github classic", 31), planted("sshpass -p", 31)
+    harmless = _harmless_env(31)
+    env = {**os.environ, **harmless, "MYSQL_PWD": pw.value, "VLLM_HINT": token.value}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", "--api_key", token.value, *argv.argv()],
+        env=env,
+    )
+    try:
+        r = run_cli("snapshot", "--pid", str(proc.pid), "--json", env={"COLUMNS": "400"})
+    finally:
+        proc.kill()
+        proc.wait()
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert _leaks([pw, token, argv], r.stdout, r.stderr) == []
+    fields = json.loads(r.stdout)["groups"]["env"]["fields"]
+    assert {k: fields[k]["value"] for k in harmless} == harmless
