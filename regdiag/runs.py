@@ -68,15 +68,26 @@ class RunWriter:
     # on leaving: status "complete", or "interrupted" / "failed" if an exception escaped
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None, run: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None,
+        run: dict[str, Any],
+        also: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.run = run
         self.path = Path(path) if path is not None else runs_dir() / f"{run['id']}.json"
+        # `also`: a copy the user asked for (probe server -o, probe engine -o), kept as current as the
+        # stored run, so an interrupted or failed run leaves its launches there too, not only the stored one.
+        self.also = Path(also) if also is not None else None
         # Two regdiag processes given the same -o would each replace the other's launches: one refuses.
         self._lock = FileLock(self.path, "this run")
+        self._also_lock = FileLock(self.also, "this run") if self.also is not None else None
         self.flush()
 
     def flush(self) -> None:
         save_record(self.path, self.run)
+        if self.also is not None:
+            save_record(self.also, self.run)
 
     def set(self, key: str, value: Any) -> None:
         self.run[key] = value
@@ -100,6 +111,8 @@ class RunWriter:
             self.flush()
         finally:
             self._lock.release()
+            if self._also_lock is not None:
+                self._also_lock.release()
 
     def __enter__(self) -> RunWriter:
         return self

@@ -30,7 +30,7 @@ from regdiag.cli.common import (
 )
 from regdiag.errors import BadInput, ProbeError
 from regdiag.measure.session import Session
-from regdiag.records import save_record, tagged
+from regdiag.records import tagged
 from regdiag.runs import RunWriter
 
 if TYPE_CHECKING:
@@ -154,9 +154,7 @@ def probe_engine(
     )
     try:
         quiet = chosen != "terminal" or protocol
-        path, run, phases = _measure(request, host, python, ssh_config, snapshot, quiet=quiet)
-        if output is not None:
-            save_record(output, run)
+        path, run, phases = _measure(request, host, python, ssh_config, snapshot, quiet=quiet, output=output)
         _render(run, path, phases, protocol=protocol, out_fmt=chosen)
     except (BadInput, ProbeError) as e:
         if protocol:
@@ -173,6 +171,7 @@ def _measure(
     snapshot: bool,
     *,
     quiet: bool,
+    output: Path | None = None,
 ) -> tuple[Path, dict[str, Any], list[str]]:
     """Plan, open the host, run the launches into a record; (record path, run, phases)."""
     from regdiag.engine.plan import plan_engine
@@ -183,7 +182,8 @@ def _measure(
     target = open_host(host, python, ssh_config)
     try:
         run = plan.run_record(target)
-        with RunWriter(None, run) as writer, Session(target, [writer], snapshot):
+        # -o is kept current with the stored run: an interrupted or failed engine run leaves it too
+        with RunWriter(None, run, also=output) as writer, Session(target, [writer], snapshot):
             if not quiet:
                 err_console.print(
                     f"regdiag: timing {', '.join(plan.phases)} in the engine; record {writer.path}",

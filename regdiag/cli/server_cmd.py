@@ -240,7 +240,7 @@ def probe_server(
     run = plan.run_record(target)
     try:
         with (
-            RunWriter(None, run) as writer,
+            RunWriter(None, run, also=output) as writer,
             Session(target, [writer], snapshot and plan.can_snapshot(target)),
         ):
             if chosen == "terminal":
@@ -256,8 +256,6 @@ def probe_server(
     finally:
         if target is not None:
             target.close()
-    if output is not None:
-        save_record(output, writer.run)
     summary = run_summary(writer.run)
     summary["path"] = str(writer.path)
     show("server", chosen, summary)
