@@ -436,9 +436,10 @@ def _throughput_model(
         and g.cycle_ms is not None
         and measured is not None
         and cycle_metric == "cycle"
+        and primary != "cycle"  # a server's cycle is itl x accept length: wall time, not GPU time
         and measured > cycle
     ):
-        oh, oh_src = measured - cycle, "the run's cycle (period per cycle) minus the given GPU cycle"
+        oh, oh_src = measured - cycle, "the server's cycle (itl x accept length) minus the given GPU cycle"
     if oh is not None:
         tput.overhead_ms, tput.sources["overhead"] = oh, oh_src
     return tput

@@ -352,3 +352,17 @@ def test_deepseek_v3_mtp_draft_reads_one_moe_layer_and_the_full_head(capsys):
     assert rows["draft"].collectives == 4 and e.model is not None and e.model["draft"] == "mtp"
     code, _, err = _main(capsys, "explain", "--model", "kimi-k2", "--draft", "mtp")
     assert code == 2 and "no MTP layer" in err
+
+
+def test_a_servers_cycle_minus_the_gpu_cycle_is_the_overhead(cli, tmp_path):
+    """An SGLang log ingested for real: its cycle is itl x accept length, a wall time; with the GPU
+    cycle given, the difference is the engine's time per cycle, and tok/s stays the server's own."""
+    out = tmp_path / "sg.json"
+    r = cli("ingest-log", str(ROOT / "tests" / "data" / "sglang_decode_dot.log"), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    run = json.loads(out.read_text())
+    own = ex.explain_run(run, decode_ms=12.0).throughput
+    t = ex.explain_run(run, decode_ms=12.0, cycle_ms=10.0).throughput
+    assert own is not None and t is not None and own.overhead_ms == 0.0
+    assert t.overhead_ms == pytest.approx(own.cycle_ms - 10.0) and "server's cycle" in t.sources["overhead"]
+    assert t.tok_s == pytest.approx(own.tok_s)
