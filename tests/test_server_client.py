@@ -244,7 +244,17 @@ def test_launch_command_is_redacted_for_the_record() -> None:
     )
     assert env == {"HF_TOKEN": "hf_abcdefghijklmnopqrstu", "NCCL_PROTO": "LL"}
     assert argv[-4:] == ["--model-path", "/models/my model", "--port", "30000"]
-    shown = redact_argv([*(f"{k}={v}" for k, v in env.items()), *argv])
+    from regdiag.snapshot.redact import is_hidden
+
+    # A hidden value is its keyed hash and length (docs/redaction.md): shown here as <redacted>.
+    shown = [
+        t.partition("=")[0] + "=<redacted>"
+        if is_hidden(t.partition("=")[2])
+        else "<redacted>"
+        if is_hidden(t)
+        else t
+        for t in redact_argv([*(f"{k}={v}" for k, v in env.items()), *argv])
+    ]
     assert shown == [
         "HF_TOKEN=<redacted>", "NCCL_PROTO=LL", "python", "-m", "sglang.launch_server",
         "--api-key", "<redacted>", "--admin-token=<redacted>", "--model-path", "/models/my model", "--port", "30000",

@@ -35,7 +35,7 @@ def test_clean_repo(tmp_path: Path, backend: str) -> None:
     assert v["describe"] == "v0.1-1-g" + v["commit"][:7]
     assert v["commit_date"].startswith("2026-01-02T03:04:05")
     assert v["subject"] == "change 1"
-    assert v["remote"] == "https://<redacted>@github.com/org/engine.git"
+    assert v["remote"] == "https://<redacted len=14>@github.com/org/engine.git"
     assert "gh0sTpw" not in json.dumps(g)
 
 
