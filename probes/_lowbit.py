@@ -182,11 +182,18 @@ def check_kernels(device: Any, dtype: torch.dtype, fmts: dict[str, str]) -> dict
         offs = torch.tensor([1, 1, 3], device=device, dtype=torch.int32)  # an empty group among them
         out["_scaled_grouped_mm"] = _try(lambda: Fp8Experts(3, 128, 256, device)(x, offs, dtype))
     if fmts.get("w_routed") == "int4_g32":
-        impl = int4_impl(True)
         rows = torch.tensor([0, 2, 1], device=device)
         ex = torch.tensor([1, 0, 1], device=device)
-        out[impl] = _try(lambda: Int4Experts(2, 128, 256, device, dtype, impl)(x, rows, ex))
+        for impl in ("triton", "int4pack") if int4_impl(True) == "triton" else ("int4pack",):
+            out[impl] = _try(lambda impl=impl: Int4Experts(2, 128, 256, device, dtype, impl)(x, rows, ex))
+            if out[impl] == "ok":
+                break  # the first INT4 kernel that runs is the one used
     return out
+
+
+def int4_chosen(kernels: dict[str, str]) -> str:
+    """The INT4 kernel check_kernels found running ("none" when neither did)."""
+    return next((k for k in ("triton", "int4pack") if kernels.get(k) == "ok"), "none")
 
 
 def _try(fn: Any) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import _presets
 import torch
 from _dist import init_dist, pick_device
-from _lowbit import check_kernels, int4_impl
+from _lowbit import check_kernels, int4_chosen
 from _protocol import Progress, UsageError, summary
 from _spec_model import available_bytes, grouped_mm_available
 
@@ -165,12 +165,13 @@ def _lowbit(shape: Any, device: torch.device, dtype: torch.dtype, moe_impl: str)
     failed = {k: v for k, v in kernels.items() if v != "ok"}
     if any(k.startswith("_scaled") for k in failed):
         fallback.update({c: "base" for c, v in fmts.items() if v.startswith("fp8")})
-    if fmts.get("w_routed") == "int4_g32" and int4_impl(True) in failed:
+    impl = int4_chosen(kernels)
+    if fmts.get("w_routed") == "int4_g32" and impl == "none":
         fallback["w_routed"] = "base"
     note = "low-bit kernels: " + ", ".join(f"{k} {v}" for k, v in kernels.items())
     if fallback:
         note += f"; fell back to {str(dtype).split('.')[-1]} for {', '.join(sorted(fallback))}"
-    return {"lowbit": True, "int4_impl": int4_impl(True), "kernels": kernels, "lowbit_note": note,
+    return {"lowbit": True, "int4_impl": impl, "kernels": kernels, "lowbit_note": note,
             "fallback": fallback}  # fmt: skip
 
 
