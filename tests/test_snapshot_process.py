@@ -121,8 +121,15 @@ def test_snapshot_by_pid_sees_its_environment_its_sitecustomize_and_its_librarie
     assert "NCCL_MAX_NCHANNELS" not in values
     # Secrets: hashed, whether they came from the environment or from the sitecustomize.py.
     key = keyedhash.load_key()
-    assert values["SGLANG_API_KEY"] == keyedhash.keyed_hash(key, "SGLANG_API_KEY", "plainsecretvalue42xyz")
-    assert values["HF_TOKEN"] == keyedhash.keyed_hash(key, "HF_TOKEN", SITE_SECRET)
+    # A hidden value is its keyed hash and its length (docs/redaction.md).
+    secret = "plainsecretvalue42xyz"
+    assert (
+        values["SGLANG_API_KEY"]
+        == keyedhash.keyed_hash(key, "SGLANG_API_KEY", secret) + f":len={len(secret)}"
+    )
+    assert (
+        values["HF_TOKEN"] == keyedhash.keyed_hash(key, "HF_TOKEN", SITE_SECRET) + f":len={len(SITE_SECRET)}"
+    )
     assert {"SGLANG_API_KEY", "HF_TOKEN"} <= set(env["hashed"])
     assert env["hash_key_id"] == keyedhash.key_id(key)
 
@@ -137,7 +144,7 @@ def test_snapshot_by_pid_sees_its_environment_its_sitecustomize_and_its_librarie
     assert proc["cwd"] == str(tmp_path / "sc")
     assert proc["cmdline"][-4:-2] == [
         "--api-key",
-        keyedhash.keyed_hash(key, "--api-key", "cmdlineSecret0123456789"),
+        keyedhash.keyed_hash(key, "api-key", "cmdlineSecret0123456789") + ":len=23",
     ]
     assert proc["cmdline"][-2:] == ["--tp", "8"]
 
