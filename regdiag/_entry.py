@@ -12,8 +12,18 @@ import sys
 from typing import NoReturn
 
 
+def _defaults_set() -> bool:
+    """REGDIAG_HOST / REGDIAG_PYTHON or a config file may send the snapshot elsewhere: the full CLI."""
+    import os
+
+    if os.environ.get("REGDIAG_HOST") or os.environ.get("REGDIAG_PYTHON"):
+        return True
+    home = os.environ.get("REGDIAG_HOME") or os.path.join(os.path.expanduser("~"), ".regdiag")
+    return os.path.exists(os.path.join(home, "config.toml"))
+
+
 def _fast_snapshot_args(argv: list[str]) -> dict[str, object] | None:
-    if not argv or argv[0] != "snapshot" or "--json" not in argv:
+    if not argv or argv[0] != "snapshot" or "--json" not in argv or _defaults_set():
         return None
     opts: dict[str, object] = {"all_packages": False, "output": None}
     rest = argv[1:]

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from regdiag.bisect.envs import BuildFailed, Built
-from regdiag.bisect.factors import Factor, Spec, diff, load_side
+from regdiag.bisect.factors import Factor, Spec, diff, load_side, select
 from regdiag.bisect.kinds import KINDS, BuildPlan, LaunchSetup, Where, kind_of
 from regdiag.bisect.lab import EnvBuilder, builder_for
 from regdiag.bisect.loaded import check_before, check_launch
@@ -69,6 +69,8 @@ class AbRequest:
     snapshot: bool = True
     allow_code_from_record: bool = False  # a side's record may set PYTHONPATH, LD_PRELOAD, ...
     allow_unloaded: bool = False  # measure package factors the measurement never loads (bisect/loaded.py)
+    ignore: list[str] = field(default_factory=list)  # --ignore PATTERN: differences set as A has them
+    only: list[str] = field(default_factory=list)  # --only PATTERN: the differences measured
 
 
 @dataclass
@@ -106,6 +108,8 @@ def make_plan(req: AbRequest, host: Host) -> AbPlan:
     if d.notes:
         # A difference that cannot be reproduced here: measuring anyway would compare something else.
         raise BadInput(f"--a and --b: {d.notes[0]}")
+    if d.factors and (req.ignore or req.only):
+        d = select(d, req.ignore, req.only)
     here = host.builds_here
     repo = req.repo or a.repo or b.repo if here else req.repo
     python = (req.python or host.python) if here else host.python

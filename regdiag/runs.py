@@ -12,10 +12,10 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from regdiag import __version__
 from regdiag.files import regdiag_home
 from regdiag.records import RUN, RUN_SCHEMA, FileLock, RecordError, load_record, save_record
 from regdiag.run_view import RunView
+from regdiag.version import __version__
 
 
 def runs_dir() -> Path:

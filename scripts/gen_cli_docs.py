@@ -57,6 +57,38 @@ started and ended, per server start and bisect step; counts inside a launch at m
 [   10s] probe spec-decode: launch 1/2 build
 [   14s] probe spec-decode: launch 1/2: ok, primary median 37.15
 ```
+
+## Defaults: REGDIAG_HOST, REGDIAG_PYTHON and config.toml
+
+`--host` and `--python` need not be retyped on every command. What wins, first to last: the option on
+the command line; `REGDIAG_HOST` / `REGDIAG_PYTHON` (each option's `--help` names its variable;
+`REGDIAG_HOST=` empty means this machine); for `--python`, the section of the host the command runs on
+in `$REGDIAG_HOME/config.toml`; that file's `[defaults]`; regdiag's own default.
+
+```toml
+# $REGDIAG_HOME/config.toml (default ~/.regdiag/config.toml)
+[defaults]
+host = "gpu-box"                      # every command that takes --host runs there
+python = "/root/ml-env/bin/python3"
+
+[hosts.gpu-box]                       # the --host spec or SSH alias, as written
+python = "/root/ml-env/bin/python3"
+```
+
+A file that is not valid TOML, an unknown table or key is refused in one line (exit 2); commands with
+neither `--host` nor `--python` never read it. regdiag/config.py has the rules.
+
+## Shell completion
+
+`regdiag --install-completion` adds completion of commands, options and choices to the shell it runs in
+(bash, zsh, fish, PowerShell); `regdiag --show-completion` prints the script instead, to install it by
+hand. Both take the shell's name as an argument (`--show-completion bash`) where it cannot be detected.
+
+## Help
+
+`--help` is click's plain layout, wrapped at the terminal's width (80 columns at most) between words:
+each option with its value's type as click names it (`TEXT`, `INTEGER`, `FLOAT RANGE`, `PATH`,
+`[eager|graph|both]`), flags with none, arguments by name (`OLD NEW`), and nothing cut with an ellipsis.
 """
 
 

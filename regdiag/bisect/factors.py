@@ -15,10 +15,11 @@ that one side lacks) are listed as notes instead of becoming factors.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -312,3 +313,38 @@ def diff(good: Spec, bad: Spec) -> Diff:
         n: v for n, v in good.packages.items() if v is not None and bad.packages.get(n) == v and n != SELF
     }
     return Diff(factors, notes, same_env, same_packages)
+
+
+def select(d: Diff, ignore: Sequence[str] = (), only: Sequence[str] = ()) -> Diff:
+    """The differences a bisect searches, after `--only PATTERN` (keep those that match) and
+    `--ignore PATTERN` (drop those that match). A pattern is a shell glob (fnmatch, case-sensitive) on
+    the factor's name (`SSH_*`, `TERM`, `nvidia-*`, `commit`) or on kind:name (`env:*`, `package:*`).
+    A variable left out is set to --good's (ab: --a's) value, or unset as that side has it, in every
+    launch, so both sides agree on it; a package, commit or clock left out stays as the machine has it."""
+    if not ignore and not only:
+        return d
+
+    def hit(f: Factor, patterns: Sequence[str]) -> bool:
+        return any(fnmatch.fnmatchcase(f.name, p) or fnmatch.fnmatchcase(f.key, p) for p in patterns)
+
+    keep = [f for f in d.factors if (not only or hit(f, only)) and not hit(f, ignore)]
+    left = [f for f in d.factors if f not in keep]
+    if not keep:
+        names = ", ".join(f.name for f in d.factors[:10]) + (", ..." if len(d.factors) > 10 else "")
+        raise BadInput(f"--ignore / --only leave none of the {len(d.factors)} differences ({names})")
+    notes = list(d.notes)
+    unused = [p for p in ignore if not any(hit(f, [p]) for f in d.factors)]
+    if unused:
+        notes.append(f"--ignore {' '.join(unused)}: matched no difference")
+    same_env = dict(d.same_env)
+    for f in left:
+        if f.kind == ENV:
+            same_env[f.name] = f.good
+    if left:
+        shown = ", ".join(f.name for f in left[:12]) + (
+            f" and {len(left) - 12} more" if len(left) > 12 else ""
+        )
+        notes.append(
+            f"left out (--ignore / --only): {shown}; variables among them set as --good (ab: --a) has them"
+        )
+    return Diff(keep, notes, same_env, d.same_packages)

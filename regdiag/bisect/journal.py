@@ -8,7 +8,8 @@ same answer and measures no launch twice. Decisions recomputed on resume are che
 journaled ones rather than written again.
 
 Lines (all carry "type"):
-  start     schema "regdiag.journal/1", the inputs and their hash; the first line
+  start     schema "regdiag.journal/1", the inputs and their hash, the sides as given (--good, --bad,
+            --ignore, --only: what `--resume --journal J` alone reads); the first line
   env       one point's environment: built (key, seconds, cached) or skip (reason)
   launch    one launch of one point: index, status, medians per metric (ms), cycles, seconds
   decision  one classification: seq, what, verdict, theta with its CI, launches used
@@ -53,8 +54,8 @@ def default_path() -> Path:
     two sharing a REGDIAG_HOME) get two journals, where the time alone gave them one."""
     import secrets
 
-    d = regdiag_home() / "bisect"
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    d = regdiag_home() / "bisect"
     while True:
         p = d / f"{stamp}-{os.getpid()}{secrets.token_hex(2)}.jsonl"
         if not os.path.lexists(p):
@@ -108,9 +109,25 @@ def _checked(ev: dict[str, Any]) -> dict[str, Any]:
     return ev
 
 
+def read_start(path: Path) -> dict[str, Any]:
+    """The start line of the journal at `path` (for `--resume --journal J` alone: its "inputs" and
+    "sides" are the options to continue with); BadInput in one line when there is none."""
+    try:
+        numbered = read_jsonl_numbered(Path(path))
+    except RecordError as e:
+        raise BadInput(str(e)) from None
+    head = numbered[0][1] if numbered else {}
+    if head.get("type") != "start" or not str(head.get("schema", "")).startswith(f"regdiag.{JOURNAL}/"):
+        raise BadInput(f"{path}: --resume: not a regdiag bisect journal ({SCHEMA})")
+    return head
+
+
 class Journal:
-    def __init__(self, path: Path, inputs: Mapping[str, Any], resume: bool) -> None:
+    def __init__(
+        self, path: Path, inputs: Mapping[str, Any], resume: bool, sides: Mapping[str, Any] | None = None
+    ) -> None:
         self.path = Path(path)
+        self._sides = dict(sides or {})
         try:
             # Held until this process ends: a second bisect (or --resume) on this journal would
             # interleave its lines with ours and leave a journal that cannot be resumed.
@@ -181,6 +198,7 @@ class Journal:
                     "created": now_iso(),
                     "inputs": redact_tree(dict(inputs)),
                     "inputs_hash": digest,
+                    "sides": redact_tree(self._sides),  # what `--resume --journal J` alone reads
                 },
             )
         self.old_decisions = len(self.decisions)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from regdiag.bisect.envs import Built
-from regdiag.bisect.factors import Factor, diff, load_side
+from regdiag.bisect.factors import Factor, diff, load_side, select
 from regdiag.bisect.journal import Journal, default_path
 from regdiag.bisect.kinds import KINDS, Where, kind_of
 from regdiag.bisect.lab import Lab, builder_for
@@ -58,6 +58,12 @@ class Request:
     # these args (the demo does this): {"good": [launch records], "bad": [...]}. Never from old runs:
     # the endpoints are measured here and now precisely to check that the regression reproduces.
     seed_endpoints: dict[str, list[dict[str, Any]]] | None = None
+    ignore: list[str] = field(default_factory=list)  # --ignore PATTERN: differences not bisected
+    only: list[str] = field(default_factory=list)  # --only PATTERN: the differences bisected
+
+    def sides(self) -> dict[str, Any]:
+        """What `--resume --journal J` alone reads back from the journal to make the same plan."""
+        return {"good": self.good, "bad": self.bad, "ignore": list(self.ignore), "only": list(self.only)}
 
     def inputs(
         self, factors: Sequence[Factor], fixed_env: dict[str, str | None], host: str | None = None
@@ -182,6 +188,8 @@ def make_plan(req: Request, host: Host | None = None) -> Plan:
     good = load_side(req.good, "--good", req.allow_code_from_record)
     bad = load_side(req.bad, "--bad", req.allow_code_from_record)
     d = diff(good, bad)
+    if d.factors:
+        d = select(d, req.ignore, req.only)
     if not d.factors:
         raise BadInput(
             "--good and --bad do not differ in any package, env var or commit that a bisect can change"
@@ -226,7 +234,7 @@ def run_bisect(
     if plan.same_packages:
         notes += version_notes(plan.same_packages, builder.base_versions(), remote)
     host_name = host.name if remote and host is not None else None
-    journal = Journal(path, req.inputs(plan.factors, plan.fixed_env, host_name), req.resume)
+    journal = Journal(path, req.inputs(plan.factors, plan.fixed_env, host_name), req.resume, req.sides())
     try:
         if progress:
             progress(

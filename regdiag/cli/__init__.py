@@ -9,8 +9,9 @@ import traceback
 
 import typer
 
-from regdiag import __version__, interrupts
+from regdiag import interrupts
 from regdiag.cli.common import reflow_help
+from regdiag.cli.helpfmt import with_config_defaults
 from regdiag.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
@@ -21,6 +22,7 @@ from regdiag.errors import (
     for_git_bisect,
 )
 from regdiag.records import RecordError
+from regdiag.version import __version__
 
 app = typer.Typer(
     name="regdiag",
@@ -31,7 +33,7 @@ app = typer.Typer(
         "and bisect commits, package versions and env vars. Locally or over SSH (--host)."
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -79,6 +81,16 @@ for _name in COMMAND_MODULES:
     _mod.register(app)
 
 reflow_help(app)  # help re-flowed to the terminal's width, not hard-wrapped at the source's
+with_config_defaults(app)  # --host and --python from $REGDIAG_HOME/config.toml where none was given
+
+
+def command():  # type: ignore[no-untyped-def]
+    """The click command tree of `app`, with click's plain help (cli/helpfmt.py)."""
+    import typer.main
+
+    from regdiag.cli.helpfmt import click_style
+
+    return click_style(typer.main.get_command(app))
 
 
 def click_exceptions():  # type: ignore[no-untyped-def]
@@ -146,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
 def _main(argv: list[str] | None) -> None:
     interrupts.install()  # SIGTERM and SIGHUP stop children and keep results, like Ctrl-C
     try:
-        rv = app(args=argv, standalone_mode=False)
+        rv = command().main(args=argv, prog_name="regdiag", standalone_mode=False)
     except RegdiagError as e:
         _fail(str(e), e.exit_code)
     except RecordError as e:
@@ -174,6 +186,8 @@ def _main(argv: list[str] | None) -> None:
             # `regdiag` or `regdiag probe` alone: help was asked for. A command whose required
             # arguments are missing printed its help too, but that is a usage error for scripts.
             ctx = getattr(e, "ctx", None)
+            if ctx is not None:
+                typer.echo(ctx.get_help())
             is_group = ctx is not None and hasattr(ctx.command, "commands")
             sys.exit(0 if is_group else EXIT_BAD_INPUT)
         if isinstance(e, exc_mod.ClickException):

@@ -12,10 +12,12 @@ from regdiag.cli.common import (
     AllowCodeOpt,
     AllowUnloadedOpt,
     FindLinksOpt,
+    IgnoreOpt,
     IndexUrlOpt,
     InstallerOpt,
     JsonOpt,
     LaunchTimeoutOpt,
+    OnlyOpt,
     PlainProgress,
     PythonOpt,
     RepoOpt,
@@ -111,8 +113,18 @@ def _progress_printer(quiet: bool) -> tuple[Any, Any]:
 
 def bisect(
     ctx: typer.Context,
-    good: str = typer.Option(..., "--good", help="The fast side: snapshot / run record file, or a spec."),
-    bad: str = typer.Option(..., "--bad", help="The slow side: snapshot / run record file, or a spec."),
+    good: str | None = typer.Option(
+        None,
+        "--good",
+        help="The fast side: snapshot / run record file, or a spec (with --resume: the journal's).",
+    ),
+    bad: str | None = typer.Option(
+        None,
+        "--bad",
+        help="The slow side: snapshot / run record file, or a spec (with --resume: the journal's).",
+    ),
+    ignore: list[str] = IgnoreOpt,
+    only: list[str] = OnlyOpt,
     probe: str | None = typer.Option(
         None,
         "--probe",
@@ -175,8 +187,9 @@ def bisect(
     host: str | None = typer.Option(
         None,
         "--host",
+        envvar="REGDIAG_HOST",
         help="Build and measure on this host over SSH: \\[user@]host\\[:port] or a Host alias of the SSH "
-        "config (default: this machine).",
+        "config (default: $REGDIAG_HOST, else config.toml's [defaults] host, else this machine).",
     ),
     ssh_config: Path | None = SshConfigOpt,
     slurm: str | None = SlurmOpt,
@@ -186,35 +199,78 @@ def bisect(
     markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown on stdout."),
     fmt: str = format_opt("bisect"),
 ) -> None:
-    from regdiag.bisect.run import Request
-    from regdiag.cli.compare_cmd import _margin
-
+    o = dict(locals())
     chosen = pick_format("bisect", fmt, json_out, markdown)
-    extra = probe_args(ctx, probe)
-    if resume and journal is None:
-        raise BadInput("--resume needs --journal FILE (the journal of the bisect to continue)")
-    build = build_fields(repo, setup, find_links, index_url, python, installer)
-    req = Request(
-        good=good,
-        bad=bad,
-        command=command,
-        probe=probe,
-        probe_args=extra,
-        metric=metric,
-        **build,
-        launches=launches,
-        max_launches=max_launches,
-        margin=_margin(margin),
-        min_share=min_share,
-        launch_timeout=launch_timeout,
-        journal=str(journal) if journal else None,
-        resume=resume,
-        allow_code_from_record=allow_code_from_record,
-        allow_unloaded=allow_unloaded,
-    )
+    req, host, python = _request(ctx, o)
     report = _run(req, host, python, ssh_config, (slurm, slurm_args))
     show("bisect", chosen, report)
     raise typer.Exit(EXIT_OK if report["verdict"] == "CULPRIT" else EXIT_INCONCLUSIVE)
+
+
+# What a journal's start line holds of the options (Request.inputs): `--resume --journal J` takes them
+# from there unless given again.
+JOURNAL_OPTIONS = ("command", "probe", "metric", "repo", "setup", "find_links", "index_url", "python",
+                   "launches", "max_launches", "margin", "min_share", "host")  # fmt: skip
+
+
+def _request(ctx: typer.Context, o: dict[str, Any]) -> tuple[Request, str | None, str | None]:
+    """The bisect's Request from its options (with --resume and no --good/--bad: from the journal);
+    and the host and python it runs with."""
+    from regdiag.bisect.run import Request
+    from regdiag.cli.compare_cmd import _margin
+
+    if o["resume"] and o["journal"] is None:
+        raise BadInput("--resume needs --journal FILE (the journal of the bisect to continue)")
+    journal_args: list[str] = []
+    if o["resume"] and (o["good"] is None or o["bad"] is None):
+        o, journal_args = _from_journal(ctx, o)
+    elif o["good"] is None or o["bad"] is None:
+        raise BadInput(
+            "give --good and --bad (or --resume --journal FILE, which reads them from the journal)"
+        )
+    extra = probe_args(ctx, o["probe"]) or journal_args
+    build = build_fields(o["repo"], o["setup"], o["find_links"], o["index_url"], o["python"], o["installer"])
+    req = Request(
+        good=o["good"], bad=o["bad"], command=o["command"], probe=o["probe"], probe_args=extra, metric=o["metric"],
+        **build, launches=o["launches"], max_launches=o["max_launches"], margin=_margin(o["margin"]),
+        min_share=o["min_share"], launch_timeout=o["launch_timeout"],
+        journal=str(o["journal"]) if o["journal"] else None, resume=o["resume"],
+        allow_code_from_record=o["allow_code_from_record"], allow_unloaded=o["allow_unloaded"],
+        ignore=list(o["ignore"] or []), only=list(o["only"] or []),
+    )  # fmt: skip
+    return req, o["host"], o["python"]
+
+
+def _from_journal(ctx: typer.Context, o: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """--resume --journal J alone: the sides and every option the journal was started with, except
+    those given again on this command line (or by REGDIAG_* variables); and its probe options."""
+    from regdiag.bisect.journal import read_start
+
+    head = read_start(o["journal"])
+    sides, inputs = head.get("sides") or {}, head.get("inputs") or {}
+    where = o["journal"]
+    if not sides.get("good") or not sides.get("bad"):
+        raise BadInput(
+            f"{where}: the journal does not hold --good and --bad (an older one); give them with --resume"
+        )
+    hidden = [
+        k for k in ("good", "bad") if o[k] is None and ("<redacted" in sides[k] or "<hashed" in sides[k])
+    ]
+    if hidden:
+        raise BadInput(
+            f"{where}: the journal's --{hidden[0]} holds a redacted secret; give --good and --bad again"
+        )
+    out = dict(o)
+    out["good"] = o["good"] if o["good"] is not None else sides["good"]
+    out["bad"] = o["bad"] if o["bad"] is not None else sides["bad"]
+    out["ignore"] = o["ignore"] or list(sides.get("ignore") or [])
+    out["only"] = o["only"] or list(sides.get("only") or [])
+    for name in JOURNAL_OPTIONS:
+        source = ctx.get_parameter_source(name)
+        if name in inputs and (source is None or source.name == "DEFAULT"):
+            value = inputs[name]
+            out[name] = str(value) if name == "margin" else value
+    return out, [str(a) for a in inputs.get("probe_args") or []]
 
 
 def _run(

@@ -55,14 +55,16 @@ JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout
 HostOpt = typer.Option(
     None,
     "--host",
+    envvar="REGDIAG_HOST",
     help="Run on this host over SSH: \\[user@]host\\[:port] or a Host alias from the SSH config. "
-    "Repeat for several hosts. Default: this machine.",
+    "Repeat for several hosts. Default: $REGDIAG_HOST, else config.toml's [defaults] host, else this machine.",
 )
 PythonOpt = typer.Option(
     None,
     "--python",
-    help="Interpreter on the target host, e.g. /root/ml-env/bin/python3. "
-    "Default: this interpreter locally, python3 remotely.",
+    envvar="REGDIAG_PYTHON",
+    help="Interpreter on the target host, e.g. /root/ml-env/bin/python3. Default: $REGDIAG_PYTHON, else "
+    "config.toml's [hosts.HOST] or [defaults] python, else this interpreter locally, python3 remotely.",
 )
 SshConfigOpt = typer.Option(
     None, "--ssh-config", help="SSH config file, as `ssh -F` (default: ~/.ssh/config).", dir_okay=False
@@ -381,6 +383,20 @@ AllowCodeOpt = typer.Option(
     help="Let a snapshot or run record given as a side set variables that load code into every launch "
     "(PYTHONPATH, LD_PRELOAD, LD_LIBRARY_PATH, ...) to values this shell does not have; refused by "
     "default (exit 2, naming them).",
+)
+IgnoreOpt = typer.Option(
+    None,
+    "--ignore",
+    metavar="VAR|GLOB",
+    help="Leave out the differences whose name matches (a shell glob: TERM, 'SSH_*', 'nvidia-*', "
+    "'package:*'); a variable left out is set as the first side (--good, --a) has it. Repeatable.",
+)
+OnlyOpt = typer.Option(
+    None,
+    "--only",
+    metavar="VAR|GLOB",
+    help="Work only on the differences whose name matches (as --ignore); the others are left out as "
+    "--ignore leaves them. Repeatable.",
 )
 FindLinksOpt = typer.Option(
     None,

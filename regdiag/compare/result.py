@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from regdiag import __version__, direction, phantom, stats
+from regdiag import direction, phantom, stats
 from regdiag.attribution import Attribution, Throughput
 from regdiag.compare.design import UNKNOWN
 from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSED
 from regdiag.records import COMPARISON, finite, schema_id
 from regdiag.sizes import SizeRow
+from regdiag.version import __version__
 
 EXIT_CODES = {
     stats.REGRESSED: EXIT_REGRESSED,

@@ -1,7 +1,9 @@
 """Host keys: what the user's known_hosts files say, fingerprints as OpenSSH prints them, and adding one.
 
-regdiag never adds a key on its own (no AutoAddPolicy, no "accept-new"): a key is added only by
-`regdiag trust`, after the user saw its fingerprint, and a changed key is never replaced.
+regdiag adds a key on its own only where the SSH config says `StrictHostKeyChecking accept-new` for
+that host, and only for a host that no known_hosts file names (sshconnect._AcceptNew, as ssh does);
+otherwise a key is added only by `regdiag trust`, after the user saw its fingerprint. A changed key is
+never replaced.
 """
 
 from __future__ import annotations

@@ -51,6 +51,10 @@ class SSHTarget:
     proxy_command: str | None = None
     jumps: tuple[SSHTarget, ...] = field(default=())  # connected in order, the first one directly
     spec: str = ""  # exactly what the user typed, for messages that suggest a command
+    # StrictHostKeyChecking: "accept-new" adds an unknown key (never a changed one) as ssh does; "ask"
+    # and "yes" refuse it (regdiag trust adds it); "no" / "off" are refused when they would matter.
+    strict_host_key_checking: str = "ask"
+    control_master: str | None = None  # ControlMaster as configured: regdiag says in one line it is not used
 
     @property
     def display(self) -> str:
@@ -231,7 +235,24 @@ class SSHConfigFile:
             proxy_command=str(proxy_command) if proxy_command else None,
             jumps=jumps,
             spec=spec.strip(),
+            strict_host_key_checking=_strict(opts, self.source),
+            control_master=_control_master(opts),
         )
+
+
+STRICT_VALUES = {"yes": "yes", "ask": "ask", "accept-new": "accept-new", "no": "no", "off": "no"}
+
+
+def _strict(opts: dict[str, object], source: str) -> str:
+    raw = str(opts.get("stricthostkeychecking") or "ask").strip().lower()
+    if raw not in STRICT_VALUES:
+        raise BadInput(f"ssh config {source}: StrictHostKeyChecking {raw!r}: use yes, ask, accept-new or no")
+    return STRICT_VALUES[raw]
+
+
+def _control_master(opts: dict[str, object]) -> str | None:
+    raw = str(opts.get("controlmaster") or "no").strip().lower()
+    return None if raw in ("no", "") else raw
 
 
 def _without_jumps(t: SSHTarget) -> SSHTarget:

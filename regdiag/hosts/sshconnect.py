@@ -1,8 +1,9 @@
 """Connecting over SSH with paramiko: sockets, ProxyJump / ProxyCommand, host keys, auth, errors.
 
 Every failure becomes a HostError with one line that says what happened and what to do (see
-docs/remote.md for the list). A host key is accepted only when a known_hosts file has it; an unknown
-one is reported with its fingerprint and the `regdiag trust` command, a changed one is refused.
+docs/remote.md for the list). A host key is accepted only when a known_hosts file has it (or, with
+StrictHostKeyChecking accept-new, when no file names the host at all: it is added, as ssh does); an
+unknown one is reported with its fingerprint and the `regdiag trust` command, a changed one is refused.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 from collections.abc import Sequence
 from typing import Any
 
-from regdiag.errors import HostError
+from regdiag.errors import HostError, escape_controls
 from regdiag.hosts.knownhosts import fingerprint
 from regdiag.hosts.paramiko_import import paramiko
 from regdiag.hosts.sshconfig import SSHTarget
@@ -45,6 +47,45 @@ class UnknownHostKey(paramiko.SSHException):
 class _RejectUnknown(paramiko.MissingHostKeyPolicy):
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         raise UnknownHostKey(hostname, key)
+
+
+class _AcceptNew(paramiko.MissingHostKeyPolicy):
+    """StrictHostKeyChecking accept-new, as ssh: a host no known_hosts file names at all has its key
+    added to the first UserKnownHostsFile (hashed when HashKnownHosts says so) and one line on stderr
+    says so; a host known under another key, or one whose key changed, is refused as always."""
+
+    def __init__(self, t: SSHTarget) -> None:
+        self.t = t
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        from regdiag.hosts.knownhosts import (
+            append_known_host,
+            known_hosts_line,
+            known_keys_for,
+            load_known_hosts,
+        )
+
+        t = self.t
+        name = t.known_hosts_name
+        known = known_keys_for(load_known_hosts((*t.known_hosts_files, *t.global_known_hosts_files)), name)
+        if known or not t.known_hosts_files:
+            raise UnknownHostKey(hostname, key)  # known under another key type, or nowhere to add it
+        append_known_host(t.known_hosts_files[0], known_hosts_line(name, key, hashed=t.hash_known_hosts))
+        _note(
+            f"regdiag: StrictHostKeyChecking accept-new: added {name} ({key.get_name()} {fingerprint(key)}) "
+            f"to {t.known_hosts_files[0]}"
+        )
+
+
+_noted: set[str] = set()
+
+
+def _note(line: str) -> None:
+    """One line on stderr, once per process (a note, not an error: the command goes on)."""
+    if line not in _noted:
+        _noted.add(line)
+        sys.stderr.write(escape_controls(line) + "\n")
+        sys.stderr.flush()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -98,7 +139,13 @@ def _handshake_timeout(t: SSHTarget) -> float:
 
 def _host_key_client(t: SSHTarget) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
-    client.set_missing_host_key_policy(_RejectUnknown())
+    policy = _AcceptNew(t) if t.strict_host_key_checking == "accept-new" else _RejectUnknown()
+    client.set_missing_host_key_policy(policy)
+    if t.control_master:
+        _note(
+            f"regdiag: ssh config ControlMaster {t.control_master} for {t.display} is not used: regdiag "
+            "opens its own connection and keeps it for the whole command"
+        )
     for f in (*t.known_hosts_files, *t.global_known_hosts_files):
         if os.path.isfile(f):
             try:
@@ -149,9 +196,16 @@ def _connect_error(t: SSHTarget, e: Exception, key_files: list[str]) -> HostErro
     if isinstance(e, HostError):
         return e
     if isinstance(e, UnknownHostKey):
+        unchecked = (
+            " (the SSH config's host key checking 'no' is not followed: regdiag connects only to a host "
+            "whose key it can check; 'accept-new' adds a new host's key)"
+            if t.strict_host_key_checking == "no"
+            else ""
+        )
         return HostError(
             f"{name}: host key not known ({t.known_hosts_name} offers {e.key.get_name()} {fingerprint(e.key)}); "
             f"check that fingerprint with the host's owner, then run `regdiag trust {t.spec or t.alias}`"
+            + unchecked
         )
     if isinstance(e, paramiko.BadHostKeyException):
         return HostError(

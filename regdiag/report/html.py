@@ -9,12 +9,12 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from regdiag import __version__
 from regdiag.compare import Comparison
 from regdiag.compare.checks import _usable
 from regdiag.report import svg
 from regdiag.report import text as T
 from regdiag.report.registry import Out
+from regdiag.version import __version__
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 980px; color: #222; }

@@ -33,7 +33,7 @@ DEFAULT_TIMEOUT_S = 10.0
 
 def _version() -> str:
     try:
-        from regdiag import __version__
+        from regdiag.version import __version__
     except ImportError:
         return "unknown"
     return __version__

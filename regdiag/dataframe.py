@@ -1,0 +1,73 @@
+"""Run records as one tidy pandas DataFrame, for a notebook: `regdiag.frame("old.json", "new.json")` (this module: regdiag.dataframe).
+
+One row per run, launch, metric and sample (each kept cycle of each launch), with the metric's unit
+and direction and the run's label, so that `df.groupby(["label", "metric"]).value.median()` or a
+seaborn plot is one line. What compare reads is what this reads: a run file, a baseline name, a
+stored run id, another tool's result file (pyperf, hyperfine, ...), or a record already loaded.
+docs/records.md, "As a DataFrame", lists the columns.
+
+pandas is imported here only, when the function is called: the command line never loads it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from regdiag.direction import declared, direction
+from regdiag.run_view import usable
+
+COLUMNS = ["label", "run", "probe", "host", "launch", "status", "usable", "metric", "role", "unit",
+           "better", "sample", "value"]  # fmt: skip
+CATEGORIES = ("label", "run", "probe", "host", "status", "metric", "role", "unit", "better")
+
+
+def _resolve(ref: Any) -> tuple[dict[str, Any], str]:
+    if isinstance(ref, dict):
+        return ref, str(ref.get("id") or "run")
+    from regdiag import baselines
+
+    return baselines.resolve(os.fspath(ref))
+
+
+def rows(record: dict[str, Any], label: str) -> Iterable[tuple[Any, ...]]:
+    """The tidy rows of one run record, in COLUMNS' order."""
+    raw_units = record.get("units")
+    units: dict[str, Any] = raw_units if isinstance(raw_units, dict) else {}
+    better = declared(record)
+    primary = record.get("primary")
+    phases = set(record.get("phases") or [])
+    probe = record.get("probe") or {}
+    host = record.get("host") or {}
+    run_id = str(record.get("id") or label)
+    for i, la in enumerate(record.get("launches") or []):
+        raw = la.get("samples")
+        samples: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        ok = usable(la)
+        for metric, values in samples.items():
+            unit = str(units.get(metric, "ms"))
+            role = "primary" if metric == primary else ("phase" if metric in phases else "other")
+            way = direction(metric, unit, better)[0]
+            for j, v in enumerate(values or []):
+                yield (label, run_id, probe.get("name"), host.get("name"), la.get("index", i), la.get("status"),
+                       ok, metric, role, unit, way, j, v)  # fmt: skip
+
+
+def frame(*runs: Any, labels: Sequence[str] | None = None) -> Any:
+    """A pandas DataFrame of RUNS (paths, baseline names, run ids, other tools' files or loaded
+    records): one row per run, launch, metric and sample. `labels` names the runs (default: as given,
+    "baseline NAME" for a baseline). Raises regdiag.records.RecordError for a file that is not a run."""
+    import pandas as pd
+
+    if labels is not None and len(labels) != len(runs):
+        raise ValueError(f"{len(labels)} labels for {len(runs)} runs")
+    out: list[tuple[Any, ...]] = []
+    for k, ref in enumerate(runs):
+        record, name = _resolve(ref)
+        out.extend(rows(record, labels[k] if labels is not None else name))
+    df = pd.DataFrame.from_records(out, columns=COLUMNS)
+    for c in CATEGORIES:
+        df[c] = df[c].astype("category")
+    df["value"] = df["value"].astype(float)
+    return df
