@@ -27,8 +27,10 @@ from regdiag.cli.common import (
     bounded,
     console,
     err_console,
+    format_opt,
     open_target,
     output_prefix,
+    pick_format,
     print_json,
 )
 from regdiag.errors import BadInput
@@ -96,6 +98,7 @@ def ab(
     allow_code_from_record: bool = AllowCodeOpt,
     allow_unloaded: bool = AllowUnloadedOpt,
     json_out: bool = JsonOpt,
+    fmt: str | None = format_opt("compare"),
 ) -> None:
     from regdiag.ab import AbRequest
     from regdiag.cli.common import build_fields, probe_args
@@ -107,6 +110,7 @@ def ab(
     if len(host) > 1:
         raise BadInput("an A/B run uses one --host")
     m = _margin(margin)
+    chosen = pick_format("compare", fmt, json_out)  # before any launch
     req = AbRequest(
         a=a,
         b=b,
@@ -122,7 +126,7 @@ def ab(
         allow_unloaded=allow_unloaded,
     )
     result = _run(req, open_target(host[0] if host else None, python, ssh_config, slurm, slurm_args))
-    _show(result, m, json_out)
+    _show(result, m, chosen)
 
 
 def _run(req: AbRequest, target: Any) -> AbResult:
@@ -136,7 +140,7 @@ def _run(req: AbRequest, target: Any) -> AbResult:
         target.close()
 
 
-def _show(result: AbResult, margin: float, json_out: bool) -> None:
+def _show(result: AbResult, margin: float, out_fmt: str) -> None:
     """Compare the two records (pairs, as the records say), print the verdict, exit with compare's code."""
     from regdiag.compare import compare_runs
 
@@ -144,18 +148,28 @@ def _show(result: AbResult, margin: float, json_out: bool) -> None:
     from regdiag.report.fleet import reading, show_fleet
 
     fleet = reading(result.runs["A"], result.runs["B"], margin)
-    if json_out:
+    if out_fmt == "json":
         out = c.to_dict()
         out["records"] = {k: str(p) for k, p in result.paths.items()}
         if fleet is not None:
             out["fleet"] = fleet.to_dict()
         print_json(out)
-    else:
+    elif out_fmt == "terminal":
         from regdiag.report import terminal
 
         terminal.render(c, console, str(result.paths["A"]), str(result.paths["B"]))
         if fleet is not None:
             show_fleet(fleet, console)
+    else:  # markdown, html, csv: as compare writes them, on stdout
+        from regdiag.report.registry import Out, render
+
+        labels = (str(result.paths["A"]), str(result.paths["B"]))
+        render(
+            "compare",
+            out_fmt,
+            c,
+            Out(console, labels, context={"runs": (result.runs["A"], result.runs["B"])}),
+        )
     raise typer.Exit(c.exit_code)
 
 

@@ -28,7 +28,6 @@ from regdiag.cli.common import (
     bounded,
     console,
     err_console,
-    fitted_table,
     format_opt,
     open_target,
     output_file,
@@ -449,31 +448,15 @@ def _launch_median(launch: dict[str, Any]) -> float | None:
     return float(statistics.median(vals))  # as compare reduces a launch (the mean of the middle two)
 
 
-def runs_cmd(json_out: bool = JsonOpt) -> None:
+def runs_cmd(json_out: bool = JsonOpt, fmt: str | None = format_opt("runs")) -> None:
     from regdiag.runs import list_runs, runs_dir
 
+    chosen = pick_format("runs", fmt, json_out)
     items = list_runs()
-    if json_out:
+    if chosen == "json":
         print_json(listed("run-list", "runs", items))
         return
-    if not items:
-        console.print(f"no stored runs in {runs_dir()}", highlight=False)
-        return
-    console.print(f"runs in {runs_dir()}", soft_wrap=True, highlight=False)
-    cols = ["id", "created", "probe", "config", "status", "launches", "host"]
-    rows = []
-    for r in items:
-        if "problem" in r:
-            rows.append([Path(r["path"]).stem, "", "", r["problem"], "unreadable", "", ""])
-            continue
-        cfg = r.get("config") or {}
-        brief = " ".join(str(cfg[k]) for k in ("preset", "mode", "tp") if cfg.get(k) is not None)
-        rows.append([
-            r["id"], str(r.get("created") or "")[:16].replace("T", " "), str(r.get("probe") or ""), brief,
-            str(r.get("status") or ""), f"{r['ok_launches']}/{r['launches']}", str(r.get("host") or ""),
-        ])  # fmt: skip
-    # ids are what compare / explain / baseline take: never cut; the id already holds the time and probe
-    console.print(fitted_table(cols, rows, keep="id", drop_order=["created", "probe", "host"]))
+    show("runs", chosen, {"dir": str(runs_dir()), "runs": items})  # ids never cut (report/lists.py)
 
 
 def register(app: typer.Typer) -> None:

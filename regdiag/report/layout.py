@@ -109,12 +109,12 @@ def blocks(
     a line as fit in `width` (an empty or "-" cell left out)."""
     lines: list[Text] = []
     if title:
-        lines.append(_whole(Text(title, style="bold")))
+        lines.append(_line(Text(title, style="bold"), width))
     for r in rows:
         head = _text(r[0]).copy()
         if not head.style:
             head.stylize(head_style)
-        lines.append(_whole(head))
+        lines.append(_line(head, width))
         items = []
         for c, cell in zip(cols[1:], r[1:], strict=True):
             value = _text(cell)

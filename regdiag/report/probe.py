@@ -70,10 +70,11 @@ def terminal(s: dict[str, Any], out: Out) -> None:
         )
     for w in s.get("warnings", []):
         console.print(f"  [yellow]warning:[/yellow] {w}")
+    for i, why in (s.get("host_flags") or {}).items():  # launches whose host stood out (docs/statistics.md)
+        console.print(f"  [yellow]launch {i} flagged:[/yellow] {'; '.join(why)}", highlight=False)
     console.print(
         f"{s['ok_launches']}/{s['launches']} launches ok, status {s['status']}; record: {s['path']}",
-        soft_wrap=True,
-        highlight=False,
+        highlight=False,  # wrapped between words: the path is one, whole
     )
 
 

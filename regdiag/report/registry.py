@@ -68,6 +68,9 @@ RENDERERS: dict[tuple[str, str], str] = {
     ("server", "json"): "regdiag.report.jsonout:server",
     ("ingest", "terminal"): "regdiag.report.server:ingest_terminal",
     ("ingest", "json"): "regdiag.report.jsonout:ingest",
+    ("runs", "terminal"): "regdiag.report.lists:runs_terminal",
+    ("runs", "json"): "regdiag.report.jsonout:render",
+    ("runs", "csv"): "regdiag.report.lists:runs_csv",
 }
 
 
