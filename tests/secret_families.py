@@ -283,6 +283,10 @@ HARMLESS_TEXT: dict[str, Callable[[random.Random], str]] = {
     "revert subject": lambda rng: f'Revert "spec: faster verify" (reverts {_r(rng, HEX, 40)})',
     "timing line": lambda rng: f"verify {rng.uniform(1, 50):.1f} ms; decode {rng.uniform(1, 50):.1f} ms",
     "versions": lambda rng: f"sglang 0.5.{rng.randrange(1, 9)}.post1 torch 2.{rng.randrange(1, 12)}.0+cu130",
+    "sglang decode line": lambda rng: (
+        f"Decode batch. #running-req: {rng.randrange(1, 64)}, #token: {rng.randrange(1, 10**6)}, "
+        f"token usage: 0.{rng.randrange(10, 99)}, cuda graph: True, gen throughput (token/s): 100.00"
+    ),
     "token ids": lambda rng: f"eos_token_id={rng.randrange(10**6)} pad_token_id={rng.randrange(10**6)}",
     "nccl init": lambda rng: (
         f"NCCL INFO comm 0x{_r(rng, HEX, 12)} rank 0 nranks 8 commId 0x{_r(rng, HEX, 16)} - Init COMPLETE"

@@ -77,6 +77,7 @@ _SPECIAL = [
 _CLAUSE_END = re.compile(r"[;&\n]|\s--?[A-Za-z]|\s[A-Z_][A-Z0-9_]*=")
 _RUN = re.compile(r"[A-Za-z0-9+/=_~%.-]{14,}")
 _URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]{0,30}://[^\s\"'<>]+")
+_NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?,?")
 _PLAIN_WORD = re.compile(r"[a-z]{1,15}|[A-Za-z][a-z]{1,15}")
 
 
@@ -120,8 +121,10 @@ def _assign(text: str) -> str:
         v = line[:end]
         if not v or v.lower() in BOOLEANS or v.startswith("<redacted"):
             continue
-        # `api-key: accept env` in a commit subject: after a colon and a space, a plain word is prose.
-        if sep.startswith(":") and sep != ":" and _PLAIN_WORD.fullmatch(v) and not _PASSWORDISH.search(name):
+        # `api-key: accept env` in a commit subject, `#token: 1234` in SGLang's decode line: after a
+        # colon and a space, a plain word or a number is prose (not after a password-like name).
+        prose = _PLAIN_WORD.fullmatch(v) or _NUMBER.fullmatch(v)
+        if sep.startswith(":") and sep != ":" and prose and not _PASSWORDISH.search(name):
             continue
         out += [text[pos : m.end()], marker(v)]
         pos = m.end() + end
