@@ -101,6 +101,7 @@ class Given:
     collectives: Latencies | None = None
     sampling: bool = False  # temperature > 0: the engine's sampling broadcasts per cycle
     engine: str = "sglang"
+    per_position: list[float] | None = None  # an acceptance curve, draft position 1, 2, ...
 
     def check(self) -> None:
         check_given(
@@ -320,9 +321,11 @@ def _throughput(
     if decode_oh is not None:
         tput.decode_overhead_ms = decode_oh
         tput.sources["decode_overhead"] = decode_oh_src
-    tput.per_position = _per_position(launches)
+    tput.per_position = g.per_position or _per_position(launches)
     if tput.per_position:
-        tput.sources["per_position"] = "the engine's per-position acceptance rates (median over launches)"
+        tput.sources["per_position"] = (
+            "given" if g.per_position else "the engine's per-position acceptance rates (median over launches)"
+        )
     tput.check_finite()
     return tput
 

@@ -107,7 +107,8 @@ class ThroughputModel:
         for row in self.sweep():
             be = row["breakeven_cycle_ms"]
             lines.append(
-                f"at {row['steps']} steps the acceptance curve gives accept_len {row['accept_len']:.3g}"
+                f"at {row['steps']} step{'' if row['steps'] == 1 else 's'} the acceptance curve gives "
+                f"accept_len {row['accept_len']:.3g}"
                 + ("" if be is None else f"; it pays while the cycle <= {be:.3g} ms")
             )
         if self.decode_ms is None:

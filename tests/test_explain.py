@@ -366,3 +366,36 @@ def test_a_servers_cycle_minus_the_gpu_cycle_is_the_overhead(cli, tmp_path):
     assert own is not None and t is not None and own.overhead_ms == 0.0
     assert t.overhead_ms == pytest.approx(own.cycle_ms - 10.0) and "server's cycle" in t.sources["overhead"]
     assert t.tok_s == pytest.approx(own.tok_s)
+
+
+def test_the_acceptance_curve_from_the_servers_counters_or_given(capsys):
+    """vLLM's per-position counters as `probe server` files them (server.metrics.spec_delta over a launch)."""
+    from regdiag.server.metrics import spec_delta
+
+    before = {
+        "drafts": 100.0,
+        "accepted": 50.0,
+        "draft_tokens": 300.0,
+        "per_position": {0: 40.0, 1: 20.0, 2: 10.0},
+    }
+    after = {
+        "drafts": 300.0,
+        "accepted": 320.0,
+        "draft_tokens": 900.0,
+        "per_position": {0: 170.0, 1: 104.0, 2: 58.0},
+    }
+    counters = spec_delta(before, after)
+    assert counters["per_position_rate"] == pytest.approx([0.65, 0.42, 0.24])
+    run = simulate_spec_run(1)
+    for la in run["launches"]:
+        la["engine_counters"] = counters
+    t = ex.explain_run(run, decode_ms=12.0).throughput
+    assert t is not None and t.per_position == pytest.approx([0.65, 0.42, 0.24])
+    assert "per-position" in t.sources["per_position"]
+    assert [round(r["accept_len"], 2) for r in t.sweep()] == [1.65, 2.07, 2.31]
+    code, out, _ = _main(capsys, "explain", "--cycle-ms", "30", "--decode-ms", "12", "--accept-len", "2",
+                         "--per-position", "0.7,0.5", "--json")  # fmt: skip
+    sweep = json.loads(out)["throughput"]["sweep"]
+    assert code == 0 and [r["accept_len"] for r in sweep] == pytest.approx([1.7, 2.2])
+    code, _, err = _main(capsys, "explain", "--cycle-ms", "30", "--accept-len", "2", "--per-position", "1.5")
+    assert code == 2 and "--per-position" in err

@@ -71,6 +71,12 @@ def explain(
     collectives: str = typer.Option(
         None, "--collectives", help="A `probe collectives` run: its latencies price each phase's collectives."
     ),
+    per_position: str = typer.Option(
+        None,
+        "--per-position",
+        help="Per-position acceptance rates, comma-separated (vLLM's 'Per-position acceptance rate'): the "
+        "accept length at each step count (default: the record's, when it has them).",
+    ),
     sampling: bool = typer.Option(
         False,
         "--sampling",
@@ -89,6 +95,8 @@ def explain(
     given = ex.Given(cycle_ms, decode_ms, accept_len, overhead_ms, decode_overhead_ms, num_steps,
                      bandwidth, gpu, model, None, sampling)  # fmt: skip
     given.check()  # before any file is read; the library checks again
+    if per_position is not None:
+        given.per_position = _curve(per_position)
     bandwidth_for([], bandwidth, gpu)  # a bad --bandwidth or --gpu before any file too
     if collectives is not None:
         rec, name = baselines.resolve(collectives)
@@ -104,6 +112,7 @@ def explain(
         steps = 2 if num_steps is None else num_steps
         tput = ex.explain_numbers(cycle_ms, decode_ms, accept_len, overhead_ms=overhead_ms,
                                   decode_overhead_ms=decode_overhead_ms, num_steps=steps)  # fmt: skip
+        tput.per_position = given.per_position
         result = ex.Explanation(tput, [], bw, bw_src, None)
     else:
         rec, name = baselines.resolve(run)
@@ -116,6 +125,19 @@ def explain(
             given=given,
         )
     show("explain", chosen, result)
+
+
+def _curve(text: str) -> list[float]:
+    from regdiag.throughput import check_per_position
+
+    try:
+        rates = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        rates = []
+    curve = check_per_position(rates)
+    if curve is None:
+        raise BadInput(f"--per-position {text!r}: comma-separated rates within 0..1, at most 64")
+    return curve
 
 
 def register(app: typer.Typer) -> None:
