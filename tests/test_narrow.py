@@ -120,6 +120,18 @@ def test_a_collectives_compare_keeps_sizes_and_units_whole(width: int) -> None:
             assert _lines_with(out, old), old  # the latency whole, its unit with it or in its header
 
 
+@pytest.mark.parametrize("width", WIDTHS)
+def test_explain_keeps_the_roofline_whole(width: int) -> None:
+    d = json.loads(run_cli("explain", EAGLE_OFF, "--json").stdout)
+    out = run_cli("explain", EAGLE_OFF, env=_env(width)).stdout
+    _fits(out, width)
+    phases = [p["phase"] for p in d["phases"]]
+    assert phases
+    for ph in phases:
+        assert re.search(rf"^\s*{ph}\b", out, re.M), (width, ph)
+    assert _lines_with(out, "roofline at")
+
+
 def test_the_accept_len_unit_is_no_table_row_at_80_columns(tmp_path: Path) -> None:
     """A run whose accept_len has a unit (tokens/step, as the probe writes it now): at 80 columns the
     unit stayed behind on a line of its own under the table, read as one more row."""

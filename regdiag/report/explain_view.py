@@ -80,9 +80,13 @@ def _throughput(t: ThroughputModel, console: Console) -> None:
 
 def _roofline(e: Explanation, console: Console) -> None:
     """The per-phase roofline table, its numbered notes and the physics line."""
-    table = Table(box=None, header_style="bold", title=f"roofline at {_bw(e)}", title_justify="left")
-    for col in ("phase", "tokens", "experts", "bytes", "floor", "measured", "achieved", "mode"):
-        table.add_column(col, justify="right" if col not in ("phase", "mode") else "left", no_wrap=True)
+    from rich.text import Text
+
+    from regdiag.report import layout as L
+
+    heads = ("phase", "tokens", "experts", "bytes", "floor", "measured", "achieved", "mode")
+    cols = [L.Col(h, right=h not in ("phase", "mode")) for h in heads]
+    rows: list[list[L.Cell]] = []
     # Notes go under the table, numbered: a sentence in a cell wraps into a column of single words.
     notes: list[str] = []
     for p in e.phases:
@@ -91,18 +95,11 @@ def _roofline(e: Explanation, console: Console) -> None:
             if p.note not in notes:
                 notes.append(p.note)
             mark = f" [{notes.index(p.note) + 1}]"
-        table.add_row(
-            p.phase,
-            str(p.tokens),
-            _experts(p),
-            _gb(p.bytes),
-            _ms(p.floor_ms),
-            _ms(p.measured_ms),
-            _frac(p),
-            _graph(p) + mark,
-            style="yellow" if p.launch_bound else None,
-        )
-    console.print(table)
+        cells = [p.phase, str(p.tokens), _experts(p), _gb(p.bytes), _ms(p.floor_ms), _ms(p.measured_ms)]
+        style = "yellow" if p.launch_bound else ""
+        rows.append([Text(x, style=style) for x in [*cells, _frac(p), _graph(p) + mark]])
+    # every cell whole: a table where it fits, one block per phase below its width (report.layout)
+    console.print(L.fit(cols, rows, console.width, title=f"roofline at {_bw(e)}", gap=2), crop=False)
     console.print(
         "  experts: distinct routed experts read per MoE layer; bytes: read per rank per forward",
         style="dim",

@@ -118,7 +118,7 @@ def blocks(
         items = []
         for c, cell in zip(cols[1:], r[1:], strict=True):
             value = _text(cell)
-            if not value.plain.strip():
+            if value.plain.strip() in ("", "-"):
                 continue
             if c.unit and value.plain != "-":
                 value = value + Text(f" {c.unit}")
