@@ -108,6 +108,12 @@ def _url_password(template: str) -> Callable[[random.Random], Planted]:
     return gen
 
 
+def _b64(text: str) -> str:
+    import base64
+
+    return base64.b64encode(text.encode()).decode()
+
+
 def _password(rng: random.Random) -> str:
     return _r(rng, ALNUM, rng.randrange(8, 14)) + rng.choice("!#%^*")
 
@@ -210,6 +216,13 @@ FAMILIES: dict[str, Callable[[random.Random], Planted]] = {
         "value", "", f"https://{(k := _r(rng, HEX, 32))}@o{rng.randrange(10**5)}.ingest.sentry.io/42", k
     ),
     "docker login -p": _argv("docker login -u me -p {v} registry.example.com", _password),
+    "basic auth header": lambda rng: Planted(
+        "text", "", f"Authorization: Basic {(b := _b64(_word(rng) + ':' + _password(rng)))}", b[:14]
+    ),
+    "netrc line": lambda rng: Planted(
+        "text", "", f"machine h.example.com login me password {(p := _password(rng))}", p
+    ),
+    "yaml api_key": lambda rng: Planted("text", "", f"api_key: {(w := _word(rng) + _word(rng))}", w),
     "ssh host spec": lambda rng: Planted("value", "", f"admin:{(p := _password(rng))}@gpu-node3", p),
 }
 

@@ -72,7 +72,13 @@ _SPECIAL = [
     re.compile(r"(?<![\w-])(?:-u|--user)\s+[^\s:]+:(\S+)"),
     re.compile(r"\blogin\s+(?:--?[\w-]+\s+)*([A-Za-z0-9_.-]{16,})"),
     re.compile(r"\blogin\b[^\n]*?\s-p[ \t]+(\S+)"),
-    re.compile(r"(?i)\b(?:bearer|basic|token)\s+((?=[A-Za-z0-9._~+/-]*\d)[A-Za-z0-9._~+/-]{12,}=*)"),
+    re.compile(r"(?i)\b(?:bearer|token)\s+((?=[A-Za-z0-9._~+/-]*\d)[A-Za-z0-9._~+/-]{12,}=*)"),
+    # `Basic dXNlcjpwYXNz`: base64 with a digit or a case change inside (not `basic configuration`).
+    re.compile(
+        r"\b(?:Basic|BASIC|basic)\s+((?=[A-Za-z0-9+/]*(?:\d|[a-z][A-Z]|[A-Z][a-z]*[A-Z]))[A-Za-z0-9+/]{8,}=*)"
+    ),
+    # `machine h login u password hunter2` (.netrc), `password s3cret!`: a word with a digit or a sign.
+    re.compile(r"(?i)\b(?:password|passwd|passphrase)\s+((?=\S*[\d!#$%^&*@~])[^\s\"']{4,})"),
 ]
 _CLAUSE_END = re.compile(r"[;&\n]|\s--?[A-Za-z]|\s[A-Z_][A-Z0-9_]*=")
 _RUN = re.compile(r"[A-Za-z0-9+/=_~%.-]{14,}")
@@ -123,7 +129,9 @@ def _assign(text: str) -> str:
             continue
         # `api-key: accept env` in a commit subject, `#token: 1234` in SGLang's decode line: after a
         # colon and a space, a plain word or a number is prose (not after a password-like name).
-        prose = _PLAIN_WORD.fullmatch(v) or _NUMBER.fullmatch(v)
+        # A plain word is prose only when more words follow (`api_key: mysecret` alone is YAML).
+        more = re.match(r"[ \t]+[A-Za-z]", line[end:]) is not None
+        prose = (_PLAIN_WORD.fullmatch(v) and more) or _NUMBER.fullmatch(v)
         if sep.startswith(":") and sep != ":" and prose and not _PASSWORDISH.search(name):
             continue
         out += [text[pos : m.end()], marker(v)]
