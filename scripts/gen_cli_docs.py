@@ -58,6 +58,24 @@ started and ended, per server start and bisect step; counts inside a launch at m
 [   14s] probe spec-decode: launch 1/2: ok, primary median 37.15
 ```
 
+## One vocabulary
+
+The options that several commands share mean one thing everywhere:
+
+| option | meaning | commands |
+| --- | --- | --- |
+| `-L`, `--launches N` | fresh processes (or server starts) per run, side or point: the unit of evidence | probe spec-decode / collectives / server / engine, ab, bisect, demo |
+| `-m`, `--margin X` | the smallest change that matters, as `2%` or `0.02` | compare, ab, bisect |
+| `-o`, `--output FILE` | write the record to FILE, atomically. probe server / engine, ingest-log and snapshot write it there as well as to the store; probe spec-decode / collectives write it there instead of `$REGDIAG_HOME/runs/`; ab takes a PREFIX (`PREFIX-a.json`, `PREFIX-b.json`); export writes there instead of stdout | probe *, snapshot, ingest-log, ab, export |
+| `-R`, `--requests N` | measured requests per launch | probe server, probe engine |
+| `-C` | `--concurrency` (requests in flight) in probe server; `--cycles` in probe spec-decode | probe server, probe spec-decode |
+| `--host H` | run there over SSH (`[user@]host[:port]` or an SSH config alias; default `REGDIAG_HOST`, then config.toml). Repeatable where a command runs on several hosts at once (snapshot, probe spec-decode / collectives, clean); elsewhere one host, and a second `--host` is refused in one line (ab, bisect, probe server, probe engine) | as listed |
+| `--python PATH` | the interpreter on the target host (default `REGDIAG_PYTHON`, then config.toml) | every command with `--host`, check-host |
+| `--preset NAME` | a named set that regdiag ships: model shapes (probe spec-decode) or an engine's phase targets (probe engine) | probe spec-decode, probe engine |
+| `--model NAME` | explain: the roofline's model shapes (one of spec-decode's presets); probe server: the served model's name for the OpenAI APIs | explain, probe server |
+| `--timeout S` | seconds one unit of work may take: a launch (probes), the engine's start (probe engine), a slow source (snapshot); bisect and ab call it `--launch-timeout` | as listed |
+| `--format F` | the output format; `--json` and `--markdown` are its short forms, and two different asks are refused | every reporting command |
+
 ## Defaults: REGDIAG_HOST, REGDIAG_PYTHON and config.toml
 
 `--host` and `--python` need not be retyped on every command. What wins, first to last: the option on

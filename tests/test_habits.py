@@ -188,3 +188,17 @@ def test_frame_is_tidy(cli, tmp_path: Path) -> None:
     ]
     assert row["value"].tolist() == [first["samples"]["draft"][1]]
     assert regdiag.frame(a)["label"].iloc[0] == str(a)  # default label: the run as given
+
+
+def test_a_second_host_is_refused_where_one_is_measured(cli) -> None:
+    for argv, what in (
+        (["probe", "server", "--url", "http://127.0.0.1:9"], "probe server"),
+        (["probe", "engine", "--launch-cmd", "true"], "probe engine"),
+        (["bisect", "--good", "A=1", "--bad", "A=2", "--command", "true"], "bisect"),
+    ):
+        r = cli(*argv, "--host", "nosuchhost-a", "--host", "gpu-box")
+        assert r.returncode == 2, (what, r.stderr)
+        assert (
+            r.stderr
+            == f"regdiag: error: {what} runs on one host: give one --host (got nosuchhost-a, gpu-box)\n"
+        )

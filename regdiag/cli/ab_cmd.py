@@ -13,10 +13,12 @@ from regdiag.cli.common import (
     AllowUnloadedOpt,
     FindLinksOpt,
     HostOpt,
+    IgnoreOpt,
     IndexUrlOpt,
     InstallerOpt,
     JsonOpt,
     LaunchTimeoutOpt,
+    OnlyOpt,
     PlainProgress,
     PythonOpt,
     RepoOpt,
@@ -97,6 +99,8 @@ def ab(
     slurm_args: str | None = SlurmArgsOpt,
     allow_code_from_record: bool = AllowCodeOpt,
     allow_unloaded: bool = AllowUnloadedOpt,
+    ignore: list[str] = IgnoreOpt,
+    only: list[str] = OnlyOpt,
     json_out: bool = JsonOpt,
     fmt: str | None = format_opt("compare"),
 ) -> None:
@@ -124,6 +128,8 @@ def ab(
         snapshot=not no_snapshot,
         allow_code_from_record=allow_code_from_record,
         allow_unloaded=allow_unloaded,
+        ignore=list(ignore or []),
+        only=list(only or []),
     )
     result = _run(req, open_target(host[0] if host else None, python, ssh_config, slurm, slurm_args))
     _show(result, m, chosen)

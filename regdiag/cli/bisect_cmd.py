@@ -29,6 +29,7 @@ from regdiag.cli.common import (
     build_fields,
     err_console,
     format_opt,
+    one_host,
     open_target,
     output_file,
     pick_format,
@@ -184,7 +185,7 @@ def bisect(
     resume: bool = typer.Option(False, "--resume", help="Continue the bisect recorded in --journal."),
     allow_unloaded: bool = AllowUnloadedOpt,
     python: str | None = PythonOpt,
-    host: str | None = typer.Option(
+    host: list[str] | None = typer.Option(
         None,
         "--host",
         envvar="REGDIAG_HOST",
@@ -201,8 +202,8 @@ def bisect(
 ) -> None:
     o = dict(locals())
     chosen = pick_format("bisect", fmt, json_out, markdown)
-    req, host, python = _request(ctx, o)
-    report = _run(req, host, python, ssh_config, (slurm, slurm_args))
+    req, on, interpreter = _request(ctx, o)
+    report = _run(req, on, interpreter, ssh_config, (slurm, slurm_args))
     show("bisect", chosen, report)
     raise typer.Exit(EXIT_OK if report["verdict"] == "CULPRIT" else EXIT_INCONCLUSIVE)
 
@@ -219,6 +220,7 @@ def _request(ctx: typer.Context, o: dict[str, Any]) -> tuple[Request, str | None
     from regdiag.bisect.run import Request
     from regdiag.cli.compare_cmd import _margin
 
+    o["host"] = one_host(o["host"], "bisect")  # a second --host is refused, not the last one taken
     if o["resume"] and o["journal"] is None:
         raise BadInput("--resume needs --journal FILE (the journal of the bisect to continue)")
     journal_args: list[str] = []

@@ -59,6 +59,25 @@ HostOpt = typer.Option(
     help="Run on this host over SSH: \\[user@]host\\[:port] or a Host alias from the SSH config. "
     "Repeat for several hosts. Default: $REGDIAG_HOST, else config.toml's [defaults] host, else this machine.",
 )
+# The commands that measure one thing on one host (probe server, probe engine): --host given twice is
+# refused in one line, not the last one taken silently.
+OneHostOpt = typer.Option(
+    None,
+    "--host",
+    envvar="REGDIAG_HOST",
+    help="Run on this host over SSH: \\[user@]host\\[:port] or a Host alias from the SSH config; one host. "
+    "Default: $REGDIAG_HOST, else config.toml's [defaults] host, else this machine.",
+)
+
+
+def one_host(hosts: list[str] | None, what: str) -> str | None:
+    """The one --host of a command that measures on one host; two different ones are refused."""
+    unique = list(dict.fromkeys(hosts or []))
+    if len(unique) > 1:
+        raise BadInput(f"{what} runs on one host: give one --host (got {', '.join(unique)})")
+    return unique[0] if unique else None
+
+
 PythonOpt = typer.Option(
     None,
     "--python",

@@ -14,8 +14,8 @@ from regdiag.cli.common import (
     COUNT,
     LAUNCHES,
     SECONDS,
-    HostOpt,
     JsonOpt,
+    OneHostOpt,
     OutputOpt,
     PythonOpt,
     SshConfigOpt,
@@ -23,6 +23,7 @@ from regdiag.cli.common import (
     console,
     err_console,
     format_opt,
+    one_host,
     pick_format,
     print_json,
     probe_group,
@@ -116,7 +117,7 @@ def probe_engine(
     snapshot: bool = typer.Option(
         True, "--snapshot/--no-snapshot", help="Snapshot the host before and after."
     ),
-    host: str | None = HostOpt,
+    host: list[str] | None = OneHostOpt,
     python: str | None = PythonOpt,
     ssh_config: Path | None = SshConfigOpt,
     output: Path | None = OutputOpt,
@@ -131,6 +132,7 @@ def probe_engine(
 ) -> None:
     launches = launches_opt if launches_opt is not None else (1 if protocol else 3)
     chosen = pick_format("probe", fmt, json_out)  # json: the engine's own summary; terminal, csv: a probe's
+    on = one_host(host, "probe engine")
     if protocol and launches != 1:
         raise BadInput("--protocol prints one launch: give -L 1 (bisect makes the launches)")
     from regdiag.engine.plan import EngineRequest
@@ -154,7 +156,7 @@ def probe_engine(
     )
     try:
         quiet = chosen != "terminal" or protocol
-        path, run, phases = _measure(request, host, python, ssh_config, snapshot, quiet=quiet, output=output)
+        path, run, phases = _measure(request, on, python, ssh_config, snapshot, quiet=quiet, output=output)
         _render(run, path, phases, protocol=protocol, out_fmt=chosen)
     except (BadInput, ProbeError) as e:
         if protocol:

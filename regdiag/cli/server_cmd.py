@@ -11,8 +11,8 @@ from regdiag.cli.common import (
     COUNT,
     LAUNCHES,
     SECONDS,
-    HostOpt,
     JsonOpt,
+    OneHostOpt,
     OutputOpt,
     PlainProgress,
     PythonOpt,
@@ -21,6 +21,7 @@ from regdiag.cli.common import (
     err_console,
     format_opt,
     input_file,
+    one_host,
     pick_format,
     probe_group,
     progress_bar,
@@ -201,7 +202,7 @@ def probe_server(
         "--snapshot/--no-snapshot",
         help="Record the environment of the server's host before and after (--host, or this machine when the server is local). Default: on.",
     ),
-    host: str | None = HostOpt,
+    host: list[str] | None = OneHostOpt,
     python: str | None = PythonOpt,
     ssh_config: Path | None = SshConfigOpt,
     output: Path | None = OutputOpt,
@@ -211,6 +212,7 @@ def probe_server(
     from regdiag.hosts.resolve import open_host
 
     chosen = pick_format("server", fmt, json_out)  # before any request is sent
+    on = one_host(host, "probe server")
     from regdiag.server.measure import MeasureError, run_probe
     from regdiag.server.plan import ServerRequest, failed_launches, plan_probe, run_summary
 
@@ -233,10 +235,10 @@ def probe_server(
             launch_cmd=launch_cmd,
             startup_timeout=startup_timeout,
             stop_grace=stop_grace,
-            host=host,
+            host=on,
         )
     )
-    target = open_host(host, python, ssh_config) if plan.needs_host else None
+    target = open_host(on, python, ssh_config) if plan.needs_host else None
     run = plan.run_record(target)
     try:
         with (
