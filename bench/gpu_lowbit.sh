@@ -49,8 +49,9 @@ for spec in "kimi-k2.5 preset" "kimi-k2.5 bf16" "kimi-k2 preset" "kimi-k2 bf16";
   rd probe spec-decode --preset "$m" --weights "$w" $COMMON --verify-graph off -o "$OUT/lowbit-$m-$w-eager.json"
   rd probe spec-decode --preset "$m" --weights "$w" $COMMON --mode baseline -o "$OUT/lowbit-$m-$w-decode.json"
   for mode in eagle eager; do
-    T=60 rd explain "$OUT/lowbit-$m-$w-$mode.json" --baseline "$OUT/lowbit-$m-$w-decode.json" --json \
-      > "$OUT/explain-$m-$w-$mode.json"
+    timeout -k 10 60 python3 -m regdiag explain "$OUT/lowbit-$m-$w-$mode.json" \
+      --baseline "$OUT/lowbit-$m-$w-decode.json" --json > "$OUT/explain-$m-$w-$mode.json"
+    echo "explain $m $w $mode rc=$?"
   done
 done
 
