@@ -399,3 +399,14 @@ def test_the_acceptance_curve_from_the_servers_counters_or_given(capsys):
     assert code == 0 and [r["accept_len"] for r in sweep] == pytest.approx([1.7, 2.2])
     code, _, err = _main(capsys, "explain", "--cycle-ms", "30", "--accept-len", "2", "--per-position", "1.5")
     assert code == 2 and "--per-position" in err
+
+
+def test_the_terminal_view_of_a_model_without_a_run(cli):
+    r = cli("explain", "--model", "kimi-k2.5", "--tp", "8", env={"COLUMNS": "200"})
+    assert r.returncode == 0, r.stderr
+    assert "a verify reads 1.46x the bytes of a decode" in r.stdout
+    assert (
+        "collectives per phase, as the engine issues them: decode 124, draft 4, verify 124, extend 4"
+        in r.stdout
+    )
+    assert r.stdout.count("not measured in this run") == 1  # one note for the four unmeasured rows
