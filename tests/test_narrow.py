@@ -398,3 +398,24 @@ def test_the_screen_shows_status_text_stuck_to_a_line_printed_behind_it() -> Non
     screen.feed(raw)
     assert code == 0
     assert any("bisect: good launch 4" in ln and "endpoints: REPRODUCED" in ln for ln in screen.text())
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_snapshot_on_screen_keeps_hashes_and_versions_whole(width: int, tmp_path: Path) -> None:
+    repo = tmp_path / "engine"  # a checkout of its own, dirty, that nothing else changes meanwhile
+    repo.mkdir()
+    for cmd in (["init", "-q"], ["add", "."], ["commit", "-qm", "engine: a subject long enough to wrap"]):
+        (repo / "kernel.py").write_text(f"# {cmd[0]}\n")
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *cmd]
+        subprocess.run(git, cwd=repo, check=True, capture_output=True)
+    (repo / "kernel.py").write_text("# changed\n")
+    rec = json.loads(run_cli("snapshot", "--json", cwd=str(repo)).stdout)
+    engine = rec["groups"]["engine"]["fields"]
+    values = [engine[k]["value"] for k in ("commit", "diff_hash") if engine.get(k, {}).get("value")]
+    assert len(values) == 2  # a commit and a diff hash
+    out = run_cli("snapshot", env=_env(width), cwd=str(repo)).stdout
+    _fits(out, width)
+    words = set(out.split())
+    for v in values:
+        assert str(v) in words, (width, v)
+    assert re.search(r"^\s*torch\b", out, re.M) and any(w.startswith("2.") for w in words)

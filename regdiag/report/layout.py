@@ -159,19 +159,38 @@ def _whole(t: Text) -> Text:
 
 
 def kv(
-    pairs: Sequence[tuple[str, Cell]], width: int, *, gap: int = 1, indent: str = INDENT
+    pairs: Sequence[tuple[Cell, Cell]],
+    width: int,
+    *,
+    gap: int = 1,
+    indent: str = INDENT,
+    label_style: str = "",
 ) -> RenderableType:
-    """Label and value pairs (a snapshot group): two columns where they fit, else each value on the line
-    under its label, indented; never a label or a value split."""
-    cols = [Col(""), Col("")]
+    """Label and value pairs (a snapshot group): two columns where every value fits whole beside its
+    label, else each value on the lines under its label, wrapped between words (a hash or a path never
+    split)."""
+    cols = [Col("", style=label_style), Col("")]
     rows = [[Text(indent) + _text(k), _text(v)] for k, v in pairs]
     if needed_width(cols, rows, gap, header=False) <= width:
         return table(cols, rows, gap=gap, header=False)
     lines: list[Text] = []
-    for k, v in pairs:
-        lines.append(_whole(Text(indent) + _text(k)))
-        lines.append(_whole(Text(indent * 2) + _text(v)))
+    for (_k, v), row in zip(pairs, rows, strict=True):
+        label = row[0].copy()
+        if label_style:
+            label.stylize(label_style)
+        lines.append(_whole(label))
+        lines.append(_line(Text(indent * 2) + _text(v), width))
     return Group(*lines)
+
+
+def kv_table(t: Table, width: int) -> RenderableType:
+    """A two-column label/value rich Table (as the snapshot view builds them) through `kv`: unchanged
+    where it fits, else label and value on lines of their own."""
+    if len(t.columns) != 2 or t.show_header:
+        return t
+    labels, values = (list(c._cells) for c in t.columns)
+    style = str(t.columns[0].style or "")
+    return kv(list(zip(labels, values, strict=True)), width, gap=3, indent="  ", label_style=style)
 
 
 def hanging(text: Text, width: int) -> Text:

@@ -131,7 +131,7 @@ def _render_engine(console: Console, g: dict[str, Any], marks: dict[tuple[str, s
             "diff_hash",
             "remote",
         ]
-        console.print(_kv_table(g, "engine", names, marks))
+        console.print(L.kv_table(_kv_table(g, "engine", names, marks), console.width), crop=False)
 
 
 def _render_packages(console: Console, g: dict[str, Any]) -> None:
@@ -164,7 +164,7 @@ def _render_packages(console: Console, g: dict[str, Any]) -> None:
         t.add_row("nccl", Text(nccl.get("error", "unknown"), style=DIM))
     if missing:
         t.add_row(Text("not installed", style=DIM), Text(", ".join(missing), style=DIM))
-    console.print(t)
+    console.print(L.kv_table(t, console.width), crop=False)
 
 
 # GPU rows: (label, fields shown, formatter of their values)
@@ -247,7 +247,7 @@ def _render_gpu(console: Console, g: dict[str, Any], marks: dict[tuple[str, str]
         t.add_column(f"GPU {i}", overflow="fold")
     for label, names, fmt in GPU_ROWS:
         t.add_row(label, *[_gpu_cell(g, i, names, fmt, marks) for i in idx])
-    console.print(t)
+    console.print(L.kv_table(t, console.width), crop=False)
     topo = _fv(g, "topology")
     if isinstance(topo, dict) and topo:
         console.print(Text("  topology (nvidia-smi topo -m notation)", style="cyan"))
@@ -285,7 +285,7 @@ def _render_env(console: Console, g: dict[str, Any]) -> None:
     t.add_column(overflow="fold", style=DIM)
     for name in shown:
         t.add_row(name, _cell(g, name), f"from {sources[name]}" if name in sources else "")
-    console.print(t)
+    console.print(L.kv_table(t, console.width), crop=False)
     if others:
         console.print(Text(f"  and {len(others)} more (--json has them): " + ", ".join(others), style=DIM))
 
@@ -322,7 +322,7 @@ def _render_startup(console: Console, g: dict[str, Any]) -> None:
         t.add_row(
             "", Text("no sitecustomize.py, usercustomize.py, variable-setting .pth or nccl.conf", style=DIM)
         )
-    console.print(t)
+    console.print(L.kv_table(t, console.width), crop=False)
 
 
 def _render_process(console: Console, groups: dict[str, Any]) -> None:
@@ -341,7 +341,7 @@ def _render_process(console: Console, groups: dict[str, Any]) -> None:
         t.add_row("children", f"{len(procs)}: " + ", ".join(str(k["pid"]) for k in procs))
     for name, vals in (kids.get("differ_between_workers") or {}).items():
         t.add_row(Text("workers differ", style="yellow"), f"{name}: " + _plain(vals))
-    console.print(t)
+    console.print(L.kv_table(t, console.width), crop=False)
     lib = groups.get("libraries")
     extra = f" {(lib or {}).get('count', 0)} shared objects mapped; shown: those that set speed or came with a package"
     if not lib or not _group_header(console, "libraries", lib, extra):
@@ -357,14 +357,14 @@ def _render_process(console: Console, groups: dict[str, Any]) -> None:
         ident = v.get("build_id") or v.get("sha256") or ("deleted" if v.get("deleted") else "")
         ver = v.get("nccl_version") or v.get("file_version")
         t.add_row(name, f"{v['path']}  ({owner}{', ' + ver if ver else ''})  {ident}")
-    console.print(t)
+    console.print(L.kv_table(t, console.width), crop=False)
 
 
 def _render_host(console: Console, g: dict[str, Any], marks: dict[tuple[str, str], str]) -> None:
     extra = f"{_fv(g, 'hostname')} · {_fv(g, 'os')} · kernel {_fv(g, 'kernel')}"
     if _group_header(console, "host", g, extra):
         names = [n for n in g.get("fields", {}) if n not in ("hostname", "os", "kernel")]
-        console.print(_kv_table(g, "host", names, marks))
+        console.print(L.kv_table(_kv_table(g, "host", names, marks), console.width), crop=False)
 
 
 def render_check(reasons: list[dict[str, Any]], console: Console) -> None:
@@ -387,7 +387,7 @@ def render_check(reasons: list[dict[str, Any]], console: Console) -> None:
         if r.get("fix"):
             line.append(f"  → {r['fix']}", style=DIM)
         t.add_row(Text("✗" if r["severity"] == ERROR else "!", style=STYLE[r["severity"]]), line)
-    console.print(t)
+    console.print(L.kv_table(t, console.width), crop=False)
 
 
 RANK_TITLES = {
