@@ -68,7 +68,8 @@ The options that several commands share mean one thing everywhere:
 | `-m`, `--margin X` | the smallest change that matters, as `2%` or `0.02` | compare, ab, bisect |
 | `-o`, `--output FILE` | write the record to FILE, atomically. probe server / engine, ingest-log and snapshot write it there as well as to the store; probe spec-decode / collectives write it there instead of `$REGDIAG_HOME/runs/`; ab takes a PREFIX (`PREFIX-a.json`, `PREFIX-b.json`); export writes there instead of stdout | probe *, snapshot, ingest-log, ab, export |
 | `-R`, `--requests N` | measured requests per launch | probe server, probe engine |
-| `-C` | `--concurrency` (requests in flight) in probe server; `--cycles` in probe spec-decode | probe server, probe spec-decode |
+| `-C` | `--concurrency`, the requests in flight (probe spec-decode's `-C` for `--cycles` still works until the next release, with a one-line note: its short option is `-n` now) | probe server |
+| `-n`, `--cycles N` | measured cycles per launch | probe spec-decode |
 | `--host H` | run there over SSH (`[user@]host[:port]` or an SSH config alias; default `REGDIAG_HOST`, then config.toml). Repeatable where a command runs on several hosts at once (snapshot, probe spec-decode / collectives, clean); elsewhere one host, and a second `--host` is refused in one line (ab, bisect, probe server, probe engine) | as listed |
 | `--python PATH` | the interpreter on the target host (default `REGDIAG_PYTHON`, then config.toml) | every command with `--host`, check-host |
 | `--preset NAME` | a named set that regdiag ships: model shapes (probe spec-decode) or an engine's phase targets (probe engine) | probe spec-decode, probe engine |

@@ -202,3 +202,18 @@ def test_a_second_host_is_refused_where_one_is_measured(cli) -> None:
             r.stderr
             == f"regdiag: error: {what} runs on one host: give one --host (got nosuchhost-a, gpu-box)\n"
         )
+
+
+def test_the_old_short_option_of_cycles_works_with_a_note(cli) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch not installed")
+    base = ["probe", "spec-decode", "--preset", "tiny", "-L", "1", "--no-snapshot", "--json"]
+    for short, note in (("-C", True), ("-n", False)):
+        r = cli(*base, short, "3")
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert json.loads(r.stdout)["config"]["cycles"] == 3
+        said = [ln for ln in r.stderr.splitlines() if "deprecated" in ln]
+        assert said == (["regdiag: note: probe spec-decode -C is deprecated (-C is --concurrency in probe server; "
+                         "--cycles is -n); use -n"] if note else [])  # fmt: skip

@@ -11,7 +11,7 @@ import typer
 
 from regdiag import interrupts
 from regdiag.cli.common import reflow_help
-from regdiag.cli.helpfmt import with_config_defaults
+from regdiag.cli.helpfmt import renamed, with_config_defaults
 from regdiag.errors import (
     EXIT_BAD_INPUT,
     EXIT_INTERRUPTED,
@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> None:
 def _main(argv: list[str] | None) -> None:
     interrupts.install()  # SIGTERM and SIGHUP stop children and keep results, like Ctrl-C
     try:
-        rv = command().main(args=argv, prog_name="regdiag", standalone_mode=False)
+        args = renamed(list(sys.argv[1:] if argv is None else argv))  # old spellings, for one release
+        rv = command().main(args=args, prog_name="regdiag", standalone_mode=False)
     except RegdiagError as e:
         _fail(str(e), e.exit_code)
     except RecordError as e:

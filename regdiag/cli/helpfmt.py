@@ -119,6 +119,33 @@ def with_config_defaults(app: Any) -> None:
             with_config_defaults(group.typer_instance)
 
 
+# Spellings that changed, kept for one release: (command path) -> {old: new}. The old one works and a
+# one-line note on stderr names the new one (docs/cli.md, "One vocabulary").
+RENAMED: dict[tuple[str, ...], dict[str, tuple[str, str]]] = {
+    ("probe", "spec-decode"): {"-C": ("-n", "-C is --concurrency in probe server; --cycles is -n")},
+}
+
+
+def renamed(argv: list[str]) -> list[str]:
+    """argv with the old spellings of RENAMED replaced by the new ones (before any `--`), each said once."""
+    import sys
+
+    for path, names in RENAMED.items():
+        if tuple(argv[: len(path)]) != path:
+            continue
+        out = list(argv)
+        end = out.index("--") if "--" in out else len(out)
+        for i in range(len(path), end):
+            for old, (new, why) in names.items():
+                if out[i] == old or (out[i].startswith(old) and out[i][len(old) :].isdigit()):
+                    out[i] = new + out[i][len(old) :]
+                    sys.stderr.write(
+                        f"regdiag: note: {' '.join(path)} {old} is deprecated ({why}); use {new}\n"
+                    )
+        return out
+    return argv
+
+
 def _no_hyphen_breaks() -> None:
     """click wraps help text with a TextWrapper that breaks `--find-links` after its hyphen and cuts
     words longer than a line: it keeps them whole here (a path or an option name is copied)."""

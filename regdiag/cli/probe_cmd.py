@@ -166,7 +166,7 @@ def spec_decode(
     tp: int = typer.Option(1, "--tp", callback=bounded(1, 1024), help="Tensor-parallel ranks, one process each (NCCL on GPUs, gloo on CPU)."),
     tp_slice: int = typer.Option(None, "--tp-slice", callback=bounded(1, 1024), help="With --tp 1: one rank's shapes of TP=N on one device, without communication."),
     launches: int = LaunchesOpt,
-    cycles: int = typer.Option(50, "--cycles", "-C", callback=bounded(*CYCLES), help="Measured cycles per launch (as many bare ones run interleaved)."),
+    cycles: int = typer.Option(50, "--cycles", "-n", callback=bounded(*CYCLES), help="Measured cycles per launch (as many bare ones run interleaved; -C until the next release)."),
     warmup: int = typer.Option(5, "--warmup", callback=bounded(0, CYCLES[1]), help="Cycles run first and dropped (recorded as dropped)."),
     mode: Mode = typer.Option(Mode.eagle, "--mode", help="eagle: draft -> verify -> extend; baseline: one-token decode."),
     verify_graph: OnOff = typer.Option(OnOff.on, "--verify-graph", help="Verify as a CUDA graph (on) or eager (off)."),
