@@ -286,12 +286,14 @@ class Comparison(TypedDict, total=False):
 
 class Explanation(TypedDict, total=False):
     schema: D[str, "regdiag.explanation/1"]
+    tok_s: D[float | None, "tokens per second of speculation, the engine's overhead per cycle included"]
+    bytes_ratio_verify_decode: D[float | None, "bytes one verify reads over one decode's, this model"]
     throughput: D[dict[str, Any] | None, "the throughput model's reading"]
     phases: D[list[Any], "per phase: time and what it is bound by"]
     bandwidth: D[float | None, "memory bandwidth used, GB/s"]
     bandwidth_source: D[str, "where the bandwidth came from"]
     model: D[dict[str, Any] | None, "the roofline shape"]
-    physics: D[dict[str, Any] | None, "regression or physics"]
+    physics: D[str | None, "regression or physics: how much of verify's extra cost the bytes explain"]
     communication: D[list[Any], "collectives' share"]
     notes: D[list[str], "one line each"]
 
