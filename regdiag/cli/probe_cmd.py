@@ -282,7 +282,6 @@ def _run(
 ) -> None:
     from regdiag.measure.probe import run_probe
     from regdiag.measure.summary import summarize_run
-    from regdiag.stats import run_value
 
     if launches < 1:
         raise BadInput("--launches must be >= 1")
@@ -323,13 +322,7 @@ def _run(
             plain.tick(where_now + count)
         elif kind == "launch_end":
             la = data["launch"]
-            med = _launch_median(la)
-            medians.extend([] if med is None else [med])
-            what = (  # the launch's median, and the run's number so far (stats.run_value), as the summary
-                f"primary median {med:.4g}, run {run_value(medians):.4g}"
-                if med is not None
-                else la.get("error") or la["status"]
-            )
+            what = _launch_line(la, medians)
             if err_console.is_terminal:
                 progress.console.print(f"  launch {la['index'] + 1}: {la['status']}, {what}", highlight=False)
             plain.step(f"launch {la['index'] + 1}/{launches}: {la['status']}, {what}")
@@ -438,6 +431,18 @@ def _code(e: RegdiagError | None) -> int:
 def _file_part(name: str) -> str:
     """A host name as part of a file name (`root@10.1.2.3:22` -> `root_10.1.2.3_22`)."""
     return "".join(ch if ch.isalnum() or ch in "-." else "_" for ch in name)
+
+
+def _launch_line(launch: dict[str, Any], medians: list[float]) -> str:
+    """What a finished launch says: its median and the run's number so far (stats.run_value, as the
+    summary shows it), or why it has none; `medians` collects the launches' medians."""
+    from regdiag.stats import run_value
+
+    med = _launch_median(launch)
+    if med is None:
+        return str(launch.get("error") or launch["status"])
+    medians.append(med)
+    return f"primary median {med:.4g}, run {run_value(medians):.4g}"
 
 
 def _launch_median(launch: dict[str, Any]) -> float | None:

@@ -188,7 +188,7 @@ def kv_table(t: Table, width: int) -> RenderableType:
     where it fits, else label and value on lines of their own."""
     if len(t.columns) != 2 or t.show_header:
         return t
-    labels, values = (list(c._cells) for c in t.columns)
+    labels, values = ([c if isinstance(c, Text) else Text(str(c)) for c in col._cells] for col in t.columns)
     style = str(t.columns[0].style or "")
     return kv(list(zip(labels, values, strict=True)), width, gap=3, indent="  ", label_style=style)
 
