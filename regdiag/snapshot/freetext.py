@@ -63,7 +63,7 @@ _AZURE = re.compile(r"(?i)\b(?:AccountKey|SharedAccessKey|SharedAccessSignature|
 _TELEGRAM = re.compile(r"\b\d{6,12}:[A-Za-z0-9_-]{30,}")
 _PASSWORDISH = re.compile(r"(?i)(pass|pwd|pw$|passphrase|secret)")
 _NAME = r"[A-Za-z_][A-Za-z0-9_.-]{0,80}"
-_QUOTED = re.compile(r"([\"']?)(" + _NAME + r")\1(\s*[=:]\s*)([\"'])(.*?)\4")
+_QUOTED = re.compile(r"(?<![\w.-])([\"']?)(" + _NAME + r")\1(\s*[=:]\s*)([\"'])(.{0,4096}?)\4")
 _ASSIGN = re.compile(r"(?<![\w.-])(--?)?(" + _NAME + r")(=|:[ \t]*)(?=[^\s\"'])")
 _FLAG = re.compile(r"(?<![\w-])(--?" + _NAME + r")[ \t]+(?!-)(?:([\"'])(.*?)\2|([^\s\"']+))")
 _SPECIAL = [
@@ -122,7 +122,8 @@ def _assign(text: str) -> str:
         name, sep = m.group(2), m.group(3)
         if m.start() < pos or not credential_name(name):
             continue
-        line = text[m.end() :].split("\n", 1)[0]
+        nl = text.find("\n", m.end(), m.end() + 4096)
+        line = text[m.end() : nl if nl >= 0 else m.end() + 4096]
         end = _value_end(name, line)
         v = line[:end]
         if not v or v.lower() in BOOLEANS or v.startswith("<redacted"):
@@ -186,7 +187,7 @@ _detector: list[Any] = []  # [None] when unavailable, else [(settings context fa
 # word long and mixed enough to be a token. Plain text (a kernel command line, a commit subject with
 # "token" in it) never loads the library: importing it costs ~0.2 s, more than a snapshot's budget.
 _CANDIDATE_WORD = re.compile(
-    r"(?i)(?:pass|secret|token|key|auth|cred|pwd|bearer|basic)\w*[\"']?\s*[=:]\s*\S|bearer\s|basic\s"
+    r"(?i)(?:pass|secret|token|key|auth|cred|pwd|bearer|basic)\w{0,40}[\"']?[ \t]{0,4}[=:][ \t]{0,4}\S|bearer\s|basic\s"
 )
 _CANDIDATE_RUN = re.compile(r"[A-Za-z0-9+/_=.-]{16,}")
 
@@ -220,6 +221,11 @@ def detector_available() -> bool:
     return _load_detector() is not None
 
 
+# detect-secrets takes about 1 ms a line, more on long ones: lines longer than this are left to the
+# own rules (a tail, an error line and a commit subject are far shorter).
+MAX_DETECT_LINE = 4096
+
+
 def _detect(text: str) -> str:
     if not _candidate(text):
         return text
@@ -228,8 +234,9 @@ def _detect(text: str) -> str:
         return text
     settings, plugins = loaded
     found: set[str] = set()
+    lines = [ln for ln in text.splitlines() if len(ln) <= MAX_DETECT_LINE and _candidate(ln)]
     with settings():
-        for line in text.splitlines():
+        for line in lines:
             for p in plugins:
                 try:
                     found.update(

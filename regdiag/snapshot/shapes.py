@@ -19,6 +19,7 @@ Standard library only (runs on remote hosts too).
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -117,6 +118,7 @@ def _is_credential_word(w: str) -> bool:
     return w in CREDENTIAL_WORDS or w.endswith(CREDENTIAL_SUFFIXES)
 
 
+@functools.lru_cache(maxsize=4096)
 def credential_name(name: str) -> bool:
     """The name says its value is a credential (see the module docstring)."""
     if name in NOT_CREDENTIALS:  # the variables; `--pwd` is a password
