@@ -197,3 +197,28 @@ def test_snapshot_pid_leaks_nothing_of_a_running_process(tmp_path: Path) -> None
     assert _leaks([pw, token, argv], r.stdout, r.stderr) == []
     fields = json.loads(r.stdout)["groups"]["env"]["fields"]
     assert {k: fields[k]["value"] for k in harmless} == harmless
+
+
+def test_the_remote_bundle_redacts_alike_without_detect_secrets(tmp_path: Path) -> None:
+    """What a remote host runs: the bundle, by an interpreter without site-packages (-S -E: no
+    detect-secrets there), hides the same values and keeps the same knobs."""
+    import os
+    import subprocess
+
+    from regdiag.hosts import bundle
+
+    plants = [
+        planted(label, 41) for label in ("PGPASSWORD", "xai", "https url /", "rsa pem", "numeric password")
+    ]
+    harmless = _harmless_env(41)
+    env = {"PATH": os.environ["PATH"], "REGDIAG_HOME": str(tmp_path / "home"), **harmless}
+    env.update({env_name(p, i): p.value for i, p in enumerate(plants)})
+    r = subprocess.run(
+        [sys.executable, "-S", "-E", str(bundle.local_bundle_path()), "snapshot"],
+        capture_output=True, text=True, env=env, timeout=240,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert _leaks(plants, r.stdout, r.stderr) == []
+    fields = json.loads(r.stdout)["groups"]["env"]["fields"]
+    assert {k: fields[k]["value"] for k in harmless} == harmless
+    assert all(is_hidden(fields[env_name(p, i)]["value"]) for i, p in enumerate(plants))
