@@ -54,9 +54,30 @@ started and ended, per server start and bisect step; counts inside a launch at m
 
 ```
 [    0s] probe spec-decode: launch 1/2 started
-[   10s] probe spec-decode: launch 1/2 build
-[   14s] probe spec-decode: launch 1/2: ok, primary median 37.15
+[    9s] probe spec-decode: launch 1/2: ok, primary median 19.32, run 19.32
+[    9s] probe spec-decode: launch 2/2 started
+[   19s] probe spec-decode: launch 2/2 teardown
+[   22s] probe spec-decode: launch 2/2: ok, primary median 39.61, run 27.66
 ```
+
+A finished launch says its median and the run's number so far, `run`: the geometric mean of the
+launch medians, the number the summary, `baseline list` and compare show for the run
+(docs/statistics.md, "One number per run"). These lines (tiny preset on a loaded 2-core VM,
+`regdiag probe spec-decode --preset tiny --cycles 6 --warmup 1 --launches 2 --no-snapshot -o r.json
+2>err`) go to stderr; the summary to stdout, after the last of them.
+
+## 80, 60 and 40 columns, and other encodings
+
+Reports are laid out for the width they are given (`COLUMNS`, else the terminal's, else 80 in a log).
+Below the width a table needs with every cell whole, it becomes one block per row: the row's name
+(a metric, a run id, a message size, a baseline) on its own line, then `header value` items packed
+under it, each item whole. Sentences wrap between words, continued two columns further in, and a
+number never leaves its unit (`9.44 ms`, `68.5 %`); a word longer than the line (a path, a hash)
+stands whole past the edge instead of being cut. Nothing is elided with `…`.
+
+On a stream that cannot write UTF-8 (`PYTHONIOENCODING=ascii`, an old `LANG=C` box) the arrows,
+signs and dashes are written in ASCII (`->`, `x`, `+/-`, `|`), tables get ASCII borders, and the
+exit code is the command's own (a traceback and exit 1, REGRESSED's code, before).
 
 ## One vocabulary
 
