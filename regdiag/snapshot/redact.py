@@ -163,8 +163,10 @@ def redact_argv(argv: list[str], key: bytes | None = None) -> list[str]:
     pending: str | None = None
     prog = ""
     for i, tok in enumerate(argv):
-        if i == 0 or (prog in ("env", "sudo", "sshpass") and not out[-1].startswith("-") and "=" not in tok):
-            prog = os.path.basename(tok)
+        if i == 0 or (
+            prog in ("env", "sudo") and pending is None and not tok.startswith("-") and "=" not in tok
+        ):
+            prog = os.path.basename(tok)  # `sudo mysql -pX`, `env A=1 sshpass -p X`: the program after it
         if pending is not None and not (tok.startswith("-") and len(tok) > 1 and not NUMBER.fullmatch(tok)):
             out.append(_flag_value(prog, pending, tok, k))
             pending = None
