@@ -59,7 +59,8 @@ def comm_shares(run: dict[str, Any]) -> list[CommShare]:
             if isinstance(c, dict) and isinstance(c.get("comm_ms"), (int, float)):
                 per.setdefault(ph, []).append(c)
     header: dict[str, Any] = next((la["header"] for la in ok if isinstance(la.get("header"), dict)), {})
-    table = (header.get("model") or {}).get("collectives") or {}
+    model = header.get("model")  # an object in a probe's header, a name in a server's
+    table = (model.get("collectives") if isinstance(model, dict) else None) or {}
     out = []
     for ph, cs in per.items():
         diffs = [float(c["comm_ms"]) for c in cs]

@@ -85,6 +85,8 @@ def shape_from_dict(d: dict[str, Any], name: str = "") -> Any:
         ok = isinstance(v, bool) if want is bool else isinstance(v, (int, float)) and not isinstance(v, bool)
         if want is str:
             ok = isinstance(v, str)
+        if ok and want is int:  # a count: whole and not negative (int(5e-324) was a shard of 0)
+            ok = float(v).is_integer() and (1 if k == "shard" else 0) <= v <= 2**31
         if not ok:
             raise BadInput(f"the probe header's model shape has an invalid {k}: {v!r}")
         given[k] = want(v)

@@ -267,7 +267,7 @@ def _check_vocabulary(record: dict[str, Any], source: str) -> None:
             )
     units = record.get("units") or {}
     primary = record.get("primary")
-    if record.get("phases_sum_to_primary") is not False and primary in units:
+    if record.get("phases_sum_to_primary") is not False and isinstance(primary, str) and primary in units:
         for p in phases:  # the phases add up to the primary (attribution): one unit for all of them
             if p in units and units[p] != units[primary]:
                 raise RecordError(
@@ -299,6 +299,10 @@ def _check_run(record: dict[str, Any], source: str, values: bool = True) -> None
             raise RecordError(f"{source}: launch {i} is malformed (samples is not an object)")
         if values:
             _check_header(launch.get("header"), f"{source}: launch {i} header")
+            for key in ("footer", "clocks"):  # readers descend into these: an object and a list
+                want = dict if key == "footer" else list
+                if launch.get(key) is not None and not isinstance(launch[key], want):
+                    raise RecordError(f"{source}: launch {i} {key} is a {type(launch[key]).__name__}")
             _check_numbers(launch, f"{source}: launch {i}")
         for key in SAMPLE_KEYS if values else ():
             if key in launch and not (key != "samples" and launch[key] is None):

@@ -33,6 +33,9 @@ RUN_TEXT = json.dumps(RUN)
 ODD_VALUES = st.one_of(
     st.sampled_from([float("nan"), float("inf"), float("-inf"), -1.0, 0.0, 0, 1e300, -1e-300, True, None]),
     st.sampled_from(["", "nan", "fast", "cycle", "regdiag.run/1", "regdiag.run/2"]),
+    # issue 27's shapes: words no field takes, text that is not text, numbers no float64 holds
+    st.sampled_from(["banana", "failed", "ok", "error", "sideways", "higher", "\ud800", "a\nb", "m\x00s"]),
+    st.sampled_from([5e-324, 1e-300, 2.2e-308, 10**400, -(10**400), 10**308, 2**64]),
     st.lists(st.integers(-3, 3), max_size=3),
     st.dictionaries(st.sampled_from(["cycle", "x", "samples"]), st.integers(-1, 1), max_size=2),
     st.integers(min_value=-(2**70), max_value=2**70),

@@ -289,7 +289,8 @@ def run_cases(cases: list[Case], tmp: Path) -> list[dict[str, Any]]:
         capture_output=True,
         text=True,
         cwd=str(ROOT),
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # REGDIAG_TEST_ROOT: the cases against another checkout's regdiag (tests/test_adversarial.py --root)
+        env={**os.environ, "PYTHONPATH": os.environ.get("REGDIAG_TEST_ROOT", str(ROOT))},
         timeout=TIMEOUT * len(cases) + 60,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -160,6 +160,38 @@ NoSnapOpt = typer.Option(False, "--no-snapshot", help="Skip the environment snap
 FormatOpt = format_opt("probe")
 
 
+def _slow_ms(ctx: typer.Context, param: typer.CallbackParam, value: list[str] | None) -> list[str] | None:
+    """--slow-phase PHASE:MS with MS a number of milliseconds in 0..10000, before any launch (the probe
+    checks the phase name; NaN failed a launch writing its record)."""
+    for spec in value or []:
+        ms = _float(spec.rpartition(":")[2])
+        if ms is None or not 0 <= ms <= 10_000:
+            raise BadInput(f"--slow-phase {spec!r}: expected PHASE:MS with MS within 0..10000")
+    return value
+
+
+def _sizes(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
+    """--sizes: every size a number (K, M, G) of at most 64G bytes, before any launch (the probe parses
+    the sweep; 1e400 and 1e27 failed it with exit 5)."""
+    if value is None or value.startswith("model:"):
+        return value
+    for item in value.replace(":", ",").split(",")[:2] if ":" in value else value.split(","):
+        t = item.strip().upper().removesuffix("IB").removesuffix("B")
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
+        x = _float(t[:-1] if mult > 1 else t)
+        if t and (x is None or not 0 < x * mult <= 64 << 30):
+            raise BadInput(f"--sizes {value!r}: size {item.strip()!r} is not a number of bytes up to 64G")
+    return value
+
+
+def _float(text: str) -> float | None:
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) else None
+
+
 def spec_decode(
     preset: str = typer.Option("auto", "--preset", help="kimi-k2, kimi-k2.5, deepseek-v3, deepseek-v2-lite, tiny; auto = tiny without a GPU, kimi-k2 with one."),
     layers: int = typer.Option(None, "--layers", callback=bounded(1, 1000), help="Full-size target layers (default: as many of the preset's as fit; the record says how many)."),
@@ -183,7 +215,7 @@ def spec_decode(
     weights: str = typer.Option("bf16", "--weights", help="bf16 (every weight in --dtype); preset (the checkpoint's: FP8 blocks for kimi-k2 and deepseek-v3, INT4 routed experts for kimi-k2.5); fp8; int4. Low-bit kernels on CUDA; on CPU only their bytes are modelled."),
     draft: str = typer.Option("eagle3", "--draft", help="eagle3 (shaped like the trained EAGLE-3 drafts) or mtp (DeepSeek-V3's own MTP layer)."),
     seed: int = typer.Option(0, "--seed", callback=bounded(0, 2**31 - 1), help="Weights seed (inputs use seed + launch index)."),
-    slow_phase: list[str] = typer.Option(None, "--slow-phase", help="Test hook: PHASE:MS adds MS of real busy work to PHASE (also REGDIAG_PROBE_SLOW)."),
+    slow_phase: list[str] = typer.Option(None, "--slow-phase", callback=_slow_ms, help="Test hook: PHASE:MS adds MS of real busy work to PHASE (also REGDIAG_PROBE_SLOW)."),
     crash_rank: int = typer.Option(None, "--crash-rank", callback=bounded(0, 1023), help="Test hook: this rank exits abruptly ..."),
     crash_at_launch: int = typer.Option(None, "--crash-at-launch", callback=bounded(0, LAUNCHES[1]), help="Test hook: ... in this launch (default 0; also REGDIAG_PROBE_CRASH=R@L)."),
     hang_timeout: float = HangOpt,
@@ -227,7 +259,7 @@ def spec_decode(
 
 def collectives(
     tp: int = typer.Option(2, "--tp", callback=bounded(1, 1024), help="Ranks, one process each."),
-    sizes: str = typer.Option(None, "--sizes", help="MIN:MAX[:FACTOR], a list (1K,64K,1M) or model:PRESET. Default: 1K:256M doubling on GPUs, 1K:16M on CPU."),
+    sizes: str = typer.Option(None, "--sizes", callback=_sizes, help="MIN:MAX[:FACTOR], a list (1K,64K,1M) or model:PRESET. Default: 1K:256M doubling on GPUs, 1K:16M on CPU."),
     op: CollOp = typer.Option(CollOp.all_reduce, "--op", help="Collective of a numeric sweep (model: sweeps set their own)."),
     mode: CollMode = typer.Option(CollMode.auto, "--mode", help="eager, graph (the loop in a CUDA graph) or both; auto: both on CUDA, eager on CPU."),
     api: CollApi = typer.Option(CollApi.auto, "--api", help="nccl: NCCL called directly on the current CUDA stream, as engines call it in graphs; torch: torch.distributed (its own stream and events per call); auto: nccl on CUDA when the library loads, torch on CPU."),
