@@ -132,3 +132,23 @@ def test_a_private_key_split_over_stderr_lines_is_cut_out_whole() -> None:
     lines = p.value.split("\n")
     cut = scrub_lines(lines[3:])
     assert not any(line in "\n".join(cut) for line in lines[3:-2] if len(line) > 8)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(
+    secret_labels=st.lists(st.sampled_from(LABELS), min_size=1, max_size=6, unique=True),
+    harmless_labels=st.lists(st.sampled_from(sorted(HARMLESS)), min_size=1, max_size=6, unique=True),
+    rng=st.integers(0, 2**32).map(random.Random),
+)
+def test_both_ways_at_once_in_one_environment(
+    secret_labels: list[str], harmless_labels: list[str], rng: random.Random
+) -> None:
+    """One environment mixing drawn secrets and drawn knobs: every secret hidden, every knob exact."""
+    plants = [FAMILIES[label](rng) for label in secret_labels]
+    knobs = dict(HARMLESS[label](rng) for label in harmless_labels)
+    env = {env_name(p, i, "SGLANG_HINT_"): p.value for i, p in enumerate(plants)}
+    env.update(knobs)
+    kept, redacted = redact_env(env)
+    assert {k: kept[k] for k in knobs} == knobs and set(redacted).isdisjoint(knobs)
+    text = json.dumps(kept) + json.dumps(env_group.collect(env))
+    assert [p.core for p in plants if p.core in text] == []
