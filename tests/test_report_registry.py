@@ -24,7 +24,18 @@ def test_every_registry_line_names_a_function(entry):
 
 def test_each_result_defaults_to_the_terminal_and_has_json():
     whats = {w for w, _ in registry.RENDERERS}
-    assert whats == {"compare", "explain", "snapshot", "check", "diff", "bisect", "probe", "server", "ingest"}
+    assert whats == {
+        "compare",
+        "explain",
+        "snapshot",
+        "check",
+        "diff",
+        "bisect",
+        "probe",
+        "server",
+        "ingest",
+        "runs",
+    }
     for w in whats:
         assert formats(w)[0] == "terminal" and "json" in formats(w)
 
