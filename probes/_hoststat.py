@@ -7,7 +7,8 @@ recorded); no imports of other probe modules, so regdiag's server launcher sends
 engine's host and runs it there, and regdiag loads it too (regdiag/probe_modules.py).
 
     w = HostWatch(lambda: [rank pids])   # the supervisor of a probe launch, or the server launcher
-    w.start()      # a sampler thread: every INTERVAL_S the cheap counters, every SCAN_EVERY a /proc scan
+    w.start()      # a sampler thread: every INTERVAL_S the cheap counters (with a process group, every
+                   # SCAN_EVERY-th sample a /proc scan too)
     w.mark()       # the measured window starts (first measured cycle; load starts)
     w.finish()     # it ends (the footer; load ends)
     w.result()     # {"status", "window_s", "measured", "system", "others", ...} for the launch record
@@ -28,6 +29,7 @@ from typing import Any
 INTERVAL_S = 0.5  # cheap counters: /proc/stat, the measured processes' stat and status, cpufreq
 SCAN_EVERY = 4  # every this many samples, every process's CPU time (for "other processes took")
 TOP_OTHERS = 5
+OFF_ENV = "REGDIAG_HOST_SAMPLING"
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _STAT_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 
@@ -170,6 +172,8 @@ class HostWatch:
         self.pgid = pgid
         self.interval_s = interval_s
         self.status = "proc" if os.path.isfile("/proc/stat") else "unavailable: no /proc/stat (not Linux)"
+        if os.environ.get(OFF_ENV) == "0":  # to measure what the sampling costs (bench/bench_host_sampler.py)
+            self.status = f"off ({OFF_ENV}=0)"
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -229,7 +233,9 @@ class HostWatch:
         while not self._stop.wait(self.interval_s):
             self._n += 1
             try:
-                self._sample(self._n % SCAN_EVERY == 0)
+                # a process group's members are found by scanning; known pids need the scan only at
+                # the window's ends (mark, finish)
+                self._sample(self.pgid is not None and self._n % SCAN_EVERY == 0)
             except Exception:  # a process vanished mid-read, /proc odd: the next sample tries again
                 continue
 

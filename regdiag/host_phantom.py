@@ -26,8 +26,10 @@ from regdiag.snapshot.redact import scrub_text
 OTHERS_PTS = 15.0  # other processes' share of the CPUs, percentage points above
 CTX_RATIO = 5.0  # involuntary context switches per second of the busiest measured process, x
 CTX_MIN_RATE = 20.0  # ... and at least this many per second more
-SHARE_PTS = 0.2  # the measured processes' share of the window on a CPU, this much below ...
-SHARE_RATIO = 0.75  # ... and below this x the others'
+# the measured processes' share of the window on a CPU below this x the others' (and this much): a
+# relative rule, since on a machine shared with other work a quiet launch gets only a part of its CPU
+SHARE_RATIO = 0.6
+SHARE_PTS = 0.05
 STEAL_PTS = 5.0
 IOWAIT_PTS = 10.0
 PSI_CPU_PTS = 10.0

@@ -47,6 +47,7 @@ def with_host(
     flags = {"old": _flags(old, ol, pooled, 0), "new": _flags(new, nl, pooled, len(uo))}
     n_flagged = sum(len(f) for f in flags.values())
     other: str | None = None
+    excluded = False
     if n_flagged:
         try:
             alt = compare(_without(old, flags["old"]), _without(new, flags["new"]))
@@ -54,7 +55,7 @@ def with_host(
         except BadInput:  # a side with no launch left
             alt, other = None, "none (no launch of a side left)"
         if exclude_flagged and alt is not None:
-            c, other = alt, c.verdict
+            c, other, excluded = alt, c.verdict, True
     head = [p for p in (c.primary, *dict.fromkeys(m.name for m in c.metrics)) if p]
     units = {**(old.get("units") or {}), **(new.get("units") or {})}
     lines = host_phantom.explain_launches([(ol, uo), (nl, un)], head, units.get(head[0], "") if head else "")
@@ -66,9 +67,13 @@ def with_host(
         which = "; ".join(
             f"{labels[k]} {', '.join(str(i) for i in sorted(f))}" for k, f in flags.items() if f
         )
-        if exclude_flagged:
+        if excluded:
             lines.append(
                 f"flagged launches left out (--exclude-flagged): {which}; with them the verdict is {other}"
+            )
+        elif exclude_flagged:
+            lines.append(
+                f"flagged launches: {which}; not left out (--exclude-flagged): no launch of a side would be left"
             )
         else:
             lines.append(
@@ -79,7 +84,7 @@ def with_host(
     c.phantom = [*c.phantom, *lines]
     c.host = {
         "flagged": {lab: {str(i): why for i, why in f.items()} for lab, f in flags.items()},
-        "excluded": bool(exclude_flagged and n_flagged),
+        "excluded": excluded,
         "verdict_other": other,
     }
     return c

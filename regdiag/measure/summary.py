@@ -84,6 +84,7 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
         "clocks": clock,
         "accept_len_simulated": any(la.get("scalars", {}).get("accept_len_simulated") for la in ok),
         "warnings": run.get("warnings", []),
+        "host_flags": {str(la.get("index")): la["host_flags"] for la in ok if la.get("host_flags")},
         "sizes": collective_sizes(ok),
     }
 
