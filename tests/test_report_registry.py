@@ -35,6 +35,7 @@ def test_each_result_defaults_to_the_terminal_and_has_json():
         "server",
         "ingest",
         "runs",
+        "baselines",
     }
     for w in whats:
         assert formats(w)[0] == "terminal" and "json" in formats(w)

@@ -14,12 +14,12 @@ from regdiag.cli.common import (
     JsonOpt,
     console,
     err_console,
-    fitted_table,
     format_opt,
     output_file,
     pick_format,
     print_json,
     refuse_input_as_output,
+    show,
 )
 from regdiag.errors import BadInput
 from regdiag.records import listed
@@ -167,40 +167,22 @@ def baseline_save(
 
 
 @baseline_app.command("list")
-def baseline_list(json_out: bool = JsonOpt) -> None:
-    """The stored baselines: name, probe, launches, primary median, when saved."""
+def baseline_list(json_out: bool = JsonOpt, fmt: str | None = format_opt("baselines")) -> None:
+    """The stored baselines: name, probe, config, launches, the primary's run value, when saved."""
     from regdiag import baselines
+    from regdiag.errors import escape_controls
 
+    chosen = pick_format("baselines", fmt, json_out)
     items = baselines.list_baselines()
-    if json_out:
+    if chosen == "json":
         print_json(listed("baseline-list", "baselines", items))
         return
-    if not items:
-        console.print(f"no baselines in {baselines.baselines_dir()} (regdiag baseline save NAME RUN)")
-        return
-    rows = []
     for b in items:
         if "problem" in b:  # one bad file never hides the rest of the store
-            from regdiag.errors import escape_controls
-
             why = escape_controls(f"skipped baseline {b['name']}: {b['problem']}")
             err_console.print(f"warning: {why}", soft_wrap=True, markup=False, highlight=False)
-            continue
-        cfg = " ".join(f"{k}={v}" for k, v in list(b["config"].items())[:4])
-        med = b["primary_median"]
-        prim = f"{b['primary']} {med:.4g} {b['unit']}" if med is not None else str(b["primary"])
-        rows.append(
-            [
-                b["name"],
-                str(b["probe"]),
-                cfg,
-                str(b["launches"]),
-                prim,
-                str(b["saved"])[:16].replace("T", " "),
-            ]
-        )
-    cols = ["name", "probe", "config", "launches", "primary", "saved"]
-    console.print(fitted_table(cols, rows, keep="name", drop_order=["saved", "launches"]))
+    good = [b for b in items if "problem" not in b]
+    show("baselines", chosen, {"dir": str(baselines.baselines_dir()), "baselines": good})
 
 
 @baseline_app.command("rm")

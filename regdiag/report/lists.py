@@ -1,4 +1,5 @@
-"""The stored runs (`regdiag runs`) on the terminal and as CSV: one row per run, the id first.
+"""The stored runs (`regdiag runs`) and baselines (`baseline list`) on the terminal and as CSV: one row
+each, the id or name first.
 
 On the terminal a table where every cell fits whole, else one block per run (report.layout): the id
 (what compare, explain and baseline take) alone on its line, every other column under it.
@@ -50,4 +51,53 @@ def runs_csv(data: dict[str, Any], out: Out) -> None:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(RUN_COLUMNS)
     w.writerows(run_rows(data["runs"]))
+    out.text(buf.getvalue())
+
+
+BASELINE_COLUMNS = ("name", "probe", "config", "launches", "primary", "saved")
+
+
+def baseline_rows(items: list[dict[str, Any]]) -> list[list[str]]:
+    """One row of BASELINE_COLUMNS per stored baseline (regdiag.baselines.list_baselines); the primary
+    is the run's one number (stats.run_value), as compare shows it."""
+    rows = []
+    for b in items:
+        cfg = " ".join(f"{k}={v}" for k, v in list(b["config"].items())[:4])
+        med = b["primary_median"]
+        prim = f"{b['primary']} {med:.4g} {b['unit']}" if med is not None else str(b["primary"])
+        saved = str(b["saved"])[:16].replace("T", " ")
+        rows.append([str(b["name"]), str(b["probe"]), cfg, str(b["launches"]), prim, saved])
+    return rows
+
+
+def baselines_terminal(data: dict[str, Any], out: Out) -> None:
+    """`data`: {"dir": the baselines directory, "baselines": the readable ones}."""
+    console = out.console
+    if not data["baselines"]:
+        console.print(f"no baselines in {data['dir']} (regdiag baseline save NAME RUN)", highlight=False)
+        return
+    cols = [L.Col(c) for c in BASELINE_COLUMNS]
+    rows: list[list[L.Cell]] = [list(r) for r in baseline_rows(data["baselines"])]
+    console.print(L.fit(cols, rows, console.width, gap=2), crop=False)
+
+
+def baselines_csv(data: dict[str, Any], out: Out) -> None:
+    """The primary as its name, number and unit apart, for a spreadsheet."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["name", "probe", "config", "launches", "primary", "primary_value", "unit", "saved"])
+    for b in data["baselines"]:
+        cfg = " ".join(f"{k}={v}" for k, v in (b.get("config") or {}).items())
+        w.writerow(
+            [
+                b["name"],
+                b["probe"],
+                cfg,
+                b["launches"],
+                b["primary"],
+                b["primary_median"],
+                b["unit"],
+                b["saved"],
+            ]
+        )
     out.text(buf.getvalue())

@@ -71,6 +71,9 @@ RENDERERS: dict[tuple[str, str], str] = {
     ("runs", "terminal"): "regdiag.report.lists:runs_terminal",
     ("runs", "json"): "regdiag.report.jsonout:render",
     ("runs", "csv"): "regdiag.report.lists:runs_csv",
+    ("baselines", "terminal"): "regdiag.report.lists:baselines_terminal",
+    ("baselines", "json"): "regdiag.report.jsonout:render",
+    ("baselines", "csv"): "regdiag.report.lists:baselines_csv",
 }
 
 
