@@ -50,6 +50,9 @@ def test_probe_on_three_hosts_one_refusing(sshd: Sshd, tmp_path: Path) -> None: 
         run = json.loads((tmp_path / f"run.{name}.json").read_text())
         assert run["host"]["name"] == name and run["host"]["via"] == "ssh"
         assert [la["status"] for la in run["launches"]] == ["ok"]
+        # the host's CPUs, recorded on that host by the bundle's supervisor (probes/_hoststat.py)
+        host = run["launches"][0]["host"]
+        assert host["status"] == "proc" and host["measured"]["processes"] >= 1, host
     assert not (tmp_path / "run.node-dead.json").exists()
 
     # all hosts well: exit 0, one record each, the terminal summary names each host
