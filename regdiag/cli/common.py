@@ -339,8 +339,6 @@ def _callback(check):  # type: ignore[no-untyped-def]
     return cb
 
 
-input_file = _callback(check_input_file)
-output_file = _callback(check_output_file)
 # Numbers as option callbacks: every count, size and time has a range, named in the one error line
 # (`--launches 1000000000000: out of range, use 1 to 10000`); NaN and infinities are outside any range.
 LAUNCHES = (1, 10_000)
@@ -374,6 +372,8 @@ def _number(x: float) -> str:
     )
 
 
+input_file = _callback(check_input_file)
+output_file = _callback(check_output_file)
 output_prefix = _callback(check_output_prefix)
 OutputOpt = typer.Option(
     None, "-o", "--output", help="Also write the record to this file (atomically).", callback=output_file
