@@ -325,3 +325,27 @@ def main(argv: list[str]) -> None:
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     main(sys.argv[1:])
+
+
+def test_the_baseline_store_survives_one_bad_entry(tmp_path: Path) -> None:
+    """A stored file that is no longer readable (a lone surrogate an older regdiag stored, a status no
+    launch has) is skipped with a warning; the other baselines are listed (it crashed the whole list)."""
+    import os
+    import subprocess
+
+    home = tmp_path / "home"
+    env = {**os.environ, "REGDIAG_HOME": str(home), "COLUMNS": "200"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "regdiag", *args], cwd=str(ROOT), env=env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    assert cli("baseline", "save", "good", str(RUN)).returncode == 0
+    bad = copy.deepcopy(BASE)
+    bad["probe"]["name"] = "\ud800"
+    (home / "baselines" / "old.json").write_text(json.dumps(bad))
+    r = cli("baseline", "list")
+    assert r.returncode == 0, r.stderr
+    assert "good" in r.stdout and "old" not in r.stdout
+    assert r.stderr.startswith("warning: skipped baseline old:") and "surrogate" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
