@@ -126,7 +126,7 @@ hand. Both take the shell's name as an argument (`--show-completion bash`) where
 
 ## Help
 
-`--help` is click's plain layout, wrapped at the terminal's width (80 columns at most) between words:
+`--help` is click's plain layout, wrapped at the terminal's width (80 columns in a CI log) between words:
 each option with its value's type as click names it (`TEXT`, `INTEGER`, `FLOAT RANGE`, `PATH`,
 `[eager|graph|both]`), flags with none, arguments by name (`OLD NEW`), and nothing cut with an ellipsis.
 """

@@ -1,5 +1,5 @@
 """`--help` in click's plain style: `--launches INTEGER`, `OLD NEW`, flags without a type, wrapped at
-the terminal's width (at most 80 columns) between words, never cut with an ellipsis.
+the terminal's width (80 columns in a CI log) between words, never cut with an ellipsis.
 
 typer's rich help prints Python types (`<bool>`, `<list[str]>`, `{old} {new}`) and, at 80 columns,
 cuts long defaults and option names with `…`. `click_style(command)` turns the built click command
@@ -74,8 +74,15 @@ def _whole_short_help(cmd: Any) -> None:
     cmd.get_short_help_str = lambda limit=45: line
 
 
-def click_style(cmd: Any) -> Any:
+def click_style(cmd: Any, top: bool = True) -> Any:
     """Apply click's plain help style to `cmd` and every command below it; returns `cmd`."""
+    if top:  # click's help stops at 80 columns by default; the terminal's width is the limit here
+        import shutil
+
+        cmd.context_settings = {
+            **cmd.context_settings,
+            "max_content_width": shutil.get_terminal_size().columns,
+        }
     if hasattr(cmd, "rich_markup_mode"):
         cmd.rich_markup_mode = None
     cmd.help = _keep_lists(_unescape(cmd.help))
@@ -89,7 +96,7 @@ def click_style(cmd: Any) -> Any:
         if param.metavar is None and not (param.is_flag or param.count):
             param.metavar = option_metavar(param)
     for sub in (getattr(cmd, "commands", None) or {}).values():
-        click_style(sub)
+        click_style(sub, top=False)
         _whole_short_help(sub)
     return cmd
 
