@@ -4,7 +4,7 @@
 # beside two CPU hogs pinned there too, compared with the first. Each launch records its host (the rank's
 # CPU time, context switches, CPUs; load, steal, PSI, the others' CPU) and GPU samples; compare names
 # what explains an outlier launch or says that nothing recorded differs.
-#   OUT=/some/dir bash bench/gpu_host_phantom.sh
+#   OUT=/some/dir bash bench/gpu_host_phantom.sh       (ABBA=1: also what the host sampling costs)
 # Runs from the repository root with PYTHONPATH=. (regdiag need not be installed); ~6 minutes on an H200.
 set -u
 OUT=${OUT:?set OUT to a directory for the records}
@@ -52,5 +52,23 @@ for path in sys.argv[1:]:
         print(path.rsplit("/", 1)[-1], la["index"], f"verify {statistics.median(v):.2f} ms",
               f"SM {min(sm) if sm else '-'}-{max(sm) if sm else '-'} MHz", f, la.get("host_flags"))
 EOF
+if [ "${ABBA:-0}" = 1 ]; then  # optional, a few more minutes: what recording the host costs eager verify
+  log "the sampler's cost: single launches alternating REGDIAG_HOST_SAMPLING=0 and on, ABBA"
+  for k in 1 2 3 4; do
+    for on in $([ $((k % 2)) = 1 ] && echo "0 1" || echo "1 0"); do
+      if [ "$on" = 0 ]; then export REGDIAG_HOST_SAMPLING=0; else unset REGDIAG_HOST_SAMPLING; fi
+      rd probe spec-decode $EAGER --launches 1 -o "$OUT/cost-$k-$on.json" >/dev/null
+    done
+  done
+  unset REGDIAG_HOST_SAMPLING
+  python3 - "$OUT" <<'EOF' | tee "$OUT/cost.txt"
+import json, statistics, sys
+def med(k, on, m):
+    return statistics.median(json.load(open(f"{sys.argv[1]}/cost-{k}-{on}.json"))["launches"][0]["samples"][m])
+for m in ("cycle", "verify"):
+    d = [100 * (med(k, 1, m) / med(k, 0, m) - 1) for k in (1, 2, 3, 4)]
+    print(f"{m}: sampler on vs off, per pair {', '.join(f'{x:+.2f}' for x in d)} %; median {statistics.median(d):+.2f} %")
+EOF
+fi
 rm -rf "$OUT/home"
 ls -la "$OUT"

@@ -360,8 +360,9 @@ class HostWatch:
             rec["runnable_median"] = _median([float(x) for x in self.running])
             rec["runnable_max"] = max(self.running)
         psi_a, psi_b = a.get("psi") or {}, b.get("psi") or {}
+        # % of the window stalled (the kernel's totals and our clock differ by a little: at most 100)
         rec["psi_pct"] = {
-            k: round((psi_b[k] - psi_a[k]) / 1e4 / window, 2) for k in psi_b if k in psi_a
+            k: min(100.0, round((psi_b[k] - psi_a[k]) / 1e4 / window, 2)) for k in psi_b if k in psi_a
         } or None
         return rec
 
