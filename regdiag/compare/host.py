@@ -9,11 +9,12 @@ is computed too and the report shows both.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ParamSpec
 
 from regdiag import host_phantom, stats
-from regdiag.compare.checks import _usable
+from regdiag.compare.checks import _check_kind, _usable
 from regdiag.compare.result import Comparison
 from regdiag.errors import BadInput
 
@@ -92,3 +93,24 @@ def with_host(
 
 def _recorded(launches: list[dict[str, Any]]) -> bool:
     return any(host_phantom.features(la) for la in launches)
+
+
+P = ParamSpec("P")
+
+
+def reads_host(fn: Callable[P, Comparison]) -> Callable[P, Comparison]:
+    """compare_runs with the host's reading: its `exclude_flagged` and `host_reading` are read here."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> Comparison:
+        c = fn(*args, **kwargs)
+        if not kwargs.get("host_reading", True):
+            return c
+        raw = [*args[:2], *(kwargs[k] for k in ("old", "new") if k in kwargs)]
+        old, new = (_check_kind(r, lab) for r, lab in zip(raw, (c.old.label, c.new.label), strict=True))
+        plain: Callable[..., Comparison] = fn  # the same options, without this reading
+        opts = {k: v for k, v in kwargs.items() if k not in ("old", "new")}
+        opts.update(host_reading=False, exclude_flagged=False)
+        return with_host(c, old, new, lambda o, n: plain(o, n, **opts), bool(kwargs.get("exclude_flagged")))
+
+    return wrapper

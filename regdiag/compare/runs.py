@@ -4,7 +4,6 @@ warnings, the drift and the environment diff, put together into one Comparison.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -23,12 +22,13 @@ from regdiag.compare.checks import (
 )
 from regdiag.compare.design import _design, _drift, _drift_verdict, _pair_if_interleaved
 from regdiag.compare.envdiff import _env_diff, _machine_diff
-from regdiag.compare.host import with_host
+from regdiag.compare.host import reads_host
 from regdiag.compare.result import Comparison, MetricResult, SideInfo
 from regdiag.compare.verdicts import _derived, _Method, _overall, _verdicts
 from regdiag.sizes import size_rows, sweep
 
 
+@reads_host
 def compare_runs(
     old: dict[str, Any],
     new: dict[str, Any],
@@ -45,7 +45,8 @@ def compare_runs(
     host_reading: bool = True,
 ) -> Comparison:
     """Launches whose host stood out are flagged and explained, and left out of the verdict only with
-    `exclude_flagged` (regdiag/compare/host.py); `host_reading` False: without that reading."""
+    `exclude_flagged`; `host_reading` False: without that reading (both read by @reads_host,
+    regdiag/compare/host.py)."""
     _check_options(margin, method, level)
     old = _check_kind(old, old_label)
     new = _check_kind(new, new_label)
@@ -87,7 +88,7 @@ def compare_runs(
     env, env_note = _env_diff(old, new)
     drift = _drift(lo_, ln_, primary or results[0].name, old_label, new_label)
     verdict_note = _drift_verdict(drift, design, verdict, old_label, new_label, warnings, notes)
-    c = Comparison(
+    return Comparison(
         old=side_o,
         new=side_n,
         primary=primary,
@@ -110,11 +111,6 @@ def compare_runs(
         verdict_note=verdict_note,
         machine_diff=_machine_diff(side_o, side_n, snap_o, snap_n, env),
     )
-    if host_reading:  # flagged launches, their causes, the verdict without them (compare/host.py)
-        kw: dict[str, Any] = dict(margin=margin, method=method, level=level, seed=seed, n_boot=n_boot,
-                                  allow_mismatch=allow_mismatch, old_label=old_label, new_label=new_label)  # fmt: skip
-        c = with_host(c, old, new, functools.partial(compare_runs, **kw, host_reading=False), exclude_flagged)
-    return c
 
 
 def _batch(probe: dict[str, Any]) -> int:

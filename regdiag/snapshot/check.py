@@ -226,6 +226,31 @@ def _check_host(h: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(
             _reason(WARNING, "host", "cpu_boost", "CPU turbo boost is on: host-side timings vary with load")
         )
+    out += _host_load(h) + _cpu_layout(h)
+    quota = _value(h, "cgroup_cpu_quota")
+    count = _value(h, "cpu_count")
+    if isinstance(quota, dict) and quota.get("cpus") and count and quota["cpus"] < count:
+        out.append(
+            _reason(
+                WARNING,
+                "host",
+                "cgroup_cpu_quota",
+                f"cgroup CPU quota is {quota['cpus']:g} CPUs of {count}: the host side can be throttled",
+            )
+        )
+    avail, total = _value(h, "memory_available_mib"), _value(h, "memory_total_mib")
+    if avail is not None and total and avail < MEM_AVAILABLE_FRACTION * total:
+        out.append(
+            _reason(
+                WARNING, "host", "memory_available_mib", f"only {avail} MiB of {total} MiB memory available"
+            )
+        )
+    return out
+
+
+def _host_load(h: dict[str, Any]) -> list[dict[str, Any]]:
+    """A load above the usable CPUs (unfit) or above half of them (a warning)."""
+    out: list[dict[str, Any]] = []
     load = _value(h, "load_avg")
     cpus = _value(h, "cpus_usable") or _value(h, "cpu_count")
     if load and cpus and load[0] > cpus:  # more runnable work than CPUs: the ranks wait for a CPU
@@ -246,25 +271,6 @@ def _check_host(h: dict[str, Any]) -> list[dict[str, Any]]:
                 "host",
                 "load_avg",
                 f"load average {load[0]:g} on {cpus} usable CPUs: other work is running",
-            )
-        )
-    out += _cpu_layout(h)
-    quota = _value(h, "cgroup_cpu_quota")
-    count = _value(h, "cpu_count")
-    if isinstance(quota, dict) and quota.get("cpus") and count and quota["cpus"] < count:
-        out.append(
-            _reason(
-                WARNING,
-                "host",
-                "cgroup_cpu_quota",
-                f"cgroup CPU quota is {quota['cpus']:g} CPUs of {count}: the host side can be throttled",
-            )
-        )
-    avail, total = _value(h, "memory_available_mib"), _value(h, "memory_total_mib")
-    if avail is not None and total and avail < MEM_AVAILABLE_FRACTION * total:
-        out.append(
-            _reason(
-                WARNING, "host", "memory_available_mib", f"only {avail} MiB of {total} MiB memory available"
             )
         )
     return out
