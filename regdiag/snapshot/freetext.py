@@ -81,6 +81,7 @@ _SPECIAL = [
     re.compile(r"(?i)\b(?:password|passwd|passphrase)\s+((?=\S*[\d!#$%^&*@~])[^\s\"']{4,})"),
 ]
 _CLAUSE_END = re.compile(r"[;&\n]|\s--?[A-Za-z]|\s[A-Z_][A-Z0-9_]*=")
+_FINGERPRINT = re.compile(r"[A-Za-z0-9+/]{43}=?")
 _RUN = re.compile(r"[A-Za-z0-9+/=_~%.-]{14,}")
 _URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]{0,30}://[^\s\"'<>]+")
 _NUMBER = re.compile(r"[+-]?\d+(?:\.\d+)?,?")
@@ -164,6 +165,8 @@ def _run(m: re.Match[str]) -> str:
     run = m.group(0)
     if run.startswith(("/", "~", ".")) or run.startswith("<"):
         return run  # a file path: harmless by the rule (a token inside one is matched by shape above)
+    if _FINGERPRINT.fullmatch(run) and m.string[max(0, m.start() - 7) : m.start()] == "SHA256:":
+        return run  # a public key's fingerprint (ssh's `SHA256:<base64>`), which the user must check
     if any(risky_piece(p) for p in re.split(r"[-_.:]", run)):
         return marker(run)
     return run

@@ -102,6 +102,11 @@ _MIXED_PIECE = re.compile(r"[A-Za-z]{1,8}\d{1,4}[A-Za-z]{0,4}|\d{1,4}[A-Za-z]{1,
 _SEP = re.compile(r"[_.:+-]")
 _PERF_SEP = re.compile(r"[_.:+,;= /{}\[\]-]+")
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+# Words of three or more letters, each capitalized (camelCase's first may be lower): random letters
+# of 20 or more almost never fall into that pattern.
+_IDENTIFIER = re.compile(
+    r"(?:[a-z]{3,}|[A-Z][a-z]{2,}|[A-Z]{2,5}(?=[A-Z][a-z]))(?:[A-Z][a-z]{2,}|[A-Z]{2,5}(?=[A-Z]|$))+"
+)
 MAX_ENUM = 40
 MAX_PERF = 200
 
@@ -158,7 +163,9 @@ def risky_piece(s: str) -> bool:
     upper = sum(c.isupper() for c in s)
     lower = sum(c.islower() for c in s)
     if not has_digit and not (upper >= 2 and lower >= 2 and len(s) >= 20):
-        return False  # one word of letters only (a long CamelCase identifier is one at 20 or more)
+        return False  # one word of letters only
+    if not has_digit and _IDENTIFIER.fullmatch(s):
+        return False  # a CamelCase identifier of whole words (StrictHostKeyChecking, ModuleNotFoundError)
     if s.isdigit():
         return False
     # Random text of length n has entropy near log2(min(n, alphabet)); prose and identifiers far less.
