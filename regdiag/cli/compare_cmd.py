@@ -79,13 +79,6 @@ def compare(
         help="Compare runs of different probes or configs, or with metrics on one side only (left out), "
         "with a warning. Default: refuse.",
     ),
-    exclude_flagged: bool = typer.Option(
-        False,
-        "--exclude-flagged",
-        help="Leave out of the verdict the launches whose host stood out (other processes' CPU, context "
-        "switches, steal, pressure); the report names them and shows the verdict with them too. "
-        "Default: every launch counts, the flagged ones are named.",
-    ),
     json_out: bool = JsonOpt,
     markdown: bool = typer.Option(
         False, "--markdown", help="Print Markdown (for an issue or a PR) instead of the terminal view."
@@ -97,6 +90,13 @@ def compare(
         callback=output_file,
     ),
     fmt: str = format_opt("compare"),
+    exclude_flagged: bool = typer.Option(
+        False,
+        "--exclude-flagged",
+        help="Leave out of the verdict the launches whose host stood out (other processes' CPU, context "
+        "switches, steal, pressure); the report names them and shows the verdict with them too. "
+        "Default: every launch counts, the flagged ones are named.",
+    ),
     git_bisect: bool = typer.Option(
         False,
         "--git-bisect",
@@ -125,6 +125,7 @@ def compare(
         allow_mismatch=allow_mismatch,
         old_label=old_name,
         new_label=new_name,
+        exclude_flagged=exclude_flagged,
     )
     from regdiag.report.registry import Out, render
 

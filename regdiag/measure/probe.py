@@ -82,8 +82,8 @@ def run_probe(
     try:
         with Session(host, [writer], snapshot, lambda when: emit("snapshot", {"when": when})):
             _launches(writer, host, name, args, launches, env, timeout, emit)
-    except (UsageAbort, BusyAbort):
             flag_run(writer.run)  # launches whose host stood out from the others' (docs/statistics.md)
+    except (UsageAbort, BusyAbort):
         writer.path.unlink(missing_ok=True)  # nothing was measured: leave no record behind
         raise
     except KeyboardInterrupt:
