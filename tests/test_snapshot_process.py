@@ -311,7 +311,9 @@ def test_secrets_in_environment_cmdline_and_sitecustomize_leak_nowhere(tmp_path,
     for text in outs:
         assert [s for s in secrets if s in text] == []
     # The changed secret is still a difference, shown without its value.
-    items = json.loads(cli("diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json").stdout)["differences"]
+    items = json.loads(cli("diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json").stdout)[
+        "differences"
+    ]
     changed = [it for it in items if it["field"] == "SGLANG_API_KEY"]
     assert changed and (changed[0]["old"], changed[0]["new"], changed[0]["change"]) == (
         "<hashed>",

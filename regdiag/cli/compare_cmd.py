@@ -39,6 +39,7 @@ COMPARE_HELP = (
     "See docs/compare.md and docs/statistics.md."
 )
 
+
 def _margin(text: str) -> float:
     """'2%' or '0.02' -> 0.02; a bare number >= 1 is ambiguous and refused."""
     t = text.strip()
