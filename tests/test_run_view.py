@@ -12,7 +12,7 @@ from regdiag import baselines, explain, runs
 from regdiag.bisect.journal import Journal
 from regdiag.compare import compare_runs
 from regdiag.errors import BadInput
-from regdiag.records import SCHEMAS, RecordError, check_record, schema_id
+from regdiag.records import OUTPUT_KINDS, SCHEMAS, RecordError, check_record, schema_id
 from regdiag.run_view import RunView, usable
 from regdiag.snapshot.fields import value_of
 
@@ -79,7 +79,7 @@ def test_value_of_reads_only_fields_that_were_read():
 
 
 def test_every_schema_id_comes_from_the_one_table():
-    assert {k: schema_id(k) for k in SCHEMAS} == {
+    records = {
         "snapshot": "regdiag.snapshot/2",
         "run": "regdiag.run/1",
         "journal": "regdiag.journal/1",
@@ -87,6 +87,9 @@ def test_every_schema_id_comes_from_the_one_table():
         "comparison": "regdiag.comparison/1",
         "explanation": "regdiag.explanation/1",
     }
+    # the files regdiag reads back, then every other --json output's kind, at version 1
+    outputs = {k: f"regdiag.{k}/1" for k in OUTPUT_KINDS.values() if k not in records}
+    assert {k: schema_id(k) for k in SCHEMAS} == {**records, **outputs}
     run = simulate_spec_run(1, launches=2)
     assert compare_runs(run, run).to_dict()["schema"] == schema_id("comparison")
     with pytest.raises(RecordError, match=r"unknown record kind 'journal'"):

@@ -124,6 +124,18 @@ class MoEImpl(str, Enum):
     loop = "loop"
 
 
+class Weights(str, Enum):
+    bf16 = "bf16"
+    preset = "preset"
+    fp8 = "fp8"
+    int4 = "int4"
+
+
+class Draft(str, Enum):
+    eagle3 = "eagle3"
+    mtp = "mtp"
+
+
 RecordOpt = typer.Option(
     None,
     "-o",
@@ -212,8 +224,8 @@ def spec_decode(
     device: Device = typer.Option(Device.auto, "--device", help="auto: CUDA when torch sees a GPU, else CPU."),
     dtype: DType = typer.Option(DType.auto, "--dtype", help="auto: bfloat16 on CUDA, float32 on CPU."),
     moe_impl: MoEImpl = typer.Option(MoEImpl.auto, "--moe-impl", help="auto: grouped_mm on CUDA, a loop over the hit experts on CPU."),
-    weights: str = typer.Option("bf16", "--weights", help="bf16 (every weight in --dtype); preset (the checkpoint's: FP8 blocks for kimi-k2 and deepseek-v3, INT4 routed experts for kimi-k2.5); fp8; int4. Low-bit kernels on CUDA; on CPU only their bytes are modelled."),
-    draft: str = typer.Option("eagle3", "--draft", help="eagle3 (shaped like the trained EAGLE-3 drafts) or mtp (DeepSeek-V3's own MTP layer)."),
+    weights: Weights = typer.Option(Weights.bf16, "--weights", help="bf16 (every weight in --dtype); preset (the checkpoint's: FP8 blocks for kimi-k2 and deepseek-v3, INT4 routed experts for kimi-k2.5); fp8; int4. Low-bit kernels on CUDA; on CPU only their bytes are modelled."),
+    draft: Draft = typer.Option(Draft.eagle3, "--draft", help="eagle3 (shaped like the trained EAGLE-3 drafts) or mtp (DeepSeek-V3's own MTP layer)."),
     seed: int = typer.Option(0, "--seed", callback=bounded(0, 2**31 - 1), help="Weights seed (inputs use seed + launch index)."),
     slow_phase: list[str] = typer.Option(None, "--slow-phase", callback=_slow_ms, help="Test hook: PHASE:MS adds MS of real busy work to PHASE (also REGDIAG_PROBE_SLOW)."),
     crash_rank: int = typer.Option(None, "--crash-rank", callback=bounded(0, 1023), help="Test hook: this rank exits abruptly ..."),
@@ -235,10 +247,6 @@ def spec_decode(
 
     if preset not in presets():
         raise BadInput(f"--preset {preset!r}: choose from {', '.join(presets())}")
-    if weights not in ("bf16", "preset", "fp8", "int4"):
-        raise BadInput(f"--weights {weights!r}: choose from bf16, preset, fp8, int4")
-    if draft not in ("eagle3", "mtp"):
-        raise BadInput(f"--draft {draft!r}: choose from eagle3, mtp")
     for name, val, low in (("--tp", tp, 1), ("--cycles", cycles, 1), ("--warmup", warmup, 0), ("--batch", batch, 1),
                            ("--context", context, 1), ("--num-steps", num_steps, 1), ("--block", block, 1)):  # fmt: skip
         if val is not None and val < low:
@@ -250,7 +258,7 @@ def spec_decode(
         "mode": mode.value, "verify_graph": verify_graph.value, "num_steps": num_steps,
         "num_draft_tokens": num_draft_tokens, "accept_mean": accept_mean, "batch": batch, "context": context,
         "naive_timer": naive_timer, "block": block, "device": device.value, "dtype": dtype.value,
-        "moe_impl": moe_impl.value, "weights": weights, "draft": draft, "seed": seed, "slow_phase": slow_phase or None, "crash_rank": crash_rank,
+        "moe_impl": moe_impl.value, "weights": weights.value, "draft": draft.value, "seed": seed, "slow_phase": slow_phase or None, "crash_rank": crash_rank,
         "crash_at_launch": crash_at_launch, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu,
     }  # fmt: skip
     _run("spec-decode", options, launches, timeout, no_snapshot, output, pick_format("probe", fmt, json_out), host,
