@@ -112,6 +112,11 @@ def redact_env(env: dict[str, str], key: bytes | None = None) -> tuple[dict[str,
 
 _TREE_ARGV_KEYS = frozenset({"argv", "cmdline", "launch_cmd", "args", "command_line"})
 _VALUE_KEYS = frozenset({"value", "good", "bad"})
+# regdiag's own identifiers in its records and journals: an environment's key, a point's, a run's, a
+# commit. Kept as they are when they are hex (an id that the scrubber would hide as a token is one
+# that `--resume` and the user's `ls $REGDIAG_HOME/envs` must still find).
+_ID_KEYS = frozenset({"env", "point", "id", "run_id", "commit", "sha", "head"})
+_HEX_ID = re.compile(r"[0-9a-f]{6,64}")
 
 
 def redact_tree(obj: Any, key: str = "", hkey: bytes | None = None) -> Any:
@@ -131,6 +136,8 @@ def redact_tree(obj: Any, key: str = "", hkey: bytes | None = None) -> Any:
         text = str(obj)
         return obj if text.lower() in BOOLEANS else hidden(key, text, hkey or default_key() or _NO_KEY)
     if isinstance(obj, str):
+        if key in _ID_KEYS and _HEX_ID.fullmatch(obj):
+            return obj
         return scrub_free_text(obj)
     return obj  # numbers, booleans, null
 
