@@ -322,14 +322,19 @@ def test_the_demo_reads_cleanly_in_a_log(tmp_path: Path) -> None:
         assert h in lines, h  # each step's heading whole, on a line of its own
     assert any(ln.startswith("bisect --metric ") for ln in lines)
     by_hand = lines.index("each step by hand:")
-    _fits("\n".join(lines[:by_hand]), 80)  # the commands after it are one line each, to copy
+    # the commands after it are one line each, to copy; so is a progress line (one event a line, for
+    # grep: a bisect point's label, several variables long, is not wrapped into two events)
+    _fits("\n".join(ln for ln in lines[:by_hand] if not ELAPSED.match(ln)), 80)
     assert all(ln.startswith("  regdiag ") for ln in lines[by_hand + 1 :])
     # progress lines sit between the steps, never inside a step's output
     start = lines.index("compare good bad: is it real, and where?")
     end = next(i for i, ln in enumerate(lines) if ln.startswith("bisect --metric "))
     assert not [ln for ln in lines[start:end] if ELAPSED.match(ln)]
-    found = next(i for i, ln in enumerate(lines) if ln.startswith("found:"))
-    assert not [ln for ln in lines[found:] if ELAPSED.match(ln)]
+    # a demo whose bisect stayed inconclusive on a loaded machine (exit 3) has no "found:" line
+    found = next((i for i, ln in enumerate(lines) if ln.startswith("found:")), None)
+    assert found is not None or p.returncode == 3, text[-3000:]
+    if found is not None:
+        assert not [ln for ln in lines[found:] if ELAPSED.match(ln)]
     assert all(ELAPSED.match(ln) for ln in lines if "] demo: " in ln)
 
 

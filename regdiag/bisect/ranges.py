@@ -135,6 +135,8 @@ def _versions_on(
     found: set[str] = set()
     if find_links:
         res = host.run(["ls", "-1", "--", find_links], timeout=60)
+        if not res.ok:  # once more: one lost channel or a stalled login must not end the bisect
+            res = host.run(["ls", "-1", "--", find_links], timeout=120)
         if not res.ok:
             why = res.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [
                 f"exit status {res.returncode}"
