@@ -173,13 +173,29 @@ def kv(
     rows = [[Text(indent) + _text(k), _text(v)] for k, v in pairs]
     if needed_width(cols, rows, gap, header=False) <= width:
         return table(cols, rows, gap=gap, header=False)
+    # A row that fits beside the labels' column stays there; one that does not (a long path) has its
+    # value on the lines under its label: one long value does not turn the whole group into blocks.
+    label_w = max(r[0].cell_len for r in rows)
     lines: list[Text] = []
     for (_k, v), row in zip(pairs, rows, strict=True):
         label = row[0].copy()
         if label_style:
             label.stylize(label_style)
-        lines.append(_whole(label))
-        lines.append(_line(Text(indent * 2) + _text(v), width))
+        value = _text(v)
+        if label_w + gap + value.cell_len <= width:
+            lines.append(label + Text(" " * (label_w - label.cell_len + gap)) + value)
+            continue
+        from rich._wrap import divide_line
+
+        colw = max(width - label_w - gap, 1)
+        parts = value.divide(divide_line(value.plain, colw, fold=False)) if value.plain else [value]
+        pad = Text(" " * (label_w - label.cell_len + gap))
+        for i, part in enumerate(parts):
+            part = part.copy()
+            part.rstrip()
+            if i:
+                part = part[len(part.plain) - len(part.plain.lstrip(" ")) :]
+            lines.append((label + pad if i == 0 else Text(" " * (label_w + gap))) + part)
     return Group(*lines)
 
 
