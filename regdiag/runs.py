@@ -132,7 +132,7 @@ def list_runs(directory: Path | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if not d.is_dir():
         return out
-    for p in sorted(d.glob("*.json"), key=lambda q: q.stat().st_mtime, reverse=True):
+    for p in sorted(d.glob("*.json"), key=lambda q: (q.stat().st_mtime_ns, q.name), reverse=True):
         try:
             r = load_record(p, RUN)
         except RecordError as e:
