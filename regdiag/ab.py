@@ -157,7 +157,8 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
         env = {**b.process_env(), **{k: v for k, v in plan.fixed_env.items() if v is not None}}
         check_before(plan.factors, req.probe, b.python, env, host, emit)
     writers = _writers(req, host, plan)
-    emit({"event": "start", "paths": {k: str(w.path) for k, w in writers.items()}})
+    # The paths shown and returned: -o PREFIX's copies when asked for (the names the user chose), else the store's.
+    emit({"event": "start", "paths": {k: str(w.also or w.path) for k, w in writers.items()}})
     try:
         with Session(
             host, list(writers.values()), req.snapshot, lambda when: emit({"event": "snapshot", "when": when})
@@ -166,6 +167,8 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
     except UsageAbort:
         for w in writers.values():
             w.path.unlink(missing_ok=True)  # nothing was measured: leave no record behind
+            if w.also is not None:
+                w.also.unlink(missing_ok=True)
         raise
     except KeyboardInterrupt:
         for w in writers.values():
@@ -178,7 +181,7 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
         raise
     for w in writers.values():
         w.finish()
-    return AbResult({k: w.path for k, w in writers.items()}, {k: w.run for k, w in writers.items()})
+    return AbResult({k: w.also or w.path for k, w in writers.items()}, {k: w.run for k, w in writers.items()})
 
 
 def _build(plan: AbPlan, builder: EnvBuilder, emit: Progress) -> None:
@@ -224,7 +227,7 @@ def _writers(req: AbRequest, host: Host, plan: AbPlan) -> dict[str, RunWriter]:
         }
         run["env"] = {}
         path = f"{req.output}-{s.label.lower()}.json" if req.output else None
-        writers[s.label] = RunWriter(path, run)
+        writers[s.label] = RunWriter(None, run, also=path)  # -o PREFIX: a copy beside the stored run
     for label, other in (("A", "B"), ("B", "A")):
         writers[label].run["design"]["other"] = str(writers[other].path)
         writers[label].flush()

@@ -161,6 +161,7 @@ class ProbeSummary(_Run, total=False):
     warnings: D[list[str], "one line each"]
     sizes: D[list[Any], "collectives: per message size"]
     comm: D[dict[str, Any], "the communication facts of the run (docs/probes.md)"]
+    copy: D[str, "the -o file: a copy of the record, kept as current as the stored one (only with -o)"]
 
 
 class ProbeHost(TypedDict, total=False):

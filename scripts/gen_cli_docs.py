@@ -87,7 +87,7 @@ The options that several commands share mean one thing everywhere:
 | --- | --- | --- |
 | `-L`, `--launches N` | fresh processes (or server starts) per run, side or point: the unit of evidence | probe spec-decode / collectives / server / engine, ab, bisect, demo |
 | `-m`, `--margin X` | the smallest change that matters, as `2%` or `0.02` | compare, ab, bisect |
-| `-o`, `--output FILE` | write the record to FILE, atomically. probe server / engine, ingest-log and snapshot write it there as well as to the store; probe spec-decode / collectives write it there instead of `$REGDIAG_HOME/runs/`; ab takes a PREFIX (`PREFIX-a.json`, `PREFIX-b.json`); export writes there instead of stdout | probe *, snapshot, ingest-log, ab, export |
+| `-o`, `--output FILE` | also write the record to FILE, atomically, kept as current as the stored one (an interrupted run leaves its launches in both); a run's record always goes to `$REGDIAG_HOME/runs/` too, and snapshot still prints its own. ab takes a PREFIX (`PREFIX-a.json`, `PREFIX-b.json`); export, which makes no record, writes to FILE instead of stdout. Until this release probe spec-decode / collectives and ab wrote only to FILE | probe *, snapshot, ingest-log, ab, export |
 | `-R`, `--requests N` | measured requests per launch | probe server, probe engine |
 | `-C` | `--concurrency`, the requests in flight (probe spec-decode's `-C` for `--cycles` still works until the next release, with a one-line note: its short option is `-n` now) | probe server |
 | `-n`, `--cycles N` | measured cycles per launch | probe spec-decode |

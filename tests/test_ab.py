@@ -52,6 +52,9 @@ def test_ab_interleaves_and_finds_the_slow_verify(cli, tmp_path):
     assert a["design"]["pair_id"] == b["design"]["pair_id"] and a["design"]["side"] == "A"
     assert b["env"] == {"REGDIAG_PROBE_SLOW": f"verify:{SLOW_MS}"} and a["env"] == {}
     assert a["status"] == b["status"] == "complete"
+    # -o PREFIX is a copy: each side is in the store too, the same record
+    stored = {f.stem: load_record(f, "run") for f in (tmp_path / "home" / "runs").glob("*.json")}
+    assert stored == {a["id"]: a, b["id"]: b}
     # The slowdown is where the hook put it, and only on B: a sleep is never shorter than asked, so B's
     # every sample carries it; A's typical cycle does not (its single slowest sample may, on a loaded
     # machine a scheduler stall alone can reach the planted time, so the median speaks for A).

@@ -136,6 +136,10 @@ def test_ctrl_c_keeps_finished_launches(tmp_path):
     run = load_run(out)
     assert run["status"] == "interrupted"
     assert run["launches"][0]["status"] == "ok" and run["launches"][-1]["status"] in ("interrupted", "ok")
+    # -o is a copy: the stored run holds the same launches, and the line names both files
+    stored = Path(os.environ["REGDIAG_HOME"]) / "runs" / f"{run['id']}.json"
+    assert load_run(stored) == run
+    assert f"kept in {stored} and {out}" in " ".join(err.split())
     time.sleep(0.5)
     leftovers = [p for p in Path("/proc").glob("[0-9]*") if _cmdline_has(p, "--seed", "4271")]
     assert not leftovers, "probe processes left behind"

@@ -48,8 +48,9 @@ HELP = (
     "--a/--b: a spec such as 'sgl-kernel==0.3.5 NCCL_PROTO=LL commit=bba2fc4' (-NAME: variable unset), "
     "or a snapshot / run record file; environments are built like bisect's (git worktree + --setup per "
     "commit, a venv per package set, cached under $REGDIAG_HOME/envs). Identical specs give an A/A run.\n\n"
-    "Writes one run record per side (-o PREFIX: PREFIX-a.json, PREFIX-b.json; default "
-    "$REGDIAG_HOME/runs/), each launch as it finishes; `regdiag compare A.json B.json` re-reads them.\n\n"
+    "Writes one run record per side to $REGDIAG_HOME/runs/ (and with -o PREFIX a copy of each to "
+    "PREFIX-a.json and PREFIX-b.json), each launch as it finishes; `regdiag compare A.json B.json` re-reads "
+    "them.\n\n"
     "Exit status: like compare (0 unchanged or improved, 1 regressed, 3 inconclusive), 2 bad input, "
     "5 a launch failed (the launches before it are kept)."
 )
@@ -82,7 +83,7 @@ def ab(
         None,
         "-o",
         "--output",
-        help="Write the records to PREFIX-a.json and PREFIX-b.json.",
+        help="Also write the two records to PREFIX-a.json and PREFIX-b.json (each side is stored as well).",
         callback=output_prefix,
     ),
     repo: Path | None = RepoOpt,

@@ -140,7 +140,8 @@ RecordOpt = typer.Option(
     None,
     "-o",
     "--output",
-    help="Write the run record here instead of $REGDIAG_HOME/runs/<id>.json.",
+    help="Also write the run record to this file (atomically), beside $REGDIAG_HOME/runs/<id>.json; "
+    "with several --host, one file each: NAME.HOST.json.",
     callback=output_file,
 )
 LaunchesOpt = typer.Option(
@@ -370,17 +371,20 @@ def _run(
     try:
         with progress:
             result = run_probe(
-                host, name, args, launches=launches, output=output, timeout=timeout, snapshot=not no_snapshot,
+                host, name, args, launches=launches, also=output, timeout=timeout, snapshot=not no_snapshot,
                 on_event=on_event,
             )  # fmt: skip
     except KeyboardInterrupt as e:
         # Said here, in one line: typer turns a KeyboardInterrupt into a silent exit 130.
         kept = f"; finished launches kept in {where['path']}" if "path" in where else ""
+        kept += f" and {output}" if kept and output is not None else ""
         raise RegdiagError(f"{interrupts.describe(e)}{kept}", interrupts.exit_status(e)) from None
     finally:
         host.close()
     summary = summarize_run(result.run)
     summary["path"] = str(result.path)
+    if output is not None:
+        summary["copy"] = str(output)
     show("probe", out_fmt, summary)
 
 
@@ -420,11 +424,13 @@ def _run_many(
 
         out = output and output.with_name(f"{output.stem}.{_file_part(host.name)}{output.suffix}")
         result = run_probe(
-            host, name, args, launches=launches, output=out, timeout=timeout, snapshot=not no_snapshot,
+            host, name, args, launches=launches, also=out, timeout=timeout, snapshot=not no_snapshot,
             on_event=on_event,
         )  # fmt: skip
         summary = summarize_run(result.run)
         summary["path"] = str(result.path)
+        if out is not None:
+            summary["copy"] = str(out)
         return summary
 
     try:

@@ -56,6 +56,7 @@ def run_probe(
     *,
     launches: int = 3,
     output: str | Path | None = None,
+    also: str | Path | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
     snapshot: bool = True,
@@ -63,6 +64,7 @@ def run_probe(
 ) -> RunResult:
     """Run `launches` launches of probe `name` with `args` on `host`; see the module docstring.
 
+    `output` is where the record lives (None: the store); `also` a copy kept as current (the CLI's -o).
     `env` is added to each launch's environment (bisect's env-var factors); `timeout` bounds one launch
     (None: LAUNCH_CAP_S for the first, then LAUNCH_FACTOR x the first's duration).
     Events for a progress display: ("start", {"path", "id"}), ("snapshot", {"when"}), ("launch_start", {"index", "of"}),
@@ -77,7 +79,7 @@ def run_probe(
     run["probe"]["args"] = redact_argv(list(args))  # `-- --hf-token X`: never kept in clear
     if env:
         run["env"] = env_for_record(env)
-    writer = RunWriter(output, run)
+    writer = RunWriter(output, run, also=also)
     emit("start", {"path": str(writer.path), "id": run["id"]})
     try:
         with Session(host, [writer], snapshot, lambda when: emit("snapshot", {"when": when})):
@@ -85,6 +87,8 @@ def run_probe(
             flag_run(writer.run)  # launches whose host stood out from the others' (docs/statistics.md)
     except (UsageAbort, BusyAbort):
         writer.path.unlink(missing_ok=True)  # nothing was measured: leave no record behind
+        if writer.also is not None:
+            writer.also.unlink(missing_ok=True)
         raise
     except KeyboardInterrupt:
         writer.finish("interrupted")

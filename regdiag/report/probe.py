@@ -73,7 +73,8 @@ def terminal(s: dict[str, Any], out: Out) -> None:
     for i, why in (s.get("host_flags") or {}).items():  # launches whose host stood out (docs/statistics.md)
         console.print(f"  [yellow]launch {i} flagged:[/yellow] {'; '.join(why)}", highlight=False)
     console.print(
-        f"{s['ok_launches']}/{s['launches']} launches ok, status {s['status']}; record: {s['path']}",
+        f"{s['ok_launches']}/{s['launches']} launches ok, status {s['status']}; record: {s['path']}"
+        + (f" and {s['copy']}" if s.get("copy") else ""),
         highlight=False,  # wrapped between words: the path is one, whole
     )
 
