@@ -358,14 +358,14 @@ def _per_position(launches: list[dict[str, Any]]) -> list[float] | None:
 
 def _engine_config(config: dict[str, Any], launches: list[dict[str, Any]]) -> dict[str, Any]:
     """An engine run's inputs to the model, from the record: its preset names an engine, not a model
-    (so no shape: --model gives one), its TP is the number of processes that timed cycles (the ranks),
+    (so no shape: --preset gives one), its TP is the number of processes that timed cycles (the ranks),
     and the tokens one verify took are what the engine's forward was given (values.verify_tokens)."""
     out = {k: v for k, v in config.items() if k != "preset"}
     out["engine_preset"] = config.get("preset")
     ranks: list[int] = [
         la["processes_timed"] for la in launches if isinstance(la.get("processes_timed"), int)
     ]
-    if ranks:  # each rank holds 1/TP of the model: the shape --model gives is cut that way
+    if ranks:  # each rank holds 1/TP of the model: the shape --preset gives is cut that way
         out["tp"] = max(ranks)
         out.setdefault("shard", max(ranks))
     tokens = [
@@ -497,8 +497,8 @@ def _full_layers(shape: Any, header: dict[str, Any]) -> int:
 def _shape(
     header: dict[str, Any], config: dict[str, Any], model: str | None, notes: list[str], probe: Any = None
 ) -> Any | None:
-    """The run's model shape (models.Shape): --model, else the header's own, else the config's preset.
-    --model on a probe run takes the weights the probe ran; on an engine run the checkpoint's."""
+    """The run's model shape (models.Shape): --preset, else the header's own, else the config's preset.
+    --preset on a probe run takes the weights the probe ran; on an engine run the checkpoint's."""
     hs = (header.get("model") or {}).get("shape") if isinstance(header.get("model"), dict) else None
     layers = int(config.get("layers") or 0) or None
     if model:
@@ -517,8 +517,8 @@ def _shape(
     if "engine_preset" in config:
         notes.append(
             f"an engine run (preset {config.get('engine_preset')!r} names the engine's functions, not a "
-            "model): pass --model for the roofline"
+            "model): pass --preset for the roofline"
         )
         return None
-    notes.append("no model shape in the run (no header, no preset): pass --model for the roofline")
+    notes.append("no model shape in the run (no header, no preset): pass --preset for the roofline")
     return None

@@ -93,8 +93,8 @@ The options that several commands share mean one thing everywhere:
 | `-n`, `--cycles N` | measured cycles per launch | probe spec-decode |
 | `--host H` | run there over SSH (`[user@]host[:port]` or an SSH config alias; default `REGDIAG_HOST`, then config.toml). Repeatable where a command runs on several hosts at once (snapshot, probe spec-decode / collectives, clean); elsewhere one host, and a second `--host` is refused in one line (ab, bisect, probe server, probe engine) | as listed |
 | `--python PATH` | the interpreter on the target host (default `REGDIAG_PYTHON`, then config.toml) | every command with `--host`, check-host |
-| `--preset NAME` | a named set that regdiag ships: model shapes (probe spec-decode) or an engine's phase targets (probe engine) | probe spec-decode, probe engine |
-| `--model NAME` | explain: the roofline's model shapes (one of spec-decode's presets); probe server: the served model's name for the OpenAI APIs | explain, probe server |
+| `--preset NAME` | a named set that regdiag ships: model shapes (probe spec-decode, and explain's roofline) or an engine's phase targets (probe engine). explain's `--model` still works until the next release, with a one-line note | probe spec-decode, explain, probe engine |
+| `--model NAME` | the served model's name for the OpenAI APIs, as the engines' own benchmarks use it | probe server |
 | `--timeout S` | seconds one unit of work may take: a launch (probes), the engine's start (probe engine), a slow source (snapshot); bisect and ab call it `--launch-timeout` | as listed |
 | `--format F` | the output format; `--json` and `--markdown` are its short forms, and two different asks are refused | every reporting command |
 

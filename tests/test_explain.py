@@ -55,7 +55,7 @@ def test_explain_numbers_json_and_bad_numbers(capsys):
     code, _, err = _main(capsys, "explain", "--cycle-ms", "-3", "--accept-len", "2")
     assert code == 2 and err.startswith("regdiag: error: cycle must be a positive number")
     code, _, err = _main(capsys, "explain")
-    assert code == 2 and "give a RUN, --model, or --cycle-ms and --accept-len" in err
+    assert code == 2 and "give a RUN, --preset, or --cycle-ms and --accept-len" in err
 
 
 def test_touched_experts_matches_a_routing_simulation():
@@ -135,7 +135,7 @@ def test_kimi_k2_5_at_tp8_verify_reads_1_46_decodes_not_2_01():
 
 
 def test_explain_model_without_a_run_json(capsys):
-    code, out, err = _main(capsys, "explain", "--model", "kimi-k2.5", "--tp", "8", "--json")
+    code, out, err = _main(capsys, "explain", "--preset", "kimi-k2.5", "--tp", "8", "--json")
     assert code == 0, err
     d = json.loads(out)
     assert d["bytes_ratio_verify_decode"] == pytest.approx(1.456, abs=0.005) and d["tok_s"] is None
@@ -263,7 +263,7 @@ def test_explain_cli_on_run_files(capsys, tmp_path):
     code, out, _ = _main(capsys, "explain", str(spec), "--bandwidth", "2e12", "--json")
     d = json.loads(out)
     assert d["bandwidth"] == 2e12 and d["throughput"]["decode_ms"] is None
-    code, _, err = _main(capsys, "explain", str(spec), "--model", "gpt-5")
+    code, _, err = _main(capsys, "explain", str(spec), "--preset", "gpt-5")
     assert code == 2 and "unknown model 'gpt-5'" in err
 
 
@@ -330,12 +330,12 @@ def test_collectives_priced_from_a_probe_collectives_record(capsys):
     assert d.floor_ms == pytest.approx(d.bytes_floor_ms + d.comm_ms)
     assert rows["verify"].comm_ms > d.comm_ms
     assert any("all_gather" in n and "not measured" in n for n in e.notes)
-    code, out, _ = _main(capsys, "explain", "--model", "tiny", "--tp", "2", "--context", "64", "--collectives",
+    code, out, _ = _main(capsys, "explain", "--preset", "tiny", "--tp", "2", "--context", "64", "--collectives",
                          str(ROOT / "baselines" / "h200x2-kimi-tp2-collectives.json"), "--json")  # fmt: skip
     assert code == 0 and {p["phase"]: p for p in json.loads(out)["phases"]}["decode"][
         "comm_ms"
     ] == pytest.approx(d.comm_ms)
-    code, _, err = _main(capsys, "explain", "--model", "tiny", "--collectives", str(ROOT / "baselines" /
+    code, _, err = _main(capsys, "explain", "--preset", "tiny", "--collectives", str(ROOT / "baselines" /
                          "h200-kimi-tp1-eagle.json"))  # fmt: skip
     assert code == 2 and "takes a `probe collectives` run" in err
 
@@ -350,7 +350,7 @@ def test_deepseek_v3_mtp_draft_reads_one_moe_layer_and_the_full_head(capsys):
     expect += 4096 * (512 + 64) * 2 + 7168 * 2  # its latent KV cache and one embedding row
     assert rows["draft"].bytes == pytest.approx(expect)
     assert rows["draft"].collectives == 4 and e.model is not None and e.model["draft"] == "mtp"
-    code, _, err = _main(capsys, "explain", "--model", "kimi-k2", "--draft", "mtp")
+    code, _, err = _main(capsys, "explain", "--preset", "kimi-k2", "--draft", "mtp")
     assert code == 2 and "no MTP layer" in err
 
 
@@ -402,7 +402,7 @@ def test_the_acceptance_curve_from_the_servers_counters_or_given(capsys):
 
 
 def test_the_terminal_view_of_a_model_without_a_run(cli):
-    r = cli("explain", "--model", "kimi-k2.5", "--tp", "8", env={"COLUMNS": "200"})
+    r = cli("explain", "--preset", "kimi-k2.5", "--tp", "8", env={"COLUMNS": "200"})
     assert r.returncode == 0, r.stderr
     assert "a verify reads 1.46x the bytes of a decode" in r.stdout
     assert (

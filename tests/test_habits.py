@@ -217,3 +217,22 @@ def test_the_old_short_option_of_cycles_works_with_a_note(cli) -> None:
         said = [ln for ln in r.stderr.splitlines() if "deprecated" in ln]
         assert said == (["regdiag: note: probe spec-decode -C is deprecated (-C is --concurrency in probe server; "
                          "--cycles is -n); use -n"] if note else [])  # fmt: skip
+
+
+def test_explain_takes_the_shapes_as_preset_and_the_old_model_with_a_note(cli) -> None:
+    """--model is the served model's name (probe server); the roofline's shapes are --preset, as in
+    probe spec-decode. The old spelling, alone or as --model=NAME, still works for one release."""
+    base = ["explain", "--tp", "2", "--json"]
+    outs = []
+    for given, note in ((["--preset", "kimi-k2.5"], False), (["--model", "kimi-k2.5"], True),
+                        (["--model=kimi-k2.5"], True)):  # fmt: skip
+        r = cli(*base, *given)
+        assert r.returncode == 0, r.stderr[-2000:]
+        outs.append(json.loads(r.stdout))
+        said = [ln for ln in r.stderr.splitlines() if "deprecated" in ln]
+        assert said == (["regdiag: note: explain --model is deprecated (--model is the served model's name in "
+                         "probe server; shapes are --preset); use --preset"] if note else [])  # fmt: skip
+    assert outs[0] == outs[1] == outs[2] and outs[0]["schema"] == "regdiag.explanation/1"
+    # a served model's name after `--` is an argument, never renamed
+    r = cli("explain", "--", "--model")
+    assert "deprecated" not in r.stderr and r.returncode == 2

@@ -186,7 +186,7 @@ def _option_cases() -> list[Case]:
         Case("explain cycle negative", ["explain", "--cycle-ms", "-30", "--decode-ms", "12", "--accept-len", "2"]),
         Case("explain accept zero", ["explain", "--cycle-ms", "30", "--decode-ms", "12", "--accept-len", "0"]),
         Case("explain decode nan", ["explain", "--cycle-ms", "30", "--decode-ms", "nan", "--accept-len", "2"]),
-        Case("explain unknown model", ["explain", r, "--model", "gpt-9"], expect_in_line="model"),
+        Case("explain unknown model", ["explain", r, "--preset", "gpt-9"], expect_in_line="model"),
         Case("probe unknown preset", ["probe", "spec-decode", "--preset", "gpt-9"], expect_in_line="--preset"),
         Case("probe -o into a directory", ["probe", "spec-decode", "--preset", "tiny", "-o", "{X}"], make=_dir),
         Case("baseline bad name", ["baseline", "save", "../x", r], expect_in_line="name"),

@@ -11,7 +11,7 @@ EXPLAIN_HELP = (
     "Throughput model and MoE roofline: regression, or physics?\n\n"
     "tok/s = accept_len / (cycle + overhead); plain decoding 1 / (t_decode + decode overhead); speculation "
     "breaks even at accept_len = (cycle + overhead) / (t_decode + decode overhead). An accept length is "
-    "1..num_steps+1 tokens per cycle. Per phase of RUN (or of --model at --tp without a run): the bytes a "
+    "1..num_steps+1 tokens per cycle. Per phase of RUN (or of --preset at --tp without a run): the bytes a "
     "forward must read, each component in its checkpoint's format (FP8 blocks, INT4 experts), the floor "
     "at a bandwidth plus the collectives the engine issues (their latency from --collectives RUN), the "
     "achieved fraction, and eager phases far from their floor flagged launch-bound. Times are medians.\n\n"
@@ -33,7 +33,7 @@ MODEL_HELP = "Model shapes for the roofline: kimi-k2, kimi-k2.5, deepseek-v3, de
 
 def explain(
     run: str = typer.Argument(
-        None, help="A run file, baseline name or stored run id (optional with the number options or --model)."
+        None, help="A run file, baseline name or stored run id (optional with the number options or --preset)."
     ),
     baseline: str = typer.Option(
         None, "--baseline", "-b", help="A plain-decode run (probe --mode baseline): its cycle is t_decode."
@@ -58,15 +58,15 @@ def explain(
     ),
     bandwidth: float = typer.Option(None, "--bandwidth", help=BANDWIDTH_HELP),
     gpu: str = typer.Option(None, "--gpu", help=GPU_HELP),
-    model: str = typer.Option(None, "--model", help=MODEL_HELP),
+    model: str = typer.Option(None, "--preset", help=MODEL_HELP),
     tp: int = typer.Option(
-        1, "--tp", help="With --model and no RUN: the tensor-parallel degree (default 1)."
+        1, "--tp", help="With --preset and no RUN: the tensor-parallel degree (default 1)."
     ),
     context: int = typer.Option(
-        4096, "--context", help="With --model and no RUN: tokens in the KV cache (default 4096)."
+        4096, "--context", help="With --preset and no RUN: tokens in the KV cache (default 4096)."
     ),
     draft: str = typer.Option(
-        "eagle3", "--draft", help="With --model and no RUN: eagle3, or mtp (DeepSeek-V3's own MTP layer)."
+        "eagle3", "--draft", help="With --preset and no RUN: eagle3, or mtp (DeepSeek-V3's own MTP layer)."
     ),
     collectives: str = typer.Option(
         None, "--collectives", help="A `probe collectives` run: its latencies price each phase's collectives."
@@ -106,7 +106,7 @@ def explain(
     elif run is None:
         if cycle_ms is None or accept_len is None:
             raise BadInput(
-                "give a RUN, --model, or --cycle-ms and --accept-len (and --decode-ms for the break-even)"
+                "give a RUN, --preset, or --cycle-ms and --accept-len (and --decode-ms for the break-even)"
             )
         bw, bw_src = bandwidth_for([], bandwidth, gpu)
         steps = 2 if num_steps is None else num_steps

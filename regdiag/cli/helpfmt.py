@@ -130,6 +130,9 @@ def with_config_defaults(app: Any) -> None:
 # one-line note on stderr names the new one (docs/cli.md, "One vocabulary").
 RENAMED: dict[tuple[str, ...], dict[str, tuple[str, str]]] = {
     ("probe", "spec-decode"): {"-C": ("-n", "-C is --concurrency in probe server; --cycles is -n")},
+    ("explain",): {
+        "--model": ("--preset", "--model is the served model's name in probe server; shapes are --preset")
+    },
 }
 
 
@@ -144,7 +147,11 @@ def renamed(argv: list[str]) -> list[str]:
         end = out.index("--") if "--" in out else len(out)
         for i in range(len(path), end):
             for old, (new, why) in names.items():
-                if out[i] == old or (out[i].startswith(old) and out[i][len(old) :].isdigit()):
+                rest = out[i][len(old) :] if out[i].startswith(old) else None
+                # -C, -C5 (a short option's value attached) and --model=X name the old spelling
+                if rest is not None and (
+                    rest == "" or (rest.isdigit() and not old.startswith("--")) or rest[:1] == "="
+                ):
                     out[i] = new + out[i][len(old) :]
                     sys.stderr.write(
                         f"regdiag: note: {' '.join(path)} {old} is deprecated ({why}); use {new}\n"
