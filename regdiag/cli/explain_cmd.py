@@ -33,7 +33,8 @@ MODEL_HELP = "Model shapes for the roofline: kimi-k2, kimi-k2.5, deepseek-v3, de
 
 def explain(
     run: str = typer.Argument(
-        None, help="A run file, baseline name or stored run id (optional with the number options or --preset)."
+        None,
+        help="A run file, baseline name or stored run id (optional with the number options or --preset).",
     ),
     baseline: str = typer.Option(
         None, "--baseline", "-b", help="A plain-decode run (probe --mode baseline): its cycle is t_decode."
