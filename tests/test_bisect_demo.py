@@ -35,3 +35,23 @@ def test_demo_diagnoses_the_planted_verify_slowdown(cli) -> None:
         assert b["verdict"] in ("INCONCLUSIVE", "NOT-REPRODUCED") and b["statement"]
     assert out["explain"]["throughput"]["accept_len"] > 1.0
     assert "regdiag bisect --good" in out["commands"][1]
+
+
+def test_demo_as_markdown_is_one_page_on_stdout(cli) -> None:
+    """--format markdown (a CI job summary): stdout is the page alone, headings and progress go to
+    stderr, and the page holds compare's, bisect's and explain's own markdown."""
+    res = cli("demo", "--launches", "2", "--format", "markdown", timeout=600)
+    assert res.returncode in (0, 3), res.stderr[-2000:]
+    page = res.stdout
+    assert page.startswith("# regdiag demo\n\n**found:** ")
+    heads = [ln for ln in page.splitlines() if ln.startswith("## ")]
+    assert heads == ["## compare good bad", "## bisect", "## explain bad", "## each step by hand"]
+    assert "### regdiag bisect: " in page and "| metric |" in page  # bisect's and compare's own tables
+    assert page.rstrip().endswith("```") and "regdiag bisect --good" in page
+    assert "probe spec-decode --preset tiny" in res.stderr and "launch" not in page.split("## compare")[0]
+    # two asks for the output are refused in one line
+    bad = cli("demo", "--json", "--format", "markdown", timeout=60)
+    assert (
+        bad.returncode == 2
+        and bad.stderr == "regdiag: error: choose one output format (asked for json, markdown)\n"
+    )

@@ -6,6 +6,7 @@ against the real sshd of tests/sshd_helpers.py."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -99,6 +100,13 @@ def test_per_host_python_and_ssh_config_options(cli, sshd: Sshd, tmp_path: Path)
     r = cli(*args, env={**env, "REGDIAG_PYTHON": "/usr/bin/python3"})  # the variable wins over the file
     assert r.returncode == 0 and json.loads(r.stdout)["hosts"][0]["executable"] == "/usr/bin/python3"
     assert "accept-new" not in r.stderr  # known now: nothing added
+    r = cli(*args[:-1], "--format", "csv", env=env)  # one row per host, for a fleet's spreadsheet
+    head, row = r.stdout.splitlines()
+    assert r.returncode == 0 and head == "host,address,python_version,executable,round_trip_s,error"
+    assert re.match(
+        rf"regdiag-test,([^@,]+@)?127\.0\.0\.1:{sshd.port},3\.\d+\.\d+,{re.escape(sys.executable)},[\d.]+,$",
+        row,
+    ), row
     # a changed key is refused under accept-new as always
     other = tmp_path / "other"
     import subprocess
@@ -236,3 +244,20 @@ def test_explain_takes_the_shapes_as_preset_and_the_old_model_with_a_note(cli) -
     # a served model's name after `--` is an argument, never renamed
     r = cli("explain", "--", "--model")
     assert "deprecated" not in r.stderr and r.returncode == 2
+
+
+def test_clean_speaks_every_format(cli, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    (home / "envs" / "abc").mkdir(parents=True)
+    env = {"REGDIAG_HOME": str(home)}
+    r = cli("clean", "--format", "csv", env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["host,path,existed,kib,pruned,error", f"local,{home / 'envs'},True,,,"]
+    assert not (home / "envs").exists()
+    r = cli("clean", env=env)
+    assert r.returncode == 0 and r.stdout == f"local: nothing to remove ({home / 'envs'} absent)\n"
+    r = cli("clean", "--format", "html", env=env)
+    assert (
+        r.returncode == 2
+        and r.stderr == "regdiag: error: --format 'html': clean can be shown as terminal, json, csv\n"
+    )

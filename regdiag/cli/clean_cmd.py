@@ -8,9 +8,17 @@ from typing import Any
 
 import typer
 
-from regdiag.cli.common import HostOpt, JsonOpt, PythonOpt, SshConfigOpt, console, err_console, print_json
+from regdiag.cli.common import (
+    HostOpt,
+    JsonOpt,
+    PythonOpt,
+    SshConfigOpt,
+    err_console,
+    format_opt,
+    pick_format,
+    show,
+)
 from regdiag.errors import error_line
-from regdiag.records import listed
 
 HELP = (
     "Remove the environments `regdiag bisect` built (venvs, git worktrees) and their cache.\n\n"
@@ -26,7 +34,9 @@ def clean(
     python: str = PythonOpt,
     ssh_config: Path = SshConfigOpt,
     json_out: bool = JsonOpt,
+    fmt: str | None = format_opt("clean"),
 ) -> None:
+    out_fmt = pick_format("clean", fmt, json_out)
     results: list[dict[str, Any]] = []
     failed = []
     if not host:
@@ -46,15 +56,7 @@ def clean(
             else:
                 failed.append(o)
                 results.append({"host": o.spec, "error": str(o.error)})
-    if json_out:
-        print_json(listed("clean", "hosts", results))
-    else:
-        for r in results:
-            if "error" in r:
-                continue
-            size = f" ({r['kib'] / 1024:.1f} MiB)" if r.get("kib") else ""
-            what = f"removed {r['path']}{size}" if r["existed"] else f"nothing to remove ({r['path']} absent)"
-            console.print(f"{r['host']}: {what}", highlight=False)
+    show("clean", out_fmt, results)
     for o in failed:
         err_console.print(error_line(str(o.error)).rstrip("\n"), highlight=False, soft_wrap=True)
     if failed:

@@ -7,8 +7,16 @@ from typing import Any
 import typer
 from rich.text import Text
 
-from regdiag.cli.common import JsonOpt, PlainProgress, bounded, console, err_console, print_json, show
-from regdiag.records import tagged
+from regdiag.cli.common import (
+    JsonOpt,
+    PlainProgress,
+    bounded,
+    console,
+    err_console,
+    format_opt,
+    pick_format,
+    show,
+)
 from regdiag.report.layout import pack
 
 HELP = (
@@ -32,10 +40,12 @@ def demo(
         help="Busy work the culprit adds to verify, in ms (default 20, at most 1000).",
     ),
     json_out: bool = JsonOpt,
+    fmt: str | None = format_opt("demo"),
 ) -> None:
     from regdiag.demo import run_demo
 
-    view = DemoView(json_out)
+    out_fmt = pick_format("demo", fmt, json_out)
+    view = DemoView(out_fmt != "terminal")
     try:
         result = run_demo(
             view.on_stage,
@@ -46,23 +56,7 @@ def demo(
         )
     finally:
         view.stop()
-    if json_out:
-        print_json(
-            tagged(
-                "demo",
-                {
-                    "workdir": result["workdir"],
-                    "runs": result["runs"],
-                    "compare": result["comparison"].to_dict(),
-                    "bisect": result["bisect"],
-                    "explain": result["explanation"].to_dict(),
-                    "seconds": round(result["seconds"], 1),
-                    "commands": result["commands"],
-                },
-            )
-        )
-    else:
-        _print_found(result)
+    show("demo", out_fmt, result)
     if result["bisect"]["verdict"] != "CULPRIT":
         raise typer.Exit(3)
 
@@ -72,8 +66,8 @@ def register(app: typer.Typer) -> None:
 
 
 class DemoView:
-    """The demo as it goes: a heading per step (on stderr under --json), each step's result shown as its
-    own command shows it (not under --json), and what runs now on a status line (a terminal) or in
+    """The demo as it goes: a heading per step (on stderr when stdout has --json or --markdown), each
+    step's result shown as its own command shows it (only on the terminal format), and what runs now on a status line (a terminal) or in
     plain progress lines (a log).
 
     On a terminal the status line is taken down while anything else is printed and put back after,
@@ -81,9 +75,9 @@ class DemoView:
     (and stdout stays stdout: a live status would route it to stderr). In a log the progress lines
     (stderr) fall between the steps, never inside a step's output."""
 
-    def __init__(self, json_out: bool) -> None:
-        self.json_out = json_out
-        self.out = err_console if json_out else console
+    def __init__(self, quiet: bool) -> None:
+        self.json_out = quiet  # stdout is the final result alone (JSON, markdown)
+        self.out = err_console if quiet else console
         self.status = err_console.status("starting") if err_console.is_terminal else None
         self.running = False
         self._resume()
@@ -156,12 +150,3 @@ class DemoView:
             theta = ev.get("theta")
             tail = f" (theta {theta:.2f})" if isinstance(theta, (int, float)) else ""
             self.say(f"[dim]  {ev['what']}: {ev['verdict']}{tail}[/]")
-
-
-def _print_found(result: dict[str, Any]) -> None:
-    """What the demo found, how long it took, and each step as a user would type it."""
-    console.print(f"\n[bold]found:[/] {result['bisect']['statement']}")
-    console.print(f"[dim]{result['seconds']:.0f} s in all; everything is in {result['workdir']}[/]")
-    console.print("[dim]each step by hand:[/]")
-    for c in result["commands"]:
-        console.print(f"  {c}", soft_wrap=True, highlight=False)

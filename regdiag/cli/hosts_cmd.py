@@ -8,9 +8,8 @@ from typing import Any, Optional
 
 import typer
 
-from regdiag.cli.common import JsonOpt, PythonOpt, SshConfigOpt, console, err_console, print_json
+from regdiag.cli.common import JsonOpt, PythonOpt, SshConfigOpt, err_console, format_opt, pick_format, show
 from regdiag.errors import BadInput, HostError
-from regdiag.records import listed, tagged
 
 # Help paragraphs are single lines (the terminal wraps them); "\\[" keeps rich from taking
 # "[user@]" for markup.
@@ -92,16 +91,10 @@ def register(app: typer.Typer) -> None:
             False, "--yes", "-y", help="Add the key without asking (default: ask on the terminal)."
         ),
         json_out: bool = JsonOpt,
+        fmt: Optional[str] = format_opt("trust"),  # noqa: UP045
     ) -> None:
-        r = _trust(name, ssh_config, yes)
-        if json_out:
-            print_json(tagged("trust", r))
-        elif r["status"] == "added":
-            line = f"added {r['key_type']} {r['fingerprint']} for {r['known_hosts_name']} to {r['file']}"
-            console.print(line, soft_wrap=True, markup=False)
-        else:
-            line = f"{r['known_hosts_name']} is already trusted ({r['key_type']} {r['fingerprint']})"
-            console.print(line, soft_wrap=True, markup=False)
+        out_fmt = pick_format("trust", fmt, json_out)
+        show("trust", out_fmt, _trust(name, ssh_config, yes))
 
     @app.command("check-host", help=CHECK_HELP)
     def check_host(
@@ -109,8 +102,11 @@ def register(app: typer.Typer) -> None:
         python: Optional[str] = PythonOpt,  # noqa: UP045
         ssh_config: Optional[Path] = SshConfigOpt,  # noqa: UP045
         json_out: bool = JsonOpt,
+        fmt: Optional[str] = format_opt("host-check"),  # noqa: UP045
     ) -> None:
         from regdiag.hosts import remote
+
+        out_fmt = pick_format("host-check", fmt, json_out)
         from regdiag.hosts.resolve import open_hosts
 
         with err_console.status(f"connecting to {', '.join(hosts)}", spinner="dots"):
@@ -121,18 +117,10 @@ def register(app: typer.Typer) -> None:
                 for h in opened:
                     h.close()
         failed = [o for o in outcomes if not o.ok]
-        if json_out:
-            each = [o.value if o.ok else {"name": o.host.name, "error": str(o.error)} for o in outcomes]
-            print_json(listed("host-check-list", "hosts", each))
-        else:
-            for o in outcomes:
-                if o.ok and o.value is not None:
-                    v = o.value
-                    console.print(
-                        f"{v['name']}  {v.get('address', 'local')}  python {v['python_version']} "
-                        f"({v['executable']})  round trip {v['round_trip_s']:.2f} s",
-                        soft_wrap=True,
-                        markup=False,
-                    )
+        show(
+            "host-check",
+            out_fmt,
+            [o.value if o.ok else {"name": o.host.name, "error": str(o.error)} for o in outcomes],
+        )
         if failed:
             raise HostError("; ".join(str(o.error) for o in failed))

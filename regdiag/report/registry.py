@@ -74,6 +74,17 @@ RENDERERS: dict[tuple[str, str], str] = {
     ("baselines", "terminal"): "regdiag.report.lists:baselines_terminal",
     ("baselines", "json"): "regdiag.report.jsonout:render",
     ("baselines", "csv"): "regdiag.report.lists:baselines_csv",
+    ("trust", "terminal"): "regdiag.report.chores:trust_terminal",
+    ("trust", "json"): "regdiag.report.chores:trust_json",
+    ("host-check", "terminal"): "regdiag.report.chores:checks_terminal",
+    ("host-check", "json"): "regdiag.report.chores:checks_json",
+    ("host-check", "csv"): "regdiag.report.chores:checks_csv",
+    ("clean", "terminal"): "regdiag.report.chores:clean_terminal",
+    ("clean", "json"): "regdiag.report.chores:clean_json",
+    ("clean", "csv"): "regdiag.report.chores:clean_csv",
+    ("demo", "terminal"): "regdiag.report.chores:demo_terminal",
+    ("demo", "json"): "regdiag.report.chores:demo_json",
+    ("demo", "markdown"): "regdiag.report.chores:demo_markdown",
 }
 
 
