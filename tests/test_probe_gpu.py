@@ -25,14 +25,14 @@ def graph_run():
 
 def test_cuda_run_uses_graphs_events_and_samples_clocks(graph_run):
     h, f = graph_run.header, graph_run.footer
-    assert h["timer"] == "cuda-events" and h["config"]["dtype"] == "bfloat16"
-    assert h["config"]["moe_impl"] == "grouped_mm"
-    assert h["graphs"] == {"draft": True, "verify": True, "extend": True}
-    assert h["device"]["type"] == "cuda" and h["nccl"]
+    assert h["timer"] == "cuda-events" and h["config"]["dtype"] == "bfloat16", h
+    assert h["config"]["moe_impl"] == "grouped_mm", h["config"]
+    assert h["graphs"] == {"draft": True, "verify": True, "extend": True}, h["graphs"]
+    assert h["device"]["type"] == "cuda" and h["nccl"], h["device"]
     assert f["clock_sampler"] == "nvml" and f["clocks"], "pynvml is on the GPU image: clocks must be sampled"
-    assert {"sm_mhz", "mem_mhz", "power_w", "temp_c", "reasons"} <= set(f["clocks"][0])
+    assert {"sm_mhz", "mem_mhz", "power_w", "temp_c", "reasons"} <= set(f["clocks"][0]), f["clocks"][0]
     # Median, not max: tiny cycles last ~1 ms, so one host hiccup before the first phase is a large share.
-    assert f["fidelity"]["phase_sum_gap_pct"]["median"] < 5
+    assert f["fidelity"]["phase_sum_gap_pct"]["median"] < 5, f["fidelity"]
 
 
 def test_naive_timer_misses_graph_work(graph_run):

@@ -70,7 +70,8 @@ def _progress_printer(quiet: bool) -> tuple[Any, Any]:
     """A rich status line on a terminal; plain decision lines otherwise (CI logs)."""
     from rich.markup import escape as e
 
-    state = {"what": "", "label": "", "launches": 0}
+    # "preparing": before the first step, when the check that the measurement loads the factor builds
+    state = {"what": "preparing", "label": "", "launches": 0}
     live = err_console.is_terminal and not quiet
     status = err_console.status("starting") if live else None
     plain = PlainProgress("bisect", enabled=not err_console.is_terminal and not quiet)
