@@ -107,6 +107,13 @@ def test_per_host_python_and_ssh_config_options(cli, sshd: Sshd, tmp_path: Path)
         rf"regdiag-test,([^@,]+@)?127\.0\.0\.1:{sshd.port},3\.\d+\.\d+,{re.escape(sys.executable)},[\d.]+,$",
         row,
     ), row
+    # a host that cannot be reached is its own entry and error line: the others are still checked
+    two = ["check-host", "regdiag-test", "nosuchhost.invalid", "--ssh-config", str(cfg), "--json"]
+    r = cli(*two, "--python", sys.executable, env=env)  # (config.toml names a python for the first only)
+    both = json.loads(r.stdout)["hosts"]
+    assert r.returncode == 4 and [h["name"] for h in both] == ["regdiag-test", "nosuchhost.invalid"]
+    assert both[0]["executable"] == sys.executable and "cannot resolve" in both[1]["error"]
+    assert r.stderr.splitlines() == ["regdiag: error: " + both[1]["error"]]
     # a changed key is refused under accept-new as always
     other = tmp_path / "other"
     import subprocess

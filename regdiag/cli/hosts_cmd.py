@@ -9,7 +9,7 @@ from typing import Any, Optional
 import typer
 
 from regdiag.cli.common import JsonOpt, PythonOpt, SshConfigOpt, err_console, format_opt, pick_format, show
-from regdiag.errors import BadInput, HostError
+from regdiag.errors import BadInput, HostError, error_line
 
 # Help paragraphs are single lines (the terminal wraps them); "\\[" keeps rich from taking
 # "[user@]" for markup.
@@ -107,20 +107,20 @@ def register(app: typer.Typer) -> None:
         from regdiag.hosts import remote
 
         out_fmt = pick_format("host-check", fmt, json_out)
-        from regdiag.hosts.resolve import open_hosts
-
+        # Each host connected in its own worker: one that cannot be reached is its own entry (and error
+        # line), and the others are still checked and shown.
         with err_console.status(f"connecting to {', '.join(hosts)}", spinner="dots"):
-            opened = open_hosts(hosts, python, ssh_config)
-            try:
-                outcomes = remote.for_each_host(opened, remote.check_host)
-            finally:
-                for h in opened:
-                    h.close()
-        failed = [o for o in outcomes if not o.ok]
+            outcomes = remote.for_each_target(hosts, python, ssh_config, remote.check_host)
         show(
             "host-check",
             out_fmt,
-            [o.value if o.ok else {"name": o.host.name, "error": str(o.error)} for o in outcomes],
+            [
+                o.value if o.ok and o.value is not None else {"name": o.spec, "error": str(o.error)}
+                for o in outcomes
+            ],
         )
+        failed = [o.error for o in outcomes if o.error is not None]
+        for e in failed:
+            err_console.print(error_line(str(e)).rstrip("\n"), highlight=False, soft_wrap=True, markup=False)
         if failed:
-            raise HostError("; ".join(str(o.error) for o in failed))
+            raise typer.Exit(max(e.exit_code for e in failed))
