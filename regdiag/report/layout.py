@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rich._wrap import divide_line
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -37,6 +38,12 @@ class Col:
     style: str = ""
     label: str | None = None
     unit: str = ""
+
+
+def _breaks(plain: str, width: int, *, units_whole: bool = False) -> list[int]:
+    """The offsets at which rich wraps `plain` to `width` between words, no word split; with
+    `units_whole`, a number and its unit ("9.44 ms") break as one word."""
+    return divide_line(_UNIT_SPACE.sub("_", plain) if units_whole else plain, width, fold=False)
 
 
 def _text(cell: Cell) -> Text:
@@ -185,10 +192,8 @@ def kv(
         if label_w + gap + value.cell_len <= width:
             lines.append(label + Text(" " * (label_w - label.cell_len + gap)) + value)
             continue
-        from rich._wrap import divide_line
-
         colw = max(width - label_w - gap, 1)
-        parts = value.divide(divide_line(value.plain, colw, fold=False)) if value.plain else [value]
+        parts = value.divide(_breaks(value.plain, colw)) if value.plain else [value]
         pad = Text(" " * (label_w - label.cell_len + gap))
         for i, part in enumerate(parts):
             part = part.copy()
@@ -213,16 +218,11 @@ def hanging(text: Text, width: int) -> Text:
     """`text` wrapped between words to `width`, each wrapped line indented two more than the line it
     continues, so that a sentence the width breaks reads as one item; no word is split, a word wider
     than the width sticks out whole. Lines of the text's own stay as they are."""
-    from rich._wrap import divide_line as _divide
-
-    def divide_line(plain: str, w: int, fold: bool) -> list[int]:
-        return _divide(_UNIT_SPACE.sub("_", plain), w, fold=fold)  # "9.44 ms" breaks as one word
-
     out: list[Text] = []
     for para in text.split("\n", allow_blank=True):
         lead = len(para.plain) - len(para.plain.lstrip(" "))
         pad = " " * (lead + 2)
-        offsets = divide_line(para.plain, width, fold=False)
+        offsets = _breaks(para.plain, width, units_whole=True)
         if not offsets or para.cell_len <= width:
             out.append(para)
             continue
@@ -230,7 +230,7 @@ def hanging(text: Text, width: int) -> Text:
         out.append(first)
         rest = para[len(first.plain) :]
         rest = rest[len(rest.plain) - len(rest.plain.lstrip(" ")) :]
-        for line in rest.divide(divide_line(rest.plain, max(width - len(pad), 10), fold=False)):
+        for line in rest.divide(_breaks(rest.plain, max(width - len(pad), 10), units_whole=True)):
             line.rstrip()
             out.append(Text(pad) + line)
     for ln in out:
