@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,22 +37,15 @@ def run_rows(items: list[dict[str, Any]]) -> list[list[str]]:
 
 def runs_terminal(data: dict[str, Any], out: Out) -> None:
     """`data`: {"dir": the runs directory, "runs": list_runs()}."""
-    console = out.console
     if not data["runs"]:
-        console.print(f"no stored runs in {data['dir']}", highlight=False)
+        out.console.print(f"no stored runs in {data['dir']}", highlight=False)
         return
-    console.print(f"runs in {data['dir']}", highlight=False)
-    cols = [L.Col(c) for c in RUN_COLUMNS]
-    rows: list[list[L.Cell]] = [list(r) for r in run_rows(data["runs"])]
-    console.print(L.fit(cols, rows, console.width, gap=2), crop=False)
+    out.console.print(f"runs in {data['dir']}", highlight=False)
+    _terminal(out, RUN_COLUMNS, run_rows(data["runs"]))
 
 
 def runs_csv(data: dict[str, Any], out: Out) -> None:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(RUN_COLUMNS)
-    w.writerows(run_rows(data["runs"]))
-    out.text(buf.getvalue())
+    _csv(out, RUN_COLUMNS, run_rows(data["runs"]))
 
 
 BASELINE_COLUMNS = ("name", "probe", "config", "launches", "primary", "saved")
@@ -72,32 +66,41 @@ def baseline_rows(items: list[dict[str, Any]]) -> list[list[str]]:
 
 def baselines_terminal(data: dict[str, Any], out: Out) -> None:
     """`data`: {"dir": the baselines directory, "baselines": the readable ones}."""
-    console = out.console
     if not data["baselines"]:
-        console.print(f"no baselines in {data['dir']} (regdiag baseline save NAME RUN)", highlight=False)
+        out.console.print(f"no baselines in {data['dir']} (regdiag baseline save NAME RUN)", highlight=False)
         return
-    cols = [L.Col(c) for c in BASELINE_COLUMNS]
-    rows: list[list[L.Cell]] = [list(r) for r in baseline_rows(data["baselines"])]
-    console.print(L.fit(cols, rows, console.width, gap=2), crop=False)
+    _terminal(out, BASELINE_COLUMNS, baseline_rows(data["baselines"]))
 
 
 def baselines_csv(data: dict[str, Any], out: Out) -> None:
     """The primary as its name, number and unit apart, for a spreadsheet."""
+    columns = ("name", "probe", "config", "launches", "primary", "primary_value", "unit", "saved")
+    rows = [
+        [
+            b["name"],
+            b["probe"],
+            " ".join(f"{k}={v}" for k, v in (b.get("config") or {}).items()),
+            b["launches"],
+            b["primary"],
+            b["primary_median"],
+            b["unit"],
+            b["saved"],
+        ]
+        for b in data["baselines"]
+    ]
+    _csv(out, columns, rows)
+
+
+def _terminal(out: Out, columns: Sequence[str], rows: list[list[str]]) -> None:
+    """`rows` under `columns`: a table where every cell fits whole, else one block a row (report.layout)."""
+    cells: list[list[L.Cell]] = [list(r) for r in rows]
+    out.console.print(L.fit([L.Col(c) for c in columns], cells, out.console.width, gap=2), crop=False)
+
+
+def _csv(out: Out, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """`rows` under a header of `columns`, as CSV (an empty cell for None)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["name", "probe", "config", "launches", "primary", "primary_value", "unit", "saved"])
-    for b in data["baselines"]:
-        cfg = " ".join(f"{k}={v}" for k, v in (b.get("config") or {}).items())
-        w.writerow(
-            [
-                b["name"],
-                b["probe"],
-                cfg,
-                b["launches"],
-                b["primary"],
-                b["primary_median"],
-                b["unit"],
-                b["saved"],
-            ]
-        )
+    w.writerow(columns)
+    w.writerows(rows)
     out.text(buf.getvalue())
