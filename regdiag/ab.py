@@ -45,7 +45,7 @@ from regdiag.measure.probe import new_probe_run
 from regdiag.measure.session import Session, warn
 from regdiag.measure.stream import LaunchStream, adopt_header, env_for_record
 from regdiag.runs import RunWriter
-from regdiag.snapshot.redact import redact_argv, scrub_text
+from regdiag.snapshot.redact import scrub_text
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -212,8 +212,7 @@ def _writers(req: AbRequest, host: Host, plan: AbPlan) -> dict[str, RunWriter]:
     name = req.probe or "command"
     writers: dict[str, RunWriter] = {}
     for s in plan.sides.values():
-        run = new_probe_run(name, host)
-        run["probe"]["args"] = redact_argv(list(req.probe_args))
+        run = new_probe_run(name, host, req.probe_args)
         if req.command:
             run["probe"]["command"] = scrub_text(req.command)
         run["design"] = {

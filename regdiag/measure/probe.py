@@ -39,14 +39,18 @@ class RunResult:
     run: dict[str, Any]
 
 
-def new_probe_run(name: str, host: Host) -> dict[str, Any]:
+def new_probe_run(name: str, host: Host, args: Sequence[str] | None = None) -> dict[str, Any]:
     """A run record for probe `name` on `host`, before its first header says more (the probe table's
-    values; a protocol-speaking --command is a cycle of unknown phases)."""
+    values; a protocol-speaking --command is a cycle of unknown phases); `args`, the probe's own
+    arguments, are kept redacted (`-- --hf-token X`: never kept in clear)."""
     info = probe_table().get(name, {"primary": "cycle", "phases": []})
-    return new_run(
+    run = new_run(
         kind="probe", probe_name=name, probe_version="?", config={}, primary=info["primary"],
         phases=list(info["phases"]), host=host.describe(),
     )  # fmt: skip
+    if args is not None:
+        run["probe"]["args"] = redact_argv(list(args))
+    return run
 
 
 def run_probe(
@@ -75,8 +79,7 @@ def run_probe(
     if name not in probe_table():
         raise BadInput(f"unknown probe {name!r}; choose from {', '.join(probe_table())}")
     emit = on_event or (lambda kind, data: None)
-    run = new_probe_run(name, host)
-    run["probe"]["args"] = redact_argv(list(args))  # `-- --hf-token X`: never kept in clear
+    run = new_probe_run(name, host, args)
     if env:
         run["env"] = env_for_record(env)
     writer = RunWriter(output, run, also=also)
