@@ -542,13 +542,9 @@ def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
         raise RecordError(f"{path}: cannot write ({e.strerror or e}); {kept}") from None
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Read a JSON-lines file; a torn last line (kill -9 mid-write) is ignored, others must parse."""
-    return [obj for _, obj in read_jsonl_numbered(path)]
-
-
 def read_jsonl_numbered(path: str | os.PathLike[str]) -> list[tuple[int, dict[str, Any]]]:
-    """read_jsonl with each object's line number (from 1), for errors that name the line."""
+    """A JSON-lines file's objects with each one's line number (from 1), for errors that name the line;
+    a torn last line (kill -9 mid-write) is ignored, others must parse."""
     p = Path(path)
     if not p.exists() and not p.is_symlink():
         return []

@@ -25,10 +25,6 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
 
 
-def key_type(key: paramiko.PKey) -> str:
-    return key.get_name()
-
-
 def load_known_hosts(files: Iterable[str]) -> paramiko.HostKeys:
     """All entries of the existing files, merged (hashed names included); missing files are skipped."""
     from regdiag.hosts.paramiko_import import paramiko
