@@ -102,14 +102,6 @@ def click_exceptions():  # type: ignore[no-untyped-def]
     return exceptions
 
 
-def click_core():  # type: ignore[no-untyped-def]
-    try:
-        from typer._click import core
-    except ImportError:
-        from click import core  # type: ignore[no-redef]
-    return core
-
-
 def _fail(message: str, code: int) -> None:
     err = sys.stderr
     err.write(error_line(message))

@@ -322,7 +322,6 @@ def _run(
     slurm: tuple[str | None, str | None] = (None, None),
 ) -> None:
     from regdiag.measure.probe import run_probe
-    from regdiag.measure.summary import summarize_run
 
     if launches < 1:
         raise BadInput("--launches must be >= 1")
@@ -381,11 +380,18 @@ def _run(
         raise RegdiagError(f"{interrupts.describe(e)}{kept}", interrupts.exit_status(e)) from None
     finally:
         host.close()
+    show("probe", out_fmt, _summary(result, output))
+
+
+def _summary(result: Any, copy: Path | None) -> dict[str, Any]:
+    """The probe summary of a finished run: where it is stored, and the -o copy when there is one."""
+    from regdiag.measure.summary import summarize_run
+
     summary = summarize_run(result.run)
     summary["path"] = str(result.path)
-    if output is not None:
-        summary["copy"] = str(output)
-    show("probe", out_fmt, summary)
+    if copy is not None:
+        summary["copy"] = str(copy)
+    return summary
 
 
 def _run_many(
@@ -404,7 +410,6 @@ def _run_many(
     fails (cannot connect, a launch fails) does not stop the others; the exit status is the worst."""
     from regdiag.hosts.remote import for_each_target
     from regdiag.measure.probe import run_probe
-    from regdiag.measure.summary import summarize_run
 
     args = options_argv(options)
     progress = _progress()
@@ -427,11 +432,7 @@ def _run_many(
             host, name, args, launches=launches, also=out, timeout=timeout, snapshot=not no_snapshot,
             on_event=on_event,
         )  # fmt: skip
-        summary = summarize_run(result.run)
-        summary["path"] = str(result.path)
-        if out is not None:
-            summary["copy"] = str(out)
-        return summary
+        return _summary(result, out)
 
     try:
         with progress:
