@@ -188,6 +188,7 @@ FAMILIES: dict[str, Callable[[random.Random], Planted]] = {
     "SSHPASS": _named("SSHPASS", _password),
     "CR_PAT": _named("CR_PAT", lambda rng: _r(rng, ALNUM, 20)),
     "LDAP_BINDPW": _named("LDAP_BINDPW", _password),
+    "SLURM_JWT": _named("SLURM_JWT", _password),  # under SLURM_, a family whose tokens are kept
     "numeric password": _named("MYSQL_ROOT_PASSWORD", _digits),
     "passphrase with spaces": _named("BACKUP_PASSPHRASE", _passphrase),
     "gcp private_key_id": _named("GCP_PRIVATE_KEY_ID", lambda rng: _r(rng, HEX, 40)),
@@ -241,6 +242,12 @@ HARMLESS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
     "nccl hca": lambda rng: ("NCCL_IB_HCA", ",".join(f"mlx5_{i}:1" for i in range(rng.randrange(1, 5)))),
     "nccl number": lambda rng: ("NCCL_BUFFSIZE", str(rng.randrange(1, 1 << 26))),
     "nccl debug": lambda rng: ("NCCL_DEBUG_SUBSYS", rng.choice(["INIT,ENV", "ALL", "INIT,COLL,P2P"])),
+    "slurm nodelist": lambda rng: (
+        rng.choice(["SLURM_JOB_NODELIST", "SLURM_STEP_NODELIST", "SLURM_NODELIST"]),
+        rng.choice(["gpu-[{0:03d}-{1:03d}]", "node[{0},{1}],login2", "h200-{0:02d}"]).format(
+            rng.randrange(1, 50), rng.randrange(50, 999)
+        ),
+    ),
     "cuda devices": lambda rng: (
         "CUDA_VISIBLE_DEVICES",
         ",".join(str(i) for i in sorted(rng.sample(range(8), rng.randrange(1, 9)))),

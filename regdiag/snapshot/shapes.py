@@ -11,6 +11,7 @@ hidden by the caller. Nothing here says a value *is* a secret: it says a value *
   harmless_value(name, v)   a number, a bool, a short enum word, a version, a commit hash in a commit
                             field, a path or URL without credentials, a device list, or a short
                             low-entropy token under a performance family (NCCL_*, CUDA_*, TORCH*, ...)
+                            or Slurm's placement (SLURM_JOB_NODELIST=gpu-[001-004])
   risky_piece(s)            one word that could be a generated secret (long, mixed letters and digits,
                             high entropy): what free text and paths are searched for
 
@@ -50,6 +51,7 @@ CREDENTIAL_WORDS = frozenset(
         "AUTHORIZATION",
         "PIN",
         "OTP",
+        "JWT",  # SLURM_JWT: slurmrestd's token
     }
 )
 CREDENTIAL_SUFFIXES = ("PASSWORD", "PASSWD", "PASS", "PWD", "PW", "SECRET", "TOKEN", "APIKEY")
@@ -87,7 +89,8 @@ PERF_PREFIXES = (
     "DG_",  # DeepGEMM
     "REGDIAG_",  # regdiag's own knobs (the probes' test hooks) change what a run measures
 )
-PERF_FAMILIES = (*PERF_PREFIXES, "TOKENIZERS_", "HF_HUB_", "TRANSFORMERS_")
+# Placement: which nodes and tasks a run got (SLURM_JOB_NODELIST=gpu-[001-004]); the token rule only.
+PERF_FAMILIES = (*PERF_PREFIXES, "TOKENIZERS_", "HF_HUB_", "TRANSFORMERS_", "SLURM_")
 COMMIT_WORDS = frozenset({"COMMIT", "SHA", "REV", "REVISION", "HASH", "REF"})
 
 NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
