@@ -70,3 +70,40 @@ def test_the_version_that_slows_verify_with_a_broken_one_in_between(tmp_path) ->
     r2 = run_bisect(req2)
     assert r2["cost"]["environments_built"] == 0
     assert r2["culprits"][0]["factors"][0]["bad"] == "1.2"
+
+
+VANISH = r"""
+import os, runpy, shutil, sys
+probe, mark = sys.argv[1], sys.argv[2]
+sys.argv = [probe]
+runpy.run_path(probe, run_name="__main__")
+# After the first launch of the first point to get here, its venv is removed, as `regdiag clean` beside
+# this bisect would: the next launch there cannot start.
+if os.environ.get("REGDIAG_LAUNCH_INDEX") == "0" and os.environ.get("VIRTUAL_ENV") and not os.path.exists(mark):
+    open(mark, "w").close()
+    shutil.rmtree(os.environ["VIRTUAL_ENV"])
+"""
+
+
+def test_an_environment_removed_while_in_use_is_built_again(cli, tmp_path) -> None:
+    wheels = tmp_path / "wheels"
+    for v, extra in {"1.0": {}, "2.0": {"verify": 4.0}}.items():
+        make_wheel(wheels, "slowpkg", v, extra)
+    probe = write_probe(tmp_path)
+    vanish = tmp_path / "vanish.py"
+    vanish.write_text(VANISH, encoding="utf-8")
+    journal = tmp_path / "j.jsonl"
+    r = cli("bisect", "--good", "slowpkg==1.0", "--bad", "slowpkg==2.0", "--find-links", str(wheels),
+            "--command", f"python {vanish} {probe} {tmp_path / 'removed'}", "--launches", "2",
+            "--journal", str(journal), "--json", timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "removed").exists()  # it did remove one
+    out = json.loads(r.stdout)
+    [c] = out["culprits"]
+    assert [(f["name"], f["good"], f["bad"]) for f in c["factors"]] == [("slowpkg", "1.0", "2.0")]
+    assert out["cost"]["environments_built"] == 3, r.stderr  # the two endpoints, and the removed one again
+    notes = [ln for ln in r.stderr.splitlines() if ln.startswith("note ")]
+    assert len(notes) == 1 and "was removed while in use" in notes[0], r.stderr[-3000:]
+    # No failed launch is evidence: every journalled launch ran, in an environment that exists.
+    launches = [json.loads(x) for x in journal.read_text().splitlines() if '"type": "launch"' in x]
+    assert launches and all(la["status"] == "ok" for la in launches)

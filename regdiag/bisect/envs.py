@@ -295,8 +295,9 @@ class Builder:
             if ready.exists():
                 try:
                     info = json.loads(ready.read_text(encoding="utf-8"))
-                    return Built.cached_from(info)
-                except (ValueError, TypeError):
+                    if os.path.exists(info["python"]):  # (a venv removed under its marker: build again)
+                        return Built.cached_from(info)
+                except (ValueError, TypeError, KeyError):
                     pass  # an unreadable marker: build again
             self._remove(d)
             t0 = time.monotonic()

@@ -28,7 +28,7 @@ from regdiag.bisect.journal import Journal
 from regdiag.bisect.kinds import BuildPlan, LaunchSetup, kind_of
 from regdiag.bisect.measure import Launch, run_launch
 from regdiag.bisect.remote_envs import RemoteBuilder
-from regdiag.errors import BadInput
+from regdiag.errors import BadInput, RegdiagError
 from regdiag.hosts.base import Host
 
 Point = tuple[str | None, ...]  # one value per factor, in factor order
@@ -210,6 +210,22 @@ class Lab:
         self.built[key] = built
         return built
 
+    def _rebuild(self, p: Point, key: str, built: Built) -> None:
+        """Build the point's environment again and run the launch there, once."""
+        self.progress({"event": "note", "text": f"{self.label(p)}: its environment {built.root} was removed "
+                       "while in use (a `regdiag clean`?); building it again"})  # fmt: skip
+        self.built.pop(key, None)
+        self._launch_one(p, key, again=True)
+
+    def _vanished(self, built: Built) -> bool:
+        """The environment's interpreter is gone from the host it was built on."""
+        if built.root is None:
+            return False
+        try:
+            return not self.host.run(["test", "-e", built.python], timeout=60).ok
+        except RegdiagError:
+            return False  # cannot tell: the launch's own failure stands
+
     def _skip_point(self, p: Point, key: str, why: StepFailed) -> None:
         """A point that cannot be set up: journalled as its environment's SKIP, never tried again."""
         self.journal.env(
@@ -217,9 +233,14 @@ class Lab:
         )
         self.progress({"event": "skip", "label": self.label(p), "reason": str(why)})
 
-    def _launch_one(self, p: Point, key: str) -> None:
+    def _launch_one(self, p: Point, key: str, again: bool = False) -> None:
         built = self._environment(p, key)
         if built is None:
+            return
+        if not again and self._vanished(built):
+            # Removed since it was built (a `regdiag clean` beside this bisect). A bare `python` in a
+            # --command would fall through PATH to the base interpreter and measure the wrong packages.
+            self._rebuild(p, key, built)
             return
         index = len(self.journal.launches.get(key, []))
         env = dict(built.process_env(self._base_path()))
@@ -247,6 +268,9 @@ class Lab:
                 launch.placement = node.placement()
         except StepFailed as e:
             self._skip_point(p, key, e)
+            return
+        if launch.status != "ok" and not again and self._vanished(built):
+            self._rebuild(p, key, built)  # removed during the launch: that failure is not evidence
             return
         self.journal.launch(key, index, launch, self.label(p))
         self.launches_run += 1

@@ -194,8 +194,9 @@ class RemoteBuilder:
         if ready.ok:
             try:
                 info = json.loads(ready.stdout.decode("utf-8", "replace"))
-                return Built.cached_from(info)
-            except (ValueError, TypeError):
+                if self._run(["test", "-e", str(info["python"])], 60).ok:  # (not removed under its marker)
+                    return Built.cached_from(info)
+            except (ValueError, TypeError, KeyError):
                 pass  # an unreadable marker: build again
         self._remove(d)
         t0 = time.monotonic()

@@ -104,6 +104,8 @@ def _progress_printer(quiet: bool) -> tuple[Any, Any]:
             plain.step(f"{state['what']}: {state['label']} (launch {state['launches']})")
         elif kind == "skip":
             err_console.print(f"[yellow]SKIP[/] {e(ev['label'])}: {e(str(ev.get('reason')))}")
+        elif kind == "note":
+            err_console.print(f"[yellow]note[/] {e(str(ev['text']))}")
         elif kind == "decision":
             theta = ev.get("theta")
             tail = f" (theta {theta:.2f})" if isinstance(theta, (int, float)) else ""
