@@ -66,9 +66,9 @@ def register(app: typer.Typer) -> None:
 
 
 class DemoView:
-    """The demo as it goes: a heading per step (on stderr when stdout has --json or --markdown), each
-    step's result shown as its own command shows it (only on the terminal format), and what runs now on a status line (a terminal) or in
-    plain progress lines (a log).
+    """The demo as it goes: a heading per step (on stderr when stdout has the JSON or markdown), each
+    step's result shown as its own command shows it (only in the terminal format), and what runs now
+    on a status line (a terminal) or in plain progress lines (a log).
 
     On a terminal the status line is taken down while anything else is printed and put back after,
     so a heading or a bisect decision starts on a line of its own, never behind the spinner's text
