@@ -284,6 +284,10 @@ class Builder:
 
     # -- building ------------------------------------------------------------------------------
 
+    def present(self, python: str) -> bool:
+        """An environment's interpreter is still there (nothing removed it since it was built)."""
+        return os.path.exists(python)
+
     def build(self, packages: Mapping[str, str], commit: str | None) -> Built:
         key = self.key(packages, commit)
         if key is None:
@@ -295,7 +299,7 @@ class Builder:
             if ready.exists():
                 try:
                     info = json.loads(ready.read_text(encoding="utf-8"))
-                    if os.path.exists(info["python"]):  # (a venv removed under its marker: build again)
+                    if self.present(info["python"]):  # (a venv removed under its marker: build again)
                         return Built.cached_from(info)
                 except (ValueError, TypeError, KeyError):
                     pass  # an unreadable marker: build again

@@ -218,11 +218,11 @@ class Lab:
         self._launch_one(p, key, again=True)
 
     def _vanished(self, built: Built) -> bool:
-        """The environment's interpreter is gone from the host it was built on."""
+        """The environment's interpreter is gone from where it was built (asked of its builder)."""
         if built.root is None:
             return False
         try:
-            return not self.host.run(["test", "-e", built.python], timeout=60).ok
+            return not self.builder.present(built.python)
         except RegdiagError:
             return False  # cannot tell: the launch's own failure stands
 

@@ -185,6 +185,10 @@ class RemoteBuilder:
 
     # -- building ------------------------------------------------------------------------------
 
+    def present(self, python: str) -> bool:
+        """An environment's interpreter is still there on the host (nothing removed it since)."""
+        return self._run(["test", "-e", python], 60).ok
+
     def build(self, packages: Mapping[str, str], commit: str | None) -> Built:
         key = self.key(packages, commit)
         if key is None:
@@ -194,7 +198,7 @@ class RemoteBuilder:
         if ready.ok:
             try:
                 info = json.loads(ready.stdout.decode("utf-8", "replace"))
-                if self._run(["test", "-e", str(info["python"])], 60).ok:  # (not removed under its marker)
+                if self.present(str(info["python"])):  # (not removed under its marker)
                     return Built.cached_from(info)
             except (ValueError, TypeError, KeyError):
                 pass  # an unreadable marker: build again
