@@ -36,6 +36,10 @@ def test_each_result_defaults_to_the_terminal_and_has_json():
         "ingest",
         "runs",
         "baselines",
+        "trust",
+        "host-check",
+        "clean",
+        "demo",
     }
     for w in whats:
         assert formats(w)[0] == "terminal" and "json" in formats(w)
