@@ -166,9 +166,7 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
             Pairs(req, host, plan, writers, argv_for, builder, emit).run()
     except UsageAbort:
         for w in writers.values():
-            w.path.unlink(missing_ok=True)  # nothing was measured: leave no record behind
-            if w.also is not None:
-                w.also.unlink(missing_ok=True)
+            w.discard()  # nothing was measured: leave no record behind
         raise
     except KeyboardInterrupt:
         for w in writers.values():

@@ -89,6 +89,12 @@ class RunWriter:
         if self.also is not None:
             save_record(self.also, self.run)
 
+    def discard(self) -> None:
+        """Nothing was measured: leave no record behind, the stored one nor the copy."""
+        self.path.unlink(missing_ok=True)
+        if self.also is not None:
+            self.also.unlink(missing_ok=True)
+
     def set(self, key: str, value: Any) -> None:
         self.run[key] = value
         self.flush()

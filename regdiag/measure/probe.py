@@ -89,9 +89,7 @@ def run_probe(
             _launches(writer, host, name, args, launches, env, timeout, emit)
             flag_run(writer.run)  # launches whose host stood out from the others' (docs/statistics.md)
     except (UsageAbort, BusyAbort):
-        writer.path.unlink(missing_ok=True)  # nothing was measured: leave no record behind
-        if writer.also is not None:
-            writer.also.unlink(missing_ok=True)
+        writer.discard()  # nothing was measured: leave no record behind
         raise
     except KeyboardInterrupt:
         writer.finish("interrupted")
