@@ -1,4 +1,4 @@
-"""One entry point for tests, lint, types and benchmarks: `nox -s tests lint typecheck bench`."""
+"""One entry point for tests, lint, types and benchmarks: `nox -s tests full lint typecheck bench`."""
 
 import nox
 
@@ -14,8 +14,16 @@ def _install(session: nox.Session, *extras: str) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
+    """The fast tier (the README's test command): units, properties, one real path per area."""
     _install(session, "test")
-    session.run("python", "-m", "pytest", "-q", "tests", *session.posargs)
+    session.run("python", "-m", "pytest", "-q", "-n", "auto", "-m", "not slow", "tests", *session.posargs)
+
+
+@nox.session
+def full(session: nox.Session) -> None:
+    """The full tier: real vLLM, real Slurm, many real launches (`.ci/run` runs both tiers)."""
+    _install(session, "test")
+    session.run("python", "-m", "pytest", "-q", "-n", "auto", "-m", "slow", "tests", *session.posargs)
 
 
 @nox.session

@@ -73,13 +73,37 @@ class _Rank:
         self.exit_at: float | None = None
         self.exited = threading.Event()
         self.stderr_done = threading.Event()
+        self.cpu_seen = 0.0
 
     def alive(self) -> bool:
         return not self.exited.is_set()
 
+    def busy_starting(self) -> bool:
+        """Before its first progress line (interpreter start, `import torch`, CUDA init): whether the
+        rank used CPU since the last look. On a loaded host an import can take minutes, and a rank that
+        is still working is not hung. After its first progress line CPU is no sign of life (a rank
+        waiting on a GPU sync spins), and only progress counts."""
+        if self.progressed:
+            return False
+        cpu = _cpu_seconds(self.proc.pid)
+        if cpu is None or cpu <= self.cpu_seen:
+            return False
+        self.cpu_seen = cpu
+        return True
+
     def tail(self) -> str:
         text = [ln for _, ln in self.lines if ln.strip() and not ln.startswith(PROGRESS_PREFIX)]
         return text[-1] if text else ""
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process (Linux /proc), or None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def where_stuck(stack: str, probe_dir: str) -> str:
@@ -295,6 +319,9 @@ class Supervisor:
         """The live rank that has been silent past its limit the longest, if any."""
         now = time.monotonic()
         late = [rk for rk in self.ranks if rk.alive() and now - rk.last_active > self._hang_limit(rk)]
+        for rk in [rk for rk in late if rk.busy_starting()]:  # still importing on a busy host: alive
+            rk.last_active = now
+            late.remove(rk)
         return min(late, key=lambda rk: rk.last_active) if late else None
 
     # -- outcomes ---------------------------------------------------------------------------------

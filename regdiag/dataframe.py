@@ -6,7 +6,11 @@ seaborn plot is one line. What compare reads is what this reads: a run file, a b
 stored run id, another tool's result file (pyperf, hyperfine, ...), or a record already loaded.
 docs/records.md, "As a DataFrame", lists the columns.
 
-pandas is imported here only, when the function is called: the command line never loads it.
+Every record is put in one unit per dimension first (regdiag/units.py: times in ms), so a metric's
+`value` column holds one unit across runs, whatever unit each file was written in.
+
+pandas is an extra (`pip install 'regdiag[frame]'`), imported here only, when the function is called:
+the command line never loads it, and without it `frame()` raises ImportError in one line.
 """
 
 from __future__ import annotations
@@ -32,7 +36,10 @@ def _resolve(ref: Any) -> tuple[dict[str, Any], str]:
 
 
 def rows(record: dict[str, Any], label: str) -> Iterable[tuple[Any, ...]]:
-    """The tidy rows of one run record, in COLUMNS' order."""
+    """The tidy rows of one run record, in COLUMNS' order, in canonical units."""
+    from regdiag.units import canonical
+
+    record = canonical(record)
     raw_units = record.get("units")
     units: dict[str, Any] = raw_units if isinstance(raw_units, dict) else {}
     better = declared(record)
@@ -58,7 +65,10 @@ def frame(*runs: Any, labels: Sequence[str] | None = None) -> Any:
     """A pandas DataFrame of RUNS (paths, baseline names, run ids, other tools' files or loaded
     records): one row per run, launch, metric and sample. `labels` names the runs (default: as given,
     "baseline NAME" for a baseline). Raises regdiag.records.RecordError for a file that is not a run."""
-    import pandas as pd
+    try:
+        import pandas as pd
+    except ImportError:
+        raise ImportError("regdiag.frame needs pandas: pip install 'regdiag[frame]'") from None
 
     if labels is not None and len(labels) != len(runs):
         raise ValueError(f"{len(labels)} labels for {len(runs)} runs")

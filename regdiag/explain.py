@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from regdiag import stats
+from regdiag import stats, units
 from regdiag.bandwidth import DEFAULT_BANDWIDTH, bandwidth_for
 from regdiag.collective_costs import Latencies
 from regdiag.comm import CommShare, comm_shares
@@ -185,6 +185,24 @@ def _mean_of_launch_means(launches: list[dict[str, Any]], key: str, name: str) -
     return float(np.mean(means)) if means else None
 
 
+# What the engines' bench scripts call the mean accept length, in the scalars of an imported launch.
+BENCH_ACCEPT_KEYS = ("accept_len", "accept_length", "mean_accept_length", "spec_accept_length")
+
+
+def _bench_accept(launches: list[dict[str, Any]]) -> tuple[str | None, float | None]:
+    for key in BENCH_ACCEPT_KEYS:
+        xs = [
+            float(v)
+            for la in launches
+            if isinstance(v := (la.get("scalars") or {}).get(key), (int, float))
+            and not isinstance(v, bool)
+            and v > 0
+        ]
+        if xs:
+            return key, float(np.mean(xs))
+    return None, None
+
+
 def _median_center(launches: list[dict[str, Any]], name: str) -> float | None:
     """A run's time: the geometric mean of its launch medians, the centre compare reads."""
     xs = [la["samples"][name] for la in launches if la.get("samples", {}).get(name)]
@@ -255,7 +273,9 @@ def explain_run(
         if v is not None:
             setattr(g, k, v)
     g.check()
-    run = _check_run(run, label)
+    run = _check_run(units.canonical(run), label)  # times in ms, whatever unit the record was written in
+    if baseline is not None:
+        baseline = units.canonical(baseline)
     launches = _ok_launches(run)
     header = _header(launches)
     config = {**((run.get("probe") or {}).get("config") or {}), **(header.get("config") or {})}
@@ -422,6 +442,9 @@ def _throughput_model(
     if acc is None:
         acc = _mean_of_launch_means(launches, "values", "accept_len")
         acc_src = "mean accept_len of the run"
+        if acc is None:  # a bench file's (vllm bench serve, bench_serving): one number per launch
+            key, acc = _bench_accept(launches)
+            acc_src = f"mean {key} of the bench file" if key else acc_src
         if header.get("accept_len_simulated") or config.get("accept_mean") is not None:
             acc_src += " (simulated by the probe)"
     if cycle is None or acc is None:

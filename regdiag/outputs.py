@@ -9,7 +9,9 @@ that follow a table of their own in docs/ are typed `dict[str, Any]` here, and d
 Importing this module imports nothing else of regdiag."""
 
 from typing import Annotated as D  # D[type, "what it means"]: the description goes into the schema
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict
+
+Verdict = Literal["REGRESSED", "IMPROVED", "UNCHANGED", "INCONCLUSIVE"]
 
 # ------------------------------------------------------------------------------- records and reports
 
@@ -245,7 +247,7 @@ class MetricVerdict(TypedDict, total=False):
     reduce: D[str, "how a launch's cycles become its centre (median)"]
     estimate: D[dict[str, Any], "the change: method, ratio with its confidence interval, p"]
     p_adjusted: D[float | None, "p adjusted for the number of metrics (Holm)"]
-    verdict: D[str, "REGRESSED, IMPROVED, UNCHANGED or INCONCLUSIVE"]
+    verdict: D[Verdict | None, "REGRESSED, IMPROVED, UNCHANGED or INCONCLUSIVE; null for a setting"]
     more_launches: D[int | None, "launches per side that would likely settle an INCONCLUSIVE"]
     note: D[str, "one line"]
     old_centers: D[list[float], "old side's launch centres"]
@@ -256,12 +258,17 @@ class MetricVerdict(TypedDict, total=False):
     change: D[float | None, "new / old - 1"]
 
 
-class Comparison(TypedDict, total=False):
+class _ComparisonExtras(TypedDict, total=False):
+    records: D[dict[str, str], "ab: the two records written (A, B)"]
+    fleet: D[dict[str, Any], "ab --slurm: per-node reading"]
+
+
+class Comparison(_ComparisonExtras):
     schema: D[str, "regdiag.comparison/1"]
     regdiag_version: D[str, "the regdiag that compared"]
-    verdict: D[str, "REGRESSED, IMPROVED, UNCHANGED or INCONCLUSIVE (of the primary metric)"]
-    exit_code: D[int, "1 REGRESSED, 0 UNCHANGED / IMPROVED, 3 INCONCLUSIVE"]
-    primary: D[str, "the primary metric"]
+    verdict: D[Verdict, "of the primary metric, of --metric, or the worst size of a sweep"]
+    exit_code: D[Literal[0, 1, 3], "1 REGRESSED, 0 UNCHANGED / IMPROVED, 3 INCONCLUSIVE"]
+    primary: D[str | None, "the primary metric; null for a suite or sweep of independent metrics"]
     margin: D[float, "smallest change that counts, a fraction"]
     method: D[str, "welch (independent launches) or paired (ab's pairs)"]
     level: D[float, "confidence level of the intervals"]
@@ -275,14 +282,14 @@ class Comparison(TypedDict, total=False):
     phantom: D[list[Any], "changes that are measurement artefacts"]
     warnings: D[list[str], "one line each"]
     notes: D[list[str], "one line each"]
-    env_diff: D[list[Any], "differences of the two sides' snapshots"]
+    env_diff: D[list[Any] | None, "differences of the two sides' snapshots; null where a side has none"]
     env_note: D[str | None, "why env_diff is empty, when it is"]
     design: D[dict[str, Any], "how the launches were taken (interleaved pairs, ...)"]
     drift: D[dict[str, Any] | None, "drift within each side"]
     verdict_note: D[str | None, "why the verdict is not the primary metric's own"]
     machine_diff: D[Any, "differences between the machines"]
-    records: D[dict[str, str], "ab: the two records written (A, B)"]
-    fleet: D[dict[str, Any], "ab --slurm: per-node reading"]
+    sweep: D[str, "a sweep judged per size: the sizes that moved, in one sentence; empty otherwise"]
+    judged_by: D[str | None, "the metric --metric named, or null"]
 
 
 class Explanation(TypedDict, total=False):
@@ -334,6 +341,15 @@ class Demo(TypedDict):
 
 
 # schema kind -> its type; what `python -m regdiag.schemas` writes, one file each.
+class Error(TypedDict):
+    """What a command run with --json (or --format json) prints on stdout when it fails, beside its one
+    line on stderr: a script reading stdout gets an object, never nothing."""
+
+    schema: D[str, "regdiag.error/1"]
+    error: D[str, "the one line that stderr also shows"]
+    exit_code: D[int, "the exit status (docs/cli.md)"]
+
+
 OUTPUTS: dict[str, Any] = {
     "snapshot": Snapshot,
     "snapshot-list": SnapshotList,
@@ -354,4 +370,5 @@ OUTPUTS: dict[str, Any] = {
     "explanation": Explanation,
     "bisect-report": BisectReport,
     "demo": Demo,
+    "error": Error,
 }

@@ -58,6 +58,7 @@ OUTPUT_KINDS: dict[str, str] = {
     "probe server": "server-summary",
     "probe engine": "engine-summary",
     "demo": "demo",
+    "any command under --json, when it fails": "error",
 }
 # The one table of schema ids: kind -> the major version this regdiag writes and reads.
 SCHEMAS: dict[str, int] = {

@@ -36,6 +36,8 @@ def type_schema(t: Any, defs: dict[str, Any]) -> dict[str, Any]:
         return {**type_schema(args[0], defs), "description": str(args[1])}
     if t is Any:
         return {}
+    if origin is typing.Literal:  # an enum: a verdict, a status
+        return {"enum": list(args)}
     if t in _PLAIN:
         return {"type": _PLAIN[t]}
     if origin in (typing.Union, types.UnionType):

@@ -109,3 +109,75 @@ def size_rows(items: list[dict[str, Any]], judged: list[Judged]) -> list[SizeRow
                 )
             )
     return rows
+
+
+def ordered(rows: list[SizeRow]) -> list[SizeRow]:
+    """Rows by op and mode as the sweep first lists them, then by message size."""
+    first: dict[tuple[str, str], int] = {}
+    for i, r in enumerate(rows):
+        first.setdefault((r.op, r.mode), i)
+    return sorted(rows, key=lambda r: (first[(r.op, r.mode)], r.bytes))
+
+
+# How one size's verdict weighs in the sweep's: the worst beyond the margin decides (a gate on a sweep
+# fails when any size regressed), then any size not settled, then an improvement.
+_WORST_FIRST = ("REGRESSED", "INCONCLUSIVE", "IMPROVED", "UNCHANGED")
+
+
+def sweep_verdict(rows: list[SizeRow]) -> tuple[str | None, str]:
+    """The verdict of a sweep judged per size, and the sentence that names the sizes that moved:
+    "REGRESSED at 1 KiB-64 KiB (+30.1 %); unchanged from 128 KiB to 1 GiB". (None, "") without rows."""
+    judged = [r for r in ordered(rows) if r.latency.verdict in _WORST_FIRST]
+    if not judged:
+        return None, ""
+    verdict = next(v for v in _WORST_FIRST if any(r.latency.verdict == v for r in judged))
+    groups: dict[tuple[str, str], list[SizeRow]] = {}
+    for r in judged:
+        groups.setdefault((r.op, r.mode), []).append(r)
+    several = len(groups) > 1
+    parts = []
+    for (op, mode), rs in groups.items():
+        runs = _runs_of_one_verdict(rs)
+        said = []
+        for v in _WORST_FIRST:  # what moved first, then what is not settled, then what held
+            spans = [span for w, span in runs if w == v]
+            if not spans:
+                continue
+            if v == "UNCHANGED":
+                said.append("unchanged at " + ", ".join(_range_txt(span) for span in spans))
+            else:
+                said.append(f"{v} at " + ", ".join(_span_txt(span) for span in spans))
+        parts.append((f"{op} {mode}: " if several else "") + "; ".join(said))
+    return verdict, " | ".join(parts)
+
+
+def _runs_of_one_verdict(rows: list[SizeRow]) -> list[tuple[str, list[SizeRow]]]:
+    out: list[tuple[str, list[SizeRow]]] = []
+    for r in rows:
+        v = str(r.latency.verdict)
+        if out and out[-1][0] == v:
+            out[-1][1].append(r)
+        else:
+            out.append((v, [r]))
+    return out
+
+
+def _range_txt(span: list[SizeRow]) -> str:
+    a, b = human_bytes(span[0].bytes), human_bytes(span[-1].bytes)
+    return a if a == b else f"{a}-{b}"
+
+
+def _span_txt(span: list[SizeRow]) -> str:
+    changes = sorted(c for r in span if (c := r.latency.change) is not None)
+    if not changes:
+        return _range_txt(span)
+    lo, hi = changes[0] * 100, changes[-1] * 100
+    how = f"{lo:+.1f} %" if abs(hi - lo) < 0.05 else f"{lo:+.1f} to {hi:+.1f} %"
+    return f"{_range_txt(span)} ({how})"
+
+
+def human_bytes(n: int) -> str:
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k} {unit}"
+    return f"{n} B"

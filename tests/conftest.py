@@ -59,3 +59,40 @@ def run_cli(
 @pytest.fixture
 def cli():
     return run_cli
+
+
+# --- tiers -------------------------------------------------------------------------------------------
+# The fast tier (the README's test command) is `-m "not slow"`; the full tier is `-m slow`. A test is
+# marked by what it starts (pyproject.toml lists the markers): a test marked with none of them is a
+# unit test, and a unit test that takes more than UNMARKED_LIMIT_S seconds (set up or run; scaled by
+# how oversubscribed the CPUs were, so two CPU hogs do not fail it) fails the session, naming it: it
+# starts something and must say what, or go to the full tier.
+STARTS = ("slow", "launch", "ssh", "engine", "tool", "vllm", "slurm", "gpu")
+UNMARKED_LIMIT_S = float(os.environ.get("REGDIAG_TEST_UNMARKED_LIMIT_S", "5"))
+_too_slow: list[str] = []
+
+
+def _oversubscribed() -> float:
+    try:
+        return max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
+    except OSError:
+        return 1.0
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when not in ("setup", "call") or report.outcome == "skipped":
+        return
+    if any(m in report.keywords for m in STARTS):
+        return
+    limit = UNMARKED_LIMIT_S * _oversubscribed()
+    if report.duration > limit:
+        _too_slow.append(f"{report.nodeid} ({report.when} {report.duration:.1f} s > {limit:.1f} s)")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _too_slow and not hasattr(session.config, "workerinput"):  # the controller (or a run without -n)
+        print("\nunmarked tests over the unit-test limit (mark what they start, or slow):", file=sys.stderr)
+        for line in _too_slow:
+            print(f"  {line}", file=sys.stderr)
+        if session.exitstatus == 0:
+            session.exitstatus = 1

@@ -35,7 +35,8 @@ def test_regression_exits_1_with_the_verdict_first(cli, seeds):
     assert first.strip().startswith("REGRESSED") and "cycle +5" in first
     assert "Nearly all of the change is in verify" in r.stdout
     assert "tok/s" in r.stdout and r.stderr == ""
-    assert len(r.stdout.splitlines()) <= 30  # one screen
+    # one screen (a few more lines where a loaded machine adds a drift note to the verdict)
+    assert len(r.stdout.splitlines()) <= 40
 
 
 def test_exit_codes_improved_and_inconclusive(capsys, tmp_path, seeds):

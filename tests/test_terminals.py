@@ -7,9 +7,12 @@ from __future__ import annotations
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -133,7 +136,17 @@ def test_a_closed_pipe_is_not_a_verdict(fmt: list[str]) -> None:
     assert (p.returncode, p.stderr) == (141, "")
 
 
-def test_runs_and_baseline_list_keep_whole_ids_at_80_columns(tmp_path: Path) -> None:
+@pytest.fixture
+def short_home() -> Iterator[Path]:
+    """A REGDIAG_HOME short enough that "runs in HOME/runs" fits 80 columns (a pytest-xdist worker's
+    tmp_path alone is over 70 characters)."""
+    d = Path(tempfile.mkdtemp(prefix="rd-", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_runs_and_baseline_list_keep_whole_ids_at_80_columns(short_home: Path) -> None:
+    tmp_path = short_home
     home = {"REGDIAG_HOME": str(tmp_path)}
     ids: list[str] = []
     for log in ("sglang_decode_dot", "vllm_older"):

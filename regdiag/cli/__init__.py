@@ -104,9 +104,40 @@ def click_exceptions():  # type: ignore[no-untyped-def]
 
 def _fail(message: str, code: int) -> None:
     err = sys.stderr
-    err.write(error_line(message))
+    line = error_line(message)
+    err.write(line)
     err.flush()
+    if _wants_json(sys.argv[1:]):
+        # a script reading stdout gets an object, never nothing (docs/schemas/error.schema.json)
+        import json
+
+        from regdiag.records import schema_id
+
+        try:
+            sys.stdout.write(
+                json.dumps(
+                    {
+                        "schema": schema_id("error"),
+                        "error": line.strip().removeprefix("regdiag: error: "),
+                        "exit_code": code,
+                    }
+                )
+                + "\n"
+            )
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
     sys.exit(code)
+
+
+def _wants_json(args: list[str]) -> bool:
+    """Whether the command line asks for JSON on stdout (--json, --format json), before any `--`."""
+    mine = args[: args.index("--")] if "--" in args else args
+    return (
+        "--json" in mine
+        or "--format=json" in mine
+        or any(a == "--format" and b == "json" for a, b in zip(mine, mine[1:], strict=False))
+    )
 
 
 def _interrupted(exc: BaseException | None = None) -> None:

@@ -58,9 +58,18 @@ def _margin(text: str) -> float:
 
 
 def compare(
-    old: str = typer.Argument(..., help="The reference: a run file, a baseline name or a stored run id."),
+    old: str = typer.Argument(None, help="The reference: a run file, a baseline name or a stored run id."),
     new: str = typer.Argument(
-        ..., help="The run under suspicion: a run file, a baseline name or a stored run id."
+        None, help="The run under suspicion: a run file, a baseline name or a stored run id."
+    ),
+    olds: list[str] = typer.Option(
+        None,
+        "--old",
+        help="One more file of the reference side (repeat it): the files' launches are pooled as one run, "
+        "e.g. three `vllm bench serve` files of one server. With --old and --new, OLD and NEW may be left out.",
+    ),
+    news: list[str] = typer.Option(
+        None, "--new", help="One more file of the side under suspicion (repeat it)."
     ),
     margin: str = typer.Option(
         "2%", "--margin", "-m", help="Smallest change that matters, as 2% or 0.02 (default 2%)."
@@ -79,6 +88,12 @@ def compare(
         "--allow-mismatch",
         help="Compare runs of different probes or configs, or with metrics on one side only (left out), "
         "with a warning. Default: refuse.",
+    ),
+    metric: str = typer.Option(
+        None,
+        "--metric",
+        help="Judge this one metric (one size of a sweep: ar_64KiB). Default: the primary; a sweep "
+        "(nccl-tests, probe collectives) is judged per size, its verdict the worst size beyond the margin.",
     ),
     json_out: bool = JsonOpt,
     markdown: bool = typer.Option(
@@ -114,9 +129,15 @@ def compare(
     m = _margin(margin)
     if method not in ("welch", "bootstrap"):
         raise BadInput(f"--method {method!r}: use welch or bootstrap")
-    old_run, old_name = baselines.resolve(old)
-    new_run, new_name = baselines.resolve(new)
-    refuse_input_as_output(html, [old, new, old_name, new_name], "--html")
+    from regdiag.compare.pool import pooled
+
+    old_refs = [r for r in [old, *(olds or [])] if r]
+    new_refs = [r for r in [new, *(news or [])] if r]
+    if not old_refs or not new_refs:
+        raise BadInput("compare needs two sides: OLD NEW, or --old FILE ... --new FILE ...")
+    old_run, old_name = pooled([baselines.resolve(r) for r in old_refs], "OLD")
+    new_run, new_name = pooled([baselines.resolve(r) for r in new_refs], "NEW")
+    refuse_input_as_output(html, [*old_refs, *new_refs, old_name, new_name], "--html")
     result = compare_runs(
         old_run,
         new_run,
@@ -127,6 +148,7 @@ def compare(
         old_label=old_name,
         new_label=new_name,
         exclude_flagged=exclude_flagged,
+        metric=metric,
     )
     from regdiag.report.registry import Out, render
 

@@ -107,6 +107,10 @@ class Comparison:
     # The host's reading (regdiag/compare/host.py): flagged launches per side, whether they were left
     # out (--exclude-flagged) and the verdict of the other choice.
     host: dict[str, Any] = field(default_factory=dict)
+    # A sweep judged per size (no --metric): the sentence naming the sizes that moved, "" otherwise.
+    sweep: str = ""
+    # The metric the verdict is of, where --metric chose it (else the primary, or the sweep's sizes).
+    judged_by: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -146,5 +150,7 @@ class Comparison:
                 "verdict_note": self.verdict_note,
                 "machine_diff": self.machine_diff,
                 "host": self.host,
+                "sweep": self.sweep,
+                "judged_by": self.judged_by,
             }
         )

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from regdiag import phantom, stats
+from regdiag import units as unitconv
 from regdiag.attribution import Attribution, Throughput, attribute, throughput
 from regdiag.compare.checks import (
     _check_kind,
@@ -25,7 +26,8 @@ from regdiag.compare.envdiff import _env_diff, _machine_diff
 from regdiag.compare.host import reads_host
 from regdiag.compare.result import Comparison, MetricResult, SideInfo
 from regdiag.compare.verdicts import _derived, _Method, _overall, _verdicts
-from regdiag.sizes import size_rows, sweep
+from regdiag.errors import BadInput
+from regdiag.sizes import ordered, size_rows, sweep, sweep_verdict
 
 
 @reads_host
@@ -43,13 +45,16 @@ def compare_runs(
     n_boot: int = stats.DEFAULT_BOOT,
     exclude_flagged: bool = False,
     host_reading: bool = True,
+    metric: str | None = None,
 ) -> Comparison:
     """Launches whose host stood out are flagged and explained, and left out of the verdict only with
     `exclude_flagged`; `host_reading` False: without that reading (both read by @reads_host,
-    regdiag/compare/host.py)."""
+    regdiag/compare/host.py). `metric`: the one metric the verdict is of (one size of a sweep);
+    without it a sweep is judged per size, its verdict the worst of them."""
     _check_options(margin, method, level)
     old = _check_kind(old, old_label)
     new = _check_kind(new, new_label)
+    old, new = _in_one_unit(old, new, old_label, new_label)
     warnings: list[str] = []
     notes: list[str] = []
     po, pn = old.get("probe") or {}, new.get("probe") or {}
@@ -66,14 +71,10 @@ def compare_runs(
     one_sided_ok = allow_mismatch or _other_instrument(po, pn)
     names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, one_sided_ok, warnings)
     how = _Method(method, level, margin, n_boot, np.random.default_rng(seed), paired)
-    if method == stats.BOOTSTRAP and not paired and min(len(lo_), len(ln_)) < stats.BOOTSTRAP_MIN_LAUNCHES:
-        warnings.append(
-            f"--method bootstrap needs {stats.BOOTSTRAP_MIN_LAUNCHES} launches per side "
-            f"({len(lo_)} vs {len(ln_)} here): no interval, so INCONCLUSIVE; Welch (the default) holds from 2"
-        )
-    derived = _derived(old, new)
-    results, context = _verdicts(names, lo_, ln_, units, better, how, derived)
-    verdict = _overall(results, primary)
+    _warn_bootstrap(method, paired, lo_, ln_, warnings)
+    results, context = _verdicts(names, lo_, ln_, units, better, how, _derived(old, new))
+    rows = ordered(size_rows(sweep([la["header"] for la in lo_]), list(results)))
+    verdict, sweep_txt = _judged(results, rows, _overall(results, primary), metric)
     att = _attribution(old, new, lo_, ln_, primary, phases, names, units, how, notes)
     batch = (_batch(po), _batch(pn))
     tput = _throughput(lo_, ln_, primary, units, how, batch)
@@ -85,6 +86,7 @@ def compare_runs(
     warnings += phantom.machine_warnings(snap_o, snap_n)
     if skip_o or skip_n:
         warnings.append(f"skipped launches: {len(skip_o)} in {old_label}, {len(skip_n)} in {new_label}")
+    warnings += _failed_requests(old, new, old_label, new_label)
     env, env_note = _env_diff(old, new)
     drift = _drift(lo_, ln_, primary or results[0].name, old_label, new_label)
     verdict_note = _drift_verdict(drift, design, verdict, old_label, new_label, warnings, notes)
@@ -97,7 +99,9 @@ def compare_runs(
         level=level,
         metrics=results,
         context=context,
-        sizes=size_rows(sweep([la["header"] for la in lo_]), list(results)),
+        sizes=rows,
+        sweep=sweep_txt,
+        judged_by=metric,
         attribution=att,
         throughput=tput,
         verdict=verdict,
@@ -213,3 +217,69 @@ def _phantoms(
             head.estimate.n_new,
         )
     return ph
+
+
+def _in_one_unit(
+    old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both sides in one unit per metric before anything is compared: each converted to the canonical
+    unit of its dimension (regdiag/units.py), refused (exit 2) where a metric's dimensions differ,
+    then shown in the unit that reads best, the same on both sides."""
+    old, new = unitconv.canonical(old), unitconv.canonical(new)
+    unitconv.check_dimensions(old, new, old_label, new_label)
+    phases = [p for p in (old.get("phases") or []) if isinstance(p, str)]
+    shown = unitconv.display_units(old, new, old.get("primary") or None, phases)
+    return unitconv.shown_in(old, shown), unitconv.shown_in(new, shown)
+
+
+def _warn_bootstrap(
+    method: str, paired: bool, lo_: list[dict[str, Any]], ln_: list[dict[str, Any]], warnings: list[str]
+) -> None:
+    if method == stats.BOOTSTRAP and not paired and min(len(lo_), len(ln_)) < stats.BOOTSTRAP_MIN_LAUNCHES:
+        warnings.append(
+            f"--method bootstrap needs {stats.BOOTSTRAP_MIN_LAUNCHES} launches per side "
+            f"({len(lo_)} vs {len(ln_)} here): no interval, so INCONCLUSIVE; Welch (the default) holds from 2"
+        )
+
+
+def _judged(
+    results: list[MetricResult], rows: list[Any], verdict: str, metric: str | None
+) -> tuple[str, str]:
+    """(verdict, sweep sentence): of `metric` alone where one is named; of every size of a sweep (the
+    worst beyond the margin: a slower 64 KiB fails the gate though 1 GiB held); else the primary's."""
+    if metric is not None:
+        m = next((x for x in results if x.name == metric), None)
+        if m is None:
+            judged = sorted(x.name for x in results)
+            shown = ", ".join(judged[:12]) + (f", ... ({len(judged)} in all)" if len(judged) > 12 else "")
+            raise BadInput(f"--metric {metric!r}: not a metric both runs hold ({shown})")
+        if m.verdict is None:
+            raise BadInput(f"--metric {metric!r} is a setting of the measurement (context), never judged")
+        return m.verdict, ""
+    sweep_v, txt = sweep_verdict(rows)
+    if sweep_v is None:
+        return verdict, ""
+    return sweep_v, txt
+
+
+FAILED_REQUESTS = "failed_requests"  # a bench file's count (regdiag/importers/vllm_bench.py)
+
+
+def _failed_requests(old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str) -> list[str]:
+    """A warning when either side's bench runs had failed requests: those are left out of its
+    latencies, so a side that fails more can look faster than it served."""
+
+    def count(run: dict[str, Any]) -> int:
+        return sum(
+            int(v)
+            for la in run.get("launches") or []
+            if isinstance(v := (la.get("scalars") or {}).get(FAILED_REQUESTS), (int, float))
+        )
+
+    o, n = count(old), count(new)
+    if not (o or n):
+        return []
+    return [
+        f"failed requests: {o} in {old_label}, {n} in {new_label} (left out of the latencies; "
+        f"{'more' if n > o else 'fewer' if n < o else 'as many'} in {new_label})"
+    ]

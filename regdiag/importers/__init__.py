@@ -20,7 +20,8 @@ so nothing downstream knows where it came from. It must carry:
 - `kind` "import", `probe.name` (the tool: "pyperf"), `probe.config` (what must match for two files
   to be comparable, no more), `primary` (None for a sweep of independent metrics), `phases` ([] unless
   the file has parts of a sum);
-- `units` and `better` for every metric (`direction.declare`): the file's own unit where it has one;
+- `units` and `better` for every metric (`direction.declare`): the unit the tool wrote, values as
+  written; `import_text` converts them to one unit per dimension (regdiag/units.py: times in ms);
 - launches as the tool ran processes: one launch per process the tool started, its samples that
   process's values (a launch is the unit of evidence; see docs/statistics.md);
 - `imported`: {"format": NAME, "source": the file, "tool_version": ... where the file says};
@@ -40,6 +41,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from regdiag import units
 from regdiag.errors import BadInput
 from regdiag.records import MAX_RECORD_BYTES, RUN, RecordError, check_record, load_record, read_regular
 from regdiag.runs import new_run
@@ -150,7 +152,9 @@ def import_text(text: str, source: str, fmt: str | None = None) -> list[dict[str
             f"{source}: neither a regdiag record nor a file regdiag can import "
             f"({', '.join(IMPORTERS)}; --from NAME to say which)"
         )
-    records = importer(name).parse(text, source)
+    # each importer declares the unit its tool wrote (pyperf's seconds, nsys' nanoseconds); a stored
+    # or compared record holds one unit per dimension (regdiag/units.py: times in ms)
+    records = [units.canonical(r) for r in importer(name).parse(text, source)]
     if not records:
         raise BadInput(f"{source}: the {name} file holds no results")
     for r in records:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
-
 from regdiag.direction import LOWER, declare
 from regdiag.errors import BadInput
 from regdiag.importers import launch, new_import
@@ -36,8 +34,6 @@ KEPT = (
     "perf_version",
     "timer",
 )
-# A time in seconds shown in the unit that keeps its digits readable.
-TIME_UNITS = (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9))
 OTHER_UNITS = {"byte": "B", "integer": "count"}
 
 
@@ -127,13 +123,8 @@ def _benchmark(b: Any, common: dict[str, Any], source: str, i: int) -> tuple[str
         )
     if not runs:
         raise BadInput(f"{source}: benchmark {name!r} has no run with values")
-    if raw_unit != "second":
-        return name, OTHER_UNITS.get(raw_unit, raw_unit), runs
-    median = float(np.median([v for r in runs for v in r["values"]]))
-    unit, scale = next((u, s) for u, s in TIME_UNITS if median >= s or s == 1e-9)
-    for r in runs:
-        r["values"] = [v / scale for v in r["values"]]
-    return name, unit, runs
+    # seconds as pyperf wrote them; import_text puts every time in ms (regdiag/units.py)
+    return name, "s" if raw_unit == "second" else OTHER_UNITS.get(raw_unit, raw_unit), runs
 
 
 def _iso(date: Any) -> str | None:

@@ -7,7 +7,7 @@ import math
 from regdiag import stats
 from regdiag.attribution import Attribution, Term, Throughput
 from regdiag.compare import Comparison, MetricResult
-from regdiag.sizes import Cell, SizeRow
+from regdiag.sizes import Cell, SizeRow, human_bytes
 
 
 def num(x: float | None, digits: int = 4) -> str:
@@ -85,7 +85,9 @@ def more_txt(m: MetricResult) -> str:
 
 def headline(c: Comparison) -> str:
     """The verdict sentence: what, how much, how sure, against which margin."""
-    m = next((x for x in c.metrics if x.name == c.primary), None)
+    if c.sweep and not c.judged_by:
+        return f"{c.verdict} per size: {c.sweep} (margin {margin_txt(c.margin)})"
+    m = next((x for x in c.metrics if x.name == (c.judged_by or c.primary)), None)
     if m is None:
         worst = [x for x in c.metrics if x.verdict == c.verdict]
         n = len(worst)
@@ -228,13 +230,6 @@ def size_txt(c: Comparison, r: SizeRow) -> str:
     if len({x.mode for x in c.sizes}) > 1:
         out += f" {r.mode}"
     return out
-
-
-def human_bytes(n: int) -> str:
-    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= k and n % k == 0:
-            return f"{n // k} {unit}"
-    return f"{n} B"
 
 
 def cell_txt(cell: Cell | None) -> tuple[str, str, str, str]:
