@@ -16,14 +16,40 @@ def _install(session: nox.Session, *extras: str) -> None:
 def tests(session: nox.Session) -> None:
     """The fast tier (the README's test command): units, properties, one real path per area."""
     _install(session, "test")
-    session.run("python", "-m", "pytest", "-q", "-n", "auto", "-m", "not slow", "tests", *session.posargs)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "-n",
+        "auto",
+        "--dist",
+        "loadfile",
+        "-m",
+        "not slow",
+        "tests",
+        *session.posargs,
+    )
 
 
 @nox.session
 def full(session: nox.Session) -> None:
     """The full tier: real vLLM, real Slurm, many real launches (`.ci/run` runs both tiers)."""
     _install(session, "test")
-    session.run("python", "-m", "pytest", "-q", "-n", "auto", "-m", "slow", "tests", *session.posargs)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-q",
+        "-n",
+        "auto",
+        "--dist",
+        "loadfile",
+        "-m",
+        "slow",
+        "tests",
+        *session.posargs,
+    )
 
 
 @nox.session

@@ -67,7 +67,7 @@ def cli():
 # unit test, and a unit test that takes more than UNMARKED_LIMIT_S seconds (set up or run; scaled by
 # how oversubscribed the CPUs were, so two CPU hogs do not fail it) fails the session, naming it: it
 # starts something and must say what, or go to the full tier.
-STARTS = ("slow", "launch", "ssh", "engine", "tool", "vllm", "slurm", "gpu")
+STARTS = ("slow", "launch", "ssh", "engine", "cli", "tool", "vllm", "slurm", "gpu")
 UNMARKED_LIMIT_S = float(os.environ.get("REGDIAG_TEST_UNMARKED_LIMIT_S", "5"))
 _too_slow: list[str] = []
 

@@ -6,15 +6,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 
-pytestmark = pytest.mark.slow
+from regdiag import schemas
+
+pytestmark = [pytest.mark.slow, pytest.mark.launch]
 
 
 def test_demo_diagnoses_the_planted_verify_slowdown(cli) -> None:
-    res = cli("demo", "--launches", "2", "--json", timeout=600)
+    res = cli("demo", "--launches", "2", "--json", timeout=900)
     assert res.returncode in (0, 3), res.stderr
     out = json.loads(res.stdout)
+    # its --json is what docs/schemas/demo.schema.json says (one demo run serves both checks)
+    schema = json.loads(schemas.path_for("demo").read_text(encoding="utf-8"))
+    jsonschema.validate(out, schema, cls=jsonschema.Draft202012Validator)
+    assert out["compare"]["schema"].startswith("regdiag.comparison/")
     work = Path(out["workdir"])
     for side in ("good", "bad"):
         run = json.loads(Path(out["runs"][side]).read_text())

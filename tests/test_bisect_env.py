@@ -5,6 +5,7 @@ reproduce, a launch that fails (SKIP), and the command line's exits and outputs.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,9 @@ def test_cli_human_markdown_and_bad_input(tmp_path, cli) -> None:
             "--command", command(probe), "--launches", "2", "--max-launches", "4"]  # fmt: skip
     res = cli(*args, "--journal", str(tmp_path / "a.jsonl"))
     assert res.returncode == 0, res.stderr
-    assert "PROBE_EXTRA unset -> 'verify:4'" in res.stdout and "verify ms" in res.stdout
+    # the table is of the phase compare found regressed, or of the cycle when a loaded machine's
+    # noise kept compare from singling one out (+4 ms of a 4 ms cycle either way)
+    assert "PROBE_EXTRA unset -> 'verify:4'" in res.stdout and re.search(r"(verify|cycle) ms", res.stdout)
     assert "endpoints: REPRODUCED" in res.stderr  # progress and decisions on stderr
     again = cli(*args, "--journal", str(tmp_path / "a.jsonl"))
     assert again.returncode == 2 and again.stderr.strip().endswith("or give another --journal")

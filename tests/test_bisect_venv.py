@@ -107,7 +107,8 @@ def test_package_bisect_from_a_venv_names_the_version(user_venv, wheels, tmp_pat
     rep = json.loads(r.stdout)
     [c] = rep["culprits"]
     assert [(f["name"], f["good"], f["bad"]) for f in c["factors"]] == [("kernpkg", "1.0", "2.0")]
-    assert c["ms"]["verify"] == pytest.approx(SLOW_MS, rel=0.5)
+    # the planted busy work: a loaded CPU stretches it (24 ms seen at load 8), never shrinks it much
+    assert SLOW_MS * 0.5 <= c["ms"]["verify"] <= SLOW_MS * 3
     lines = [json.loads(x) for x in journal.read_text().splitlines() if x.strip()]
     launches = [e for e in lines if e.get("type") == "launch" and e["status"] == "ok"]
     assert launches and not [e for e in lines if e.get("type") == "env" and e["status"] == "skip"]
@@ -215,7 +216,8 @@ def test_package_bisect_over_ssh_layers_on_the_hosts_venv(sshd: Sshd, tmp_path: 
                               capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
         unzip_into(make_wheel(tmp_path / "base", "basepkg", "1.0", {}), Path(site))
         wheels = work / "wheels"
-        for v, extra in (("1.0", {}), ("1.1", {}), ("2.0", {"verify": 6.0})):
+        # 20 ms planted: large against a loaded box's launch-to-launch noise (several ms here)
+        for v, extra in (("1.0", {}), ("1.1", {}), ("2.0", {"verify": 20.0})):
             make_wheel(wheels, "slowpkg", v, extra)
         probe = work / "probe.py"
         probe.write_text(PROBE_IMPORTING, encoding="utf-8")
@@ -224,7 +226,7 @@ def test_package_bisect_over_ssh_layers_on_the_hosts_venv(sshd: Sshd, tmp_path: 
         r = run_cli(
             "bisect", "--good", "slowpkg==1.0", "--bad", "slowpkg==2.0", "--metric", "verify",
             "--command", f"{{python}} {probe}", "--find-links", str(wheels), "--installer", "pip",
-            "--launches", "2", "--max-launches", "4", "--journal", str(tmp_path / "j.jsonl"), "--json",
+            "--launches", "2", "--max-launches", "6", "--journal", str(tmp_path / "j.jsonl"), "--json",
             "--host", "regdiag-test", "--python", str(venv / "bin" / "python"), "--ssh-config", str(cfg),
             timeout=600,
         )  # fmt: skip
@@ -235,7 +237,7 @@ def test_package_bisect_over_ssh_layers_on_the_hosts_venv(sshd: Sshd, tmp_path: 
         assert [(f["name"], f["good"], f["bad"]) for f in c["factors"]] == [("slowpkg", "1.1", "2.0")], (
             journal[-4000:]
         )
-        assert c["ms"]["verify"] == pytest.approx(6.0, abs=1.5)
+        assert c["ms"]["verify"] == pytest.approx(20.0, rel=0.5)
     finally:
         subprocess.run(["rm", "-rf", str(work), str(home / ".cache")], check=False)
 

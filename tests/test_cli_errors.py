@@ -61,6 +61,7 @@ def test_comparing_a_record_with_itself_says_so() -> None:
     assert "same run" in (r.stdout + r.stderr).replace("\n", " ")
 
 
+@pytest.mark.launch
 def test_bisect_unknown_metric_is_refused_after_one_launch() -> None:
     r = run_cli(
         "bisect", "--good", "NCCL_PROTO=LL", "--bad", "NCCL_PROTO=Simple", "--probe", "spec-decode",

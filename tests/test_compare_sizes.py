@@ -109,6 +109,7 @@ def test_terminal_and_markdown_show_one_row_per_size(pair: tuple[Path, Path]) ->
     assert "| 16 MiB |" in md
 
 
+@pytest.mark.launch
 def test_real_gloo_pair_groups_per_size(tmp_path: Path) -> None:
     """Two real runs of the probe on 2 gloo ranks: the rows follow the probe's sweep, whatever the verdicts."""
     paths = []

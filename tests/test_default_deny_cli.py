@@ -125,6 +125,8 @@ def test_bisect_journal_and_screen_leak_no_generated_secret(tmp_path: Path) -> N
     assert _leaks([*named, *argv, token], journal.read_text(), r.stdout, r.stderr) == []
 
 
+@pytest.mark.launch
+@pytest.mark.engine
 def test_error_lines_carry_no_secret(tmp_path: Path) -> None:
     rng = random.Random(11)
     url_pw = FAMILIES["https url /"](rng)

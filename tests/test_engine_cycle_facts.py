@@ -10,12 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from server_helpers import free_port
 from test_engine_probe import FAKE_PHASES, _fake_server
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.launch
+@pytest.mark.engine
 def test_a_phase_never_called_is_absent_and_each_cycle_has_its_period(cli, tmp_path):
     port = free_port()
     out = tmp_path / "run.json"

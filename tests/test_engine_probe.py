@@ -32,6 +32,8 @@ def _fake_server(port: int, workers: int = 2, env: str = "") -> list[str]:
     return ["--launch-cmd", cmd.strip(), "--url", f"http://127.0.0.1:{port}", "--no-snapshot"]
 
 
+@pytest.mark.launch
+@pytest.mark.engine
 def test_fake_server_engine_timed_in_every_worker(cli, tmp_path):
     port = free_port()
     out = tmp_path / "run.json"
@@ -62,6 +64,8 @@ def test_fake_server_engine_timed_in_every_worker(cli, tmp_path):
     assert summary["accept_len_mean"] == 3.0 and summary["launches"] == 1
 
 
+@pytest.mark.launch
+@pytest.mark.engine
 def test_phase_sum_matches_cycle_with_one_worker(cli, tmp_path):
     port = free_port()
     out = tmp_path / "run.json"
@@ -76,6 +80,8 @@ def test_phase_sum_matches_cycle_with_one_worker(cli, tmp_path):
     assert any(ln.split()[:1] == ["cycle"] for ln in r.stdout.splitlines()), r.stdout
 
 
+@pytest.mark.launch
+@pytest.mark.engine
 def test_verify_regression_found_by_compare_and_explain(cli, tmp_path):
     runs = []
     for name, verify_n in (("old", 1000), ("new", 30000)):  # 30x: robust to a loaded 2-core VM
@@ -107,6 +113,8 @@ def test_missing_target_is_one_line_exit_2_before_starting(cli):
     ]
 
 
+@pytest.mark.launch
+@pytest.mark.engine
 def test_missing_target_found_by_the_hook_at_run_time(cli, tmp_path):
     # --no-check: the engine starts; the hook finds the target missing when the module is imported.
     port = free_port()
@@ -205,6 +213,9 @@ def test_transformers_target_missing_names_the_version(cli, transformers):
     )
 
 
+@pytest.mark.launch
+@pytest.mark.engine
+@pytest.mark.tool
 def test_ctrl_c_keeps_the_cycles_and_stops_the_engine(tmp_path):
     port = free_port()
     # Its own temporary directory: the hook files waited for below are this probe's, not those of a
@@ -249,6 +260,8 @@ def _live_members(pgid: int) -> list[int]:
     return live
 
 
+@pytest.mark.launch
+@pytest.mark.engine
 def test_protocol_output_drives_bisect(cli, tmp_path):
     # bisect runs `probe engine --protocol` per launch; the env var that makes verify 10x slower is found.
     engine = (

@@ -286,6 +286,8 @@ def test_a_given_cycle_replaces_the_runs_own():
         ex.explain_run(simulate_spec_run(1), cycle_ms=float("nan"))
 
 
+@pytest.mark.launch
+@pytest.mark.engine
 def test_explain_takes_an_engines_time_between_cycles_as_its_overhead(cli, tmp_path):
     """A real engine run (the fake engine's processes, the real hook): period minus cycle per launch."""
     from server_helpers import free_port

@@ -198,6 +198,7 @@ def test_baseline_save_in_a_team_home_with_planted_links(victim: Path, shared: P
     assert (home / "baselines" / ".x.json.lock").is_symlink()  # left alone, neither followed nor removed
 
 
+@pytest.mark.launch
 @pytest.mark.skipif(not CAN_PLANT, reason="needs root and setpriv to plant as another user")
 def test_probe_output_with_planted_links_changes_nothing_outside_it(victim: Path, shared: Path) -> None:
     # The reproduction: `ln -s /etc/motd DIR/.out.json.lock; regdiag probe ... -o DIR/out.json`.
@@ -391,6 +392,7 @@ def _planted_snapshot(tmp_path: Path, env: dict[str, str]) -> Path:
     return path
 
 
+@pytest.mark.launch
 def test_bisect_and_ab_refuse_a_record_that_loads_code_unless_allowed(tmp_path: Path) -> None:
     site = tmp_path / "site"
     site.mkdir()

@@ -30,6 +30,7 @@ def test_exit_codes_as_git_reads_them() -> None:
     assert for_git_bisect(7) == 128  # a code regdiag does not document: stop, never "bad"
 
 
+@pytest.mark.tool
 def test_compare_exit_status_under_git_bisect(tmp_path: Path) -> None:
     missing = str(tmp_path / "missing.json")
     p = run_cli("compare", missing, missing, "--git-bisect")
@@ -47,6 +48,8 @@ def _git(repo: Path, *args: str) -> str:
     return p.stdout
 
 
+@pytest.mark.launch
+@pytest.mark.tool
 @pytest.mark.skipif(shutil.which("hyperfine") is None, reason="hyperfine not installed")
 def test_git_bisect_run_skips_inconclusive_steps_and_finds_the_planted_commit(tmp_path: Path) -> None:
     repo, out = tmp_path / "repo", tmp_path / "out"

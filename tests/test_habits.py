@@ -33,6 +33,7 @@ def test_completion_is_on(cli, tmp_path: Path) -> None:
     assert "_REGDIAG_COMPLETE" in "".join(p.read_text() for p in tmp_path.rglob("*") if p.is_file())
 
 
+@pytest.mark.launch
 def test_help_is_click_style_and_whole_at_80_columns(cli) -> None:
     for c in COMMANDS:
         r = cli(*c.split(), "--help", env={"COLUMNS": "80"})
@@ -61,6 +62,7 @@ def test_small_toml_reader_agrees_with_tomllib() -> None:
         parse_small_toml("[defaults]\nhost = [1, 2]\n")
 
 
+@pytest.mark.cli
 def test_config_and_environment_defaults(cli, tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -135,6 +137,7 @@ def test_per_host_python_and_ssh_config_options(cli, sshd: Sshd, tmp_path: Path)
     assert r.returncode == 0 and r.stderr.count("ControlMaster auto") == 1, r.stderr
 
 
+@pytest.mark.launch
 def test_bisect_resumes_from_the_journal_alone_and_ignores_noise(cli, tmp_path: Path) -> None:
     probe = write_probe(tmp_path)
     journal = tmp_path / "j.jsonl"
@@ -219,6 +222,8 @@ def test_a_second_host_is_refused_where_one_is_measured(cli) -> None:
         )
 
 
+@pytest.mark.launch
+@pytest.mark.engine
 def test_the_old_short_option_of_cycles_works_with_a_note(cli) -> None:
     import importlib.util
 
@@ -234,6 +239,8 @@ def test_the_old_short_option_of_cycles_works_with_a_note(cli) -> None:
                          "--cycles is -n); use -n"] if note else [])  # fmt: skip
 
 
+@pytest.mark.launch
+@pytest.mark.engine
 def test_explain_takes_the_shapes_as_preset_and_the_old_model_with_a_note(cli) -> None:
     """--model is the served model's name (probe server); the roofline's shapes are --preset, as in
     probe spec-decode. The old spelling, alone or as --model=NAME, still works for one release."""

@@ -335,6 +335,7 @@ def test_there_are_many_cases() -> None:
     assert len({c.id for c in CASES}) == len(CASES)
 
 
+@pytest.mark.cli
 def test_the_runner_sees_a_traceback_and_a_hang(tmp_path: Path) -> None:
     # The harness can fail a case: a crash's traceback reaches stderr, a hang is killed and reported.
     reqs = [

@@ -106,7 +106,9 @@ def test_nccl_tests_output_is_named_as_probe_collectives(tmp_path: Path) -> None
     (la,) = run["launches"]
     # The 1 KiB row of ar-default-eager, in-place columns (all-reduce runs in place in the probe):
     row = next(ln for ln in f.read_text().splitlines() if ln.split()[:1] == ["1024"])
-    assert la["samples"]["ar_1KiB"] == [pytest.approx(float(row.split()[9]) / 1e3)]  # us in the file, ms stored
+    assert la["samples"]["ar_1KiB"] == [
+        pytest.approx(float(row.split()[9]) / 1e3)
+    ]  # us in the file, ms stored
     assert la["values"]["busbw_1KiB"] == [float(row.split()[11])]
     assert run["primary"] == "ar_256MiB" and "arg_256MiB" in la["samples"]
     assert run["better"]["busbw_1KiB"] == "higher" and run["derived"]["busbw_1KiB"] == "ar_1KiB"

@@ -120,6 +120,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"A": d / "ab-a.json", "B": d / "ab-b.json", "probe": probe, "dir": d}
 
 
+@pytest.mark.launch
 def test_local_outputs_validate(cli, runs: dict[str, Path], tmp_path: Path) -> None:
     a, b = str(runs["A"]), str(runs["B"])
     snap = tmp_path / "s1.json"
@@ -144,6 +145,7 @@ def test_local_outputs_validate(cli, runs: dict[str, Path], tmp_path: Path) -> N
     validated(cli("ingest-log", str(log), "-o", str(tmp_path / "log.json"), "--json").stdout, "ingest")
 
 
+@pytest.mark.launch
 def test_bisect_output_validates_and_keeps_kind(cli, runs: dict[str, Path], tmp_path: Path) -> None:
     r = cli(
         "bisect", "--good", "PROBE_EXTRA=verify:0", "--bad", "PROBE_EXTRA=verify:3 PROBE_X=1",
@@ -154,6 +156,7 @@ def test_bisect_output_validates_and_keeps_kind(cli, runs: dict[str, Path], tmp_
     assert doc["kind"] == doc["schema"]  # the old spelling, kept for one release
 
 
+@pytest.mark.launch
 @pytest.mark.skipif(not SPEC.exists(), reason="probe not available")
 def test_probe_outputs_validate(cli, tmp_path: Path) -> None:
     r = cli("probe", "spec-decode", "--preset", "tiny", "-L", "1", "--cycles", "4", "--no-snapshot", "--json")
@@ -221,10 +224,23 @@ def test_outputs_over_ssh_validate(cli, sshd: Sshd, tmp_path: Path) -> None:  # 
     validated(r.stdout, "clean")
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not SPEC.exists(), reason="probe not available")
-def test_demo_output_validates(cli) -> None:
-    r = cli("demo", "--launches", "2", "--json", timeout=900)
-    assert r.returncode in (0, 3), r.stderr[-2000:]
-    doc = validated(r.stdout, "demo")
-    assert doc["compare"]["schema"].startswith("regdiag.comparison/")
+# The demo's --json is validated by tests/test_bisect_demo.py, on the one demo run it makes (a demo is
+# minutes of launches on two cores).
+
+
+def test_a_failing_command_under_json_prints_an_error_object(cli, tmp_path: Path) -> None:
+    """Under --json an error is one object on stdout too, beside its one line on stderr."""
+    (tmp_path / "junk.txt").write_text("hello\n")
+    cases = [
+        ("compare", str(tmp_path / "missing.json"), str(tmp_path / "missing.json"), "--json"),
+        ("compare", str(tmp_path / "junk.txt"), str(tmp_path / "junk.txt"), "--format", "json"),
+        ("explain", str(tmp_path / "junk.txt"), "--json"),
+        ("bisect", "--good", "A=1", "--bad", "A=1", "--command", "true", "--json"),
+    ]
+    for args in cases:
+        r = cli(*args)
+        assert r.returncode == 2, (args, r.stderr)
+        doc = validated(r.stdout, "error")
+        assert doc["exit_code"] == 2 and doc["error"] and r.stderr == f"regdiag: error: {doc['error']}\n"
+    plain = cli("compare", str(tmp_path / "missing.json"), str(tmp_path / "missing.json"))
+    assert plain.returncode == 2 and plain.stdout == ""  # without --json, stdout stays empty

@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import ROOT, run_cli
 from server_helpers import Emulator
 
 LOG = "tests/data/sglang_decode_dot.log"
 
 
+@pytest.mark.launch
 def test_two_logs_of_one_setup_compare_and_keep_their_files_as_provenance(tmp_path: Path) -> None:
     copy = tmp_path / "yesterday.log"
     copy.write_bytes((ROOT / LOG).read_bytes())

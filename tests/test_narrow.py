@@ -84,6 +84,7 @@ def _fmt_estimate(m: dict[str, Any]) -> list[str]:
     ]
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("width", WIDTHS)
 def test_compare_keeps_every_name_number_and_unit_whole(width: int) -> None:
     d = json.loads(run_cli("compare", EAGLE_A, EAGLE_OFF, "--allow-mismatch", "--json").stdout)
@@ -102,6 +103,7 @@ def test_compare_keeps_every_name_number_and_unit_whole(width: int) -> None:
         assert re.search(rf"^\s*{m['name']}\b", out, re.M), m["name"]
 
 
+@pytest.mark.launch
 @pytest.mark.parametrize("width", WIDTHS)
 def test_a_collectives_compare_keeps_sizes_and_units_whole(width: int) -> None:
     p = run_cli("compare", COLL_A, COLL_B, "--allow-mismatch", env=_env(width))
@@ -120,6 +122,7 @@ def test_a_collectives_compare_keeps_sizes_and_units_whole(width: int) -> None:
             assert _lines_with(out, old), old  # the latency whole, its unit with it or in its header
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("width", WIDTHS)
 def test_explain_keeps_the_roofline_whole(width: int) -> None:
     d = json.loads(run_cli("explain", EAGLE_OFF, "--json").stdout)
@@ -132,6 +135,7 @@ def test_explain_keeps_the_roofline_whole(width: int) -> None:
     assert _lines_with(out, "roofline at")
 
 
+@pytest.mark.launch
 def test_the_accept_len_unit_is_no_table_row_at_80_columns(tmp_path: Path) -> None:
     """A run whose accept_len has a unit (tokens/step, as the probe writes it now): at 80 columns the
     unit stayed behind on a line of its own under the table, read as one more row."""
@@ -160,6 +164,7 @@ def _snapshot(path: Path, env: dict[str, str]) -> None:
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.cli
 def test_diff_never_splits_a_name_or_a_hash(tmp_path: Path) -> None:
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     _snapshot(a, {"PYTHONDONTWRITEBYTECODE": "1"})
@@ -187,6 +192,7 @@ def test_diff_never_splits_a_name_or_a_hash(tmp_path: Path) -> None:
                         assert not missing, (width, name, missing)
 
 
+@pytest.mark.cli
 def test_runs_keep_ids_and_created_whole_at_every_width(tmp_path: Path) -> None:
     home = {"REGDIAG_HOME": str(tmp_path)}
     for log in ("sglang_decode_dot", "vllm_older"):
@@ -209,6 +215,7 @@ def _run_value_line(stdout: str, metric: str) -> str:
     return line
 
 
+@pytest.mark.launch
 def test_one_number_per_run_in_progress_summary_baseline_compare_and_html(tmp_path: Path) -> None:
     home = {"REGDIAG_HOME": str(tmp_path / "home")}
     rec = tmp_path / "r.json"
@@ -258,6 +265,7 @@ REPORTS = [
 ]
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize(
     "args,code", REPORTS, ids=lambda x: " ".join(x[:2]) if isinstance(x, list) else str(x)
 )
@@ -277,6 +285,7 @@ def test_an_ascii_stdout_gets_ascii_arrows_and_the_real_exit_code(args: list[str
         assert b"->" in r.stdout
 
 
+@pytest.mark.cli
 def test_a_probe_summary_on_an_ascii_stdout(tmp_path: Path) -> None:
     r = subprocess.run(
         python_cli(
@@ -359,6 +368,7 @@ def test_the_demo_in_a_terminal_leaves_no_status_text_behind(tmp_path: Path) -> 
     assert decisions and all(ln.startswith("  ") and not ln.startswith("   ") for ln in decisions), decisions
 
 
+@pytest.mark.launch
 def test_format_reaches_runs_and_the_probe_csv(tmp_path: Path) -> None:
     home = {"REGDIAG_HOME": str(tmp_path)}
     assert run_cli("ingest-log", "tests/data/vllm_older.log", env=home).returncode == 0

@@ -71,6 +71,8 @@ def _ended(path: Path) -> dict:
     return load_record(path, "run")  # valid, whatever the ending
 
 
+@pytest.mark.launch
+@pytest.mark.engine
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_probe_server_o_is_written_when_interrupted(tmp_path: Path, sig: int) -> None:
     out = tmp_path / "run.json"
@@ -113,6 +115,7 @@ def _engine_args(port: int, out: Path, launches: int = 3) -> list[str]:
             "-L", str(launches), "-R", "4", "--max-tokens", "400", *PHASES, "-o", str(out)]  # fmt: skip
 
 
+@pytest.mark.engine
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_probe_engine_o_is_written_when_interrupted(tmp_path: Path, sig: int) -> None:
     out = tmp_path / "run.json"
@@ -139,6 +142,7 @@ def test_probe_engine_o_is_written_when_the_engine_fails(tmp_path: Path) -> None
     assert run["status"] in ("failed", "partial") and run["launches"][0]["status"] == "error"
 
 
+@pytest.mark.launch
 def test_ab_o_is_written_when_interrupted_and_when_a_side_fails(tmp_path: Path) -> None:
     probe = write_probe(tmp_path)
     prefix = tmp_path / "ab"

@@ -43,6 +43,7 @@ def cpu_run(cpu_probe: tuple[dict, dict]) -> dict:
     return cpu_probe[0]
 
 
+@pytest.mark.launch
 def test_summary_has_one_row_per_message_with_latency_and_busbw(cpu_probe):
     run, summary = cpu_probe
     rows = {r["bytes"]: r for r in summary["sizes"]}
@@ -159,6 +160,7 @@ def test_compare_cli_json_says_regressed_for_the_bandwidth(cpu_run, tmp_path):
 # --- the model sweep --------------------------------------------------------------------------------
 
 
+@pytest.mark.launch
 def test_model_sweep_sends_the_presets_messages():
     out = run_probe_script("collectives", "--tp", "2", "--sizes", "model:kimi-k2", "--iters", "1", "--reps", "1",
                            "--warmup", "0")  # fmt: skip
@@ -183,6 +185,7 @@ def test_model_sweep_sends_the_presets_messages():
     assert h["better"]["ag_320KiB"] == "lower" and h["better"]["algbw_ag_320KiB"] == "higher"
 
 
+@pytest.mark.launch
 @pytest.mark.parametrize(("op", "prefix"), [("reduce_scatter", "rs"), ("all_to_all", "aa")])
 def test_reduce_scatter_and_all_to_all_run_on_gloo_with_nccl_tests_factors(op, prefix):
     out = run_probe_script("collectives", "--tp", "2", "--op", op, "--sizes", "4K,64K", "--iters", "2", "--reps", "2",
@@ -207,6 +210,7 @@ def test_model_items_round_the_vocabulary_shard_up_and_merge_duplicates():
     assert [it["bytes"] for it in tiny if it["op"] == "all_reduce"] == [512, 1536, 2048, 4096]
 
 
+@pytest.mark.launch
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -94,7 +94,8 @@ def test_probe_on_three_hosts_one_refusing(sshd: Sshd, tmp_path: Path) -> None: 
         "driver_version",
         "NCCL_ALGO",
     }
-    r = run_cli("compare", str(tmp_path / "a2.json"), str(tmp_path / "b2.json"))
+    # wide enough for the table whatever the tmp path's length (a pytest-xdist worker's is longer)
+    r = run_cli("compare", str(tmp_path / "a2.json"), str(tmp_path / "b2.json"), env={"COLUMNS": "200"})
     lines = r.stdout.splitlines()
     at = next(i for i, ln in enumerate(lines) if ln.startswith("two hosts:"))
     table = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("metric"))

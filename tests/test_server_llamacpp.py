@@ -23,6 +23,7 @@ LLAMA_SERVER = os.environ.get("REGDIAG_LLAMA_SERVER") or shutil.which("llama-ser
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.engine,
     pytest.mark.skipif(
         not LLAMA_SERVER, reason="no llama-server (set REGDIAG_LLAMA_SERVER); see docs/server.md"
     ),

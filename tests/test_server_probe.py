@@ -182,6 +182,8 @@ def test_help_states_defaults(cli) -> None:
 # ---- --launch-cmd: each launch is a server start -------------------------------------------------
 
 
+@pytest.mark.launch
+@pytest.mark.engine
 def test_launch_cmd_starts_measures_and_stops_each_server(cli) -> None:
     port = free_port()
     cmd = launch_cmd(port, health_delay_s=0.6, log_every_steps=2)

@@ -47,6 +47,7 @@ def _one_error_line(stderr: str) -> str:
     return lines[-1]
 
 
+@pytest.mark.cli
 def test_two_saves_of_one_baseline_name_never_both_succeed() -> None:
     home = Path(os.environ["REGDIAG_HOME"])
     for trial in range(6):
@@ -97,6 +98,7 @@ def _bisect_args(journal: Path) -> list[str]:
     ]  # fmt: skip
 
 
+@pytest.mark.launch
 def test_a_concurrent_resume_is_refused_and_the_journal_stays_resumable(tmp_path: Path) -> None:
     journal = tmp_path / "j.jsonl"
     first = _popen(*_bisect_args(journal))
@@ -117,6 +119,7 @@ def test_a_concurrent_resume_is_refused_and_the_journal_stays_resumable(tmp_path
     assert json.loads(again.stdout)["verdict"] == "CULPRIT"
 
 
+@pytest.mark.cli
 def test_a_full_disk_names_the_file_and_keeps_what_was_written(tmp_path: Path) -> None:
     home = tmp_path / "home"
     # A baseline that does not fit: one line naming it, and no half-written baseline left behind.

@@ -33,6 +33,8 @@ TINY = ["--probe", "spec-decode", "--", "--preset", "tiny", "--cycles", "12"]
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.slurm,
+    pytest.mark.launch,
     pytest.mark.skipif(
         not slurm_helpers.available(), reason="Slurm packages not installed (.ci/run installs them)"
     ),
@@ -115,6 +117,18 @@ def test_bisect_over_slurm_names_the_culprit(cli, slurm, tmp_path):
     launches = [e for e in journal if e.get("type") == "launch" and "source" not in e]
     assert launches and all(e["placement"]["node"] == f"n{e['index'] % 4 + 1}" for e in launches)
     assert len({e["placement"]["node"] for e in launches}) >= 2  # launch i of every point on node i mod 4
+
+    # --resume with the journal alone reopens an allocation of the same shape, also where a default
+    # host is set (it once tried SSH to a machine named "slurm", or refused --slurm beside the default)
+    env = {**slurm.env, "REGDIAG_HOST": "nowhere.invalid"}
+    again = cli("bisect", "--resume", "--journal", str(tmp_path / "j.jsonl"), "--json", env=env, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    resumed = json.loads(again.stdout)
+    assert resumed["verdict"] == "CULPRIT" and resumed["cost"]["launches_run"] == 0, resumed["cost"]
+    assert {f["name"] for c in resumed["culprits"] for f in c["factors"]} == {"REGDIAG_PROBE_SLOW"}
+    probe = cli("probe", "spec-decode", "--slurm", "1", "--launches", "1", "--no-snapshot", "--json",
+                "--preset", "tiny", "--cycles", "12", env=env, timeout=600)  # fmt: skip
+    assert probe.returncode == 0, probe.stderr[-2000:]
 
 
 def test_a_node_drained_mid_run_costs_only_its_pairs(cli, slurm, tmp_path):

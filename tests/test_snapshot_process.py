@@ -245,6 +245,7 @@ def test_two_engines_differing_only_in_sitecustomize_diff_first_and_bisect_facto
     assert "PATH" not in d.same_env and "HOME" not in d.same_env
 
 
+@pytest.mark.launch
 def test_bisect_takes_a_sitecustomize_variable_as_its_culprit(tmp_path, engines, cli) -> None:
     from bisect_helpers import command, write_probe
 
@@ -283,6 +284,7 @@ def test_bisect_takes_a_sitecustomize_variable_as_its_culprit(tmp_path, engines,
     assert report["culprits"][0]["factors"][0]["name"] == "PROBE_EXTRA"
 
 
+@pytest.mark.cli
 def test_secrets_in_environment_cmdline_and_sitecustomize_leak_nowhere(tmp_path, engines, cli) -> None:
     planted = {name: value for name, value, _ in PLANTED}
     sc_dir = tmp_path / "sc"

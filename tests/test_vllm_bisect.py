@@ -23,7 +23,7 @@ import pytest
 import vllm_helpers as vh
 from bisect_helpers import _record_line
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.launch]
 
 GOOD = "vllm-slowsampler==1.0 VLLM_LOGGING_LEVEL=INFO"
 BAD = "vllm-slowsampler==2.0 VLLM_LOGGING_LEVEL=WARNING"

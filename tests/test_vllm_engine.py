@@ -12,6 +12,8 @@ import pytest
 import vllm_helpers as vh
 from conftest import run_cli
 
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.engine]
+
 PHASES = ["verify", "reject", "draft"]
 V2 = "vllm.v1.worker.gpu"
 

@@ -17,6 +17,8 @@ import pytest
 import vllm_helpers as vh
 from server_helpers import free_port
 
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.engine]
+
 SPEC = json.dumps({"method": "ngram", "num_speculative_tokens": vh.K, "prompt_lookup_max": 4})
 
 

@@ -205,8 +205,8 @@ def bisect(
 ) -> None:
     o = dict(locals())
     chosen = pick_format("bisect", fmt, json_out, markdown)
-    req, on, interpreter = _request(ctx, o)
-    report = _run(req, on, interpreter, ssh_config, (slurm, slurm_args))
+    req, on, interpreter, where = _request(ctx, o)
+    report = _run(req, on, interpreter, ssh_config, where)
     show("bisect", chosen, report)
     raise typer.Exit(EXIT_OK if report["verdict"] == "CULPRIT" else EXIT_INCONCLUSIVE)
 
@@ -217,9 +217,11 @@ JOURNAL_OPTIONS = ("command", "probe", "metric", "repo", "setup", "find_links", 
                    "launches", "max_launches", "margin", "min_share", "host")  # fmt: skip
 
 
-def _request(ctx: typer.Context, o: dict[str, Any]) -> tuple[Request, str | None, str | None]:
+def _request(
+    ctx: typer.Context, o: dict[str, Any]
+) -> tuple[Request, str | None, str | None, tuple[str | None, str | None]]:
     """The bisect's Request from its options (with --resume and no --good/--bad: from the journal);
-    and the host and python it runs with."""
+    and the host, python and Slurm allocation (--slurm N, --slurm-args) it runs with."""
     from regdiag.bisect.run import Request
     from regdiag.cli.compare_cmd import _margin
 
@@ -243,7 +245,7 @@ def _request(ctx: typer.Context, o: dict[str, Any]) -> tuple[Request, str | None
         allow_code_from_record=o["allow_code_from_record"], allow_unloaded=o["allow_unloaded"],
         ignore=list(o["ignore"] or []), only=list(o["only"] or []),
     )  # fmt: skip
-    return req, o["host"], o["python"]
+    return req, o["host"], o["python"], (o["slurm"], o["slurm_args"])
 
 
 def _from_journal(ctx: typer.Context, o: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -275,7 +277,26 @@ def _from_journal(ctx: typer.Context, o: dict[str, Any]) -> tuple[dict[str, Any]
         if name in inputs and (source is None or source.name == "DEFAULT"):
             value = inputs[name]
             out[name] = str(value) if name == "margin" else value
+    _target_from_journal(ctx, out, inputs, where)
     return out, [str(a) for a in inputs.get("probe_args") or []]
+
+
+def _target_from_journal(ctx: typer.Context, out: dict[str, Any], inputs: dict[str, Any], where: Any) -> None:
+    """Where the journal's bisect ran: a Slurm allocation (`target`: --slurm N, --slurm-args), reopened
+    as a new allocation of the same shape unless --slurm or --host is given again."""
+    target = inputs.get("target") if isinstance(inputs.get("target"), dict) else {}
+    given = {n for n in ("host", "slurm") if (s := ctx.get_parameter_source(n)) is not None and s.name == "COMMANDLINE"}
+    if target.get("slurm"):
+        if not given:
+            out["slurm"], out["slurm_args"] = str(target["slurm"]), target.get("slurm_args")
+            out["host"] = None
+        elif "host" not in given:
+            out["host"] = None
+    elif inputs.get("host") == "slurm" and not given:
+        raise BadInput(
+            f"{where}: the journal is of a Slurm bisect written before it kept --slurm N; give --slurm N "
+            "(and --slurm-args) again with --resume"
+        )
 
 
 def _run(

@@ -112,11 +112,25 @@ def open_target(
 
     if slurm_args and not slurm:
         raise BadInput("--slurm-args needs --slurm N")
+    if slurm and host and host in _default_hosts():
+        host = None  # $REGDIAG_HOST or config.toml's default host: --slurm on the command line wins
     if slurm and host:
         raise BadInput("--slurm and --host: give one of them")
     if slurm:
         return open_kind("slurm", slurm, python, {"slurm_args": slurm_args})
     return open_host(host, python, ssh_config)
+
+
+def _default_hosts() -> set[str]:
+    """The hosts a command takes when --host is not given: $REGDIAG_HOST and config.toml's default."""
+    from regdiag import config
+
+    out = {os.environ.get(config.ENV["host"]) or ""}
+    try:
+        out.add(str(config.load().get("defaults", {}).get("host") or ""))
+    except BadInput:
+        pass
+    return out - {""}
 
 
 PROGRESS_EVERY_ENV = "REGDIAG_PROGRESS_EVERY"

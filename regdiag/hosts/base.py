@@ -99,6 +99,11 @@ class Host(ABC):
     # nodes that share its filesystem) or on the host itself, through regdiag.bisect.remote_envs.
     builds_here: bool = False
 
+    def target(self) -> dict[str, Any]:
+        """How to open this host again (a bisect's journal keeps it, so `--resume` reaches the same
+        place): the options of the command line that chose it, {"host": NAME} for an SSH host."""
+        return {"host": self.name}
+
     def regdiag_argv(self, entry: Sequence[str], python: str | None = None) -> list[str]:
         """The argv that runs regdiag's own code on this host: `entry` is a bundle command
         (`probe SCRIPT ARGS...`, `snapshot ARGS...`; hosts/bundle_main.py), `python` the interpreter

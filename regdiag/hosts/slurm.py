@@ -196,6 +196,7 @@ class SlurmAllocation(SlurmNode):
             raise
         self._nodes = [SlurmNode(self, n) for n in self.node_names]
         self.name = "slurm"
+        self._reopen = {"slurm": str(count), "slurm_args": shlex.join(salloc_args) or None}
 
     def _allocate(self, count: int, extra: list[str]) -> str:
         argv = ["salloc", "--no-shell", "-N", str(count), "--job-name", self.job_name, "--no-kill"]
@@ -225,6 +226,10 @@ class SlurmAllocation(SlurmNode):
 
     def placement(self) -> dict[str, Any]:
         return {"allocation": self.job_id}
+
+    def target(self) -> dict[str, Any]:
+        """--slurm N and its --slurm-args: a resumed bisect asks Slurm for a new allocation alike."""
+        return dict(self._reopen)
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "python": self.python, "via": self.via, "allocation": self.job_id,
