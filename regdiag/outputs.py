@@ -25,6 +25,29 @@ class Snapshot(TypedDict):
     groups: D[dict[str, Any], "the fields by group: engine, packages, gpu, env, host (docs/snapshot.md)"]
 
 
+class Launch(TypedDict):
+    """One process of a run (docs/records.md, "Run records"): what it measured and how it ended."""
+
+    index: D[int, "its place in the run"]
+    status: D[Literal["ok", "error", "interrupted"], "ok, error (see error) or interrupted"]
+    samples: D[dict[str, list[float | None]], "per-cycle series by metric, in the run's units"]
+
+
+class Run(TypedDict):
+    """A run record (regdiag.run/1): a probe's, a server's, a log's or another tool's file imported."""
+
+    schema: D[str, "regdiag.run/1"]
+    id: D[str, "the run id"]
+    created: D[str, "when it started, ISO 8601"]
+    status: D[Literal["running", "complete", "partial", "interrupted", "failed"], "how the run ended"]
+    kind: D[str, "probe, server, engine, ingest-log, import, ..."]
+    probe: D[dict[str, Any], "name, version, config (what must match for a comparison)"]
+    primary: D[str | None, "the metric the verdict is of; null for a suite or sweep"]
+    phases: D[list[str], "the parts of the primary's sum"]
+    units: D[dict[str, str], "each metric's unit (times in ms once canonical)"]
+    launches: D[list[Launch], "every launch, failed ones included"]
+
+
 class SnapshotList(TypedDict):
     schema: D[str, "regdiag.snapshot-list/1"]
     snapshots: D[list[Snapshot], "one snapshot per --host, in the order given"]
@@ -352,6 +375,7 @@ class Error(TypedDict):
 
 OUTPUTS: dict[str, Any] = {
     "snapshot": Snapshot,
+    "run": Run,
     "snapshot-list": SnapshotList,
     "check": Check,
     "check-list": CheckList,

@@ -155,8 +155,8 @@ def display_units(
 ) -> dict[str, str]:
     """{metric: unit} to show the time metrics of two canonical runs in. Two groups, one unit each:
     the primary and its phases (their changes add up), in the unit of the primary's median; every
-    other time metric (a sweep's rows, a suite's benchmarks, shown in one table) in the unit of the
-    smallest median among them. OLD's median decides where it has the metric; both sides get the
+    other time metric (a sweep's rows, a suite's benchmarks, shown in one table; a primary without
+    phases among them) in the unit of their middle median. OLD's median decides where it has the metric; both sides get the
     same unit, so nothing flips."""
     units = {**(new.get("units") or {}), **(old.get("units") or {})}
     medians: dict[str, float] = {}
@@ -167,12 +167,12 @@ def display_units(
             if med is not None:
                 medians[k] = med
     shown: dict[str, str] = {}
-    summed = [k for k in [primary, *phases] if k in medians] if primary in medians else []
+    summed = [k for k in [primary, *phases] if k in medians] if primary in medians and phases else []
     if summed:
         shown.update(dict.fromkeys(summed, display_time_unit(medians[str(primary)])))
-    rest = [k for k in medians if k not in shown]
-    if rest:
-        shown.update(dict.fromkeys(rest, display_time_unit(min(abs(medians[k]) for k in rest) or 1.0)))
+    rest = sorted((abs(medians[k]), k) for k in medians if k not in shown)
+    if rest:  # the unit of the middle one: a sweep's 1 KiB row reads 0.8 us, its 64 MiB row 300 us
+        shown.update(dict.fromkeys((k for _m, k in rest), display_time_unit(rest[len(rest) // 2][0] or 1.0)))
     return {k: u for k, u in shown.items() if u != CANONICAL[TIME]}
 
 

@@ -224,6 +224,36 @@ def test_outputs_over_ssh_validate(cli, sshd: Sshd, tmp_path: Path) -> None:  # 
     validated(r.stdout, "clean")
 
 
+def test_run_records_validate_and_corruptions_do_not() -> None:
+    """The run record has a schema: every stored H200 record validates, and records broken in the
+    ways a hand edit or a bad writer breaks them are refused by it."""
+    schema = json.loads(schemas.path_for("run").read_text(encoding="utf-8"))
+    runs = []
+    for p in sorted((ROOT / "baselines").rglob("*.json")):
+        try:
+            r = json.loads(p.read_text())
+        except ValueError:  # a JSON Lines journal beside the records
+            continue
+        if isinstance(r, dict) and str(r.get("schema", "")).startswith("regdiag.run/"):
+            runs.append(r)
+    assert len(runs) >= 10
+    for r in runs:
+        jsonschema.validate(r, schema, cls=jsonschema.Draft202012Validator)
+    good = runs[0]
+    corrupt = [
+        {**good, "status": "done"},
+        {**good, "launches": [{**good["launches"][0], "status": "fine"}]},
+        {**good, "launches": [{**good["launches"][0], "samples": {"cycle": ["1.0"]}}]},
+        {**good, "units": {"cycle": 1}},
+        {k: v for k, v in good.items() if k != "launches"},
+        {**good, "primary": 3},
+        {**good, "phases": "draft"},
+    ]
+    for bad in corrupt:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema, cls=jsonschema.Draft202012Validator)
+
+
 # The demo's --json is validated by tests/test_bisect_demo.py, on the one demo run it makes (a demo is
 # minutes of launches on two cores).
 

@@ -83,8 +83,11 @@ def test_compare_html_format_is_the_html_file(cli, tmp_path: Path):
 def test_unknown_or_conflicting_formats_are_one_line_exit_2(cli, tmp_path: Path, args, message):
     old = write(tmp_path / "old.json", simulate_spec_run(11))
     r = cli("compare", str(old), str(old), *args)
-    assert r.returncode == 2 and r.stdout == ""
+    assert r.returncode == 2
     assert r.stderr.strip() == f"regdiag: error: {message}"
+    # where --json was asked for, stdout holds the error as an object; else nothing
+    want = {"schema": "regdiag.error/1", "error": message, "exit_code": 2} if "--json" in args else None
+    assert (json.loads(r.stdout) if r.stdout else None) == want
 
 
 def test_diff_refuses_a_format_it_lacks(cli, tmp_path: Path):

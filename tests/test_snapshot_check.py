@@ -135,7 +135,7 @@ def test_cli_check_exit_codes(cli, h200: dict[str, Any], tmp_path: Path) -> None
     assert out.returncode == 1, out.stderr
     # busy, power-capped, and (busy at the idle clock of the baseline) SM clock far below max
     assert "NOT fit for benchmarking: 3 problem(s)" in out.stdout
-    assert "nvidia-smi -i 0 -pl 700" in out.stdout
+    assert "nvidia-smi -i 0 -pl 700" in " ".join(out.stdout.split())  # whole, wherever the line wraps
     js = cli("snapshot", "--check", "--json", "--from", str(bad))
     assert js.returncode == 1
     verdict = json.loads(js.stdout)

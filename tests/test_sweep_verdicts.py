@@ -52,6 +52,7 @@ def sweeps(tmp_path: Path) -> tuple[Path, Path]:
     return _side(tmp_path / "old.txt", 1, 1.0), _side(tmp_path / "new.txt", 2, 1.3)
 
 
+@pytest.mark.cli
 def test_a_small_message_regression_is_regressed_with_exit_1(sweeps: tuple[Path, Path]) -> None:
     old, new = sweeps
     p = run_cli("compare", str(old), str(new))
@@ -67,6 +68,7 @@ def test_a_small_message_regression_is_regressed_with_exit_1(sweeps: tuple[Path,
     assert slow == {1 << k for k in range(10, 17)}
 
 
+@pytest.mark.cli
 def test_metric_judges_one_size_and_the_sweep_is_unchanged_without_the_slowdown(
     sweeps: tuple[Path, Path], tmp_path: Path
 ) -> None:

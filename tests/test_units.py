@@ -90,6 +90,7 @@ def test_different_dimensions_are_refused_naming_both() -> None:
         compare_runs(old, new, host_reading=False)
 
 
+@pytest.mark.cli
 def test_different_dimensions_exit_2_on_the_command_line(tmp_path: Path) -> None:
     old = _side([10.0, 10.1, 9.9], "ms", phases=False)
     new = _side([10.0, 10.1, 9.9], "ms", phases=False)
@@ -181,6 +182,7 @@ def _pyperf(path: Path, seconds: float) -> Path:
     return path
 
 
+@pytest.mark.tool
 def test_two_real_pyperf_files_across_the_ms_boundary_regress_with_exit_1(tmp_path: Path) -> None:
     """0.8 ms (pyperf shows us) against 1.2 ms (pyperf shows ms): REGRESSED, exit 1, in one unit."""
     pytest.importorskip("pyperf")
@@ -193,6 +195,7 @@ def test_two_real_pyperf_files_across_the_ms_boundary_regress_with_exit_1(tmp_pa
     assert back.returncode == 0 and "IMPROVED" in back.stdout.splitlines()[0]
 
 
+@pytest.mark.tool
 @pytest.mark.skipif(shutil.which("hyperfine") is None, reason="hyperfine not installed")
 def test_two_real_hyperfine_files_across_the_s_boundary_regress_with_exit_1(tmp_path: Path) -> None:
     """0.95 s (hyperfine's ms) against 1.1 s: REGRESSED, exit 1."""
@@ -210,6 +213,7 @@ def test_two_real_hyperfine_files_across_the_s_boundary_regress_with_exit_1(tmp_
     assert doc["verdict"] == "REGRESSED" and doc["metrics"][0]["change"] == pytest.approx(0.158, abs=0.03)
 
 
+@pytest.mark.cli
 def test_several_files_a_side_are_pooled_as_launches(tmp_path: Path) -> None:
     """One process per file (a bench run each): alone, one launch a side settles nothing; pooled,
     the three files of each side are three launches, and the slower side is REGRESSED."""

@@ -285,7 +285,11 @@ def _target_from_journal(ctx: typer.Context, out: dict[str, Any], inputs: dict[s
     """Where the journal's bisect ran: a Slurm allocation (`target`: --slurm N, --slurm-args), reopened
     as a new allocation of the same shape unless --slurm or --host is given again."""
     target = inputs.get("target") if isinstance(inputs.get("target"), dict) else {}
-    given = {n for n in ("host", "slurm") if (s := ctx.get_parameter_source(n)) is not None and s.name == "COMMANDLINE"}
+    given = {
+        n
+        for n in ("host", "slurm")
+        if (s := ctx.get_parameter_source(n)) is not None and s.name == "COMMANDLINE"
+    }
     if target.get("slurm"):
         if not given:
             out["slurm"], out["slurm_args"] = str(target["slurm"]), target.get("slurm_args")

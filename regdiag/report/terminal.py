@@ -56,10 +56,9 @@ def _headline(c: Comparison, console: Console, old_name: str, new_name: str) -> 
         console.print(d)
     if c.throughput is not None:
         console.print(T.throughput_line(c.throughput), highlight=False)
+    what = " ".join(x for x in (str(c.old.probe or ""), T.config_txt(c.old.config)) if x)
     console.print(
-        f"old: {old_name or c.old.label} ({c.old.probe} {T.config_txt(c.old.config)}, {c.old.created or '?'})",
-        style="dim",
-        highlight=False,
+        f"old: {old_name or c.old.label} ({what}, {c.old.created or '?'})", style="dim", highlight=False
     )
     console.print(f"new: {new_name or c.new.label} ({c.new.created or '?'})", style="dim", highlight=False)
 
