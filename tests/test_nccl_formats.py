@@ -641,3 +641,4 @@ def test_a_side_whose_only_test_failed_gets_no_verdict(tmp_path: Path) -> None:
     assert "UNCHANGED" not in p.stdout and "IMPROVED" not in p.stdout
     assert json.loads(p.stdout)["exit_code"] == 2  # --json: the refusal as regdiag.error/1
     assert "the run has no launch with samples (1 launch, status 'failed')" in p.stderr
+    assert "launch 0 failed: #wrong 7 at 1MiB" in p.stderr  # the cause, not only the count

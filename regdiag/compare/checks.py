@@ -199,9 +199,13 @@ def _check_side(run: dict[str, Any], label: str, used: list[dict[str, Any]], war
     """A side without a usable launch is refused; an unfinished run is a warning."""
     if not used:
         n = len(run.get("launches", []))
+        errors = [
+            str(la.get("error")) for la in run.get("launches", []) if isinstance(la, dict) and la.get("error")
+        ]
+        why = f"; launch 0 failed: {errors[0]}" if errors else ""
         raise BadInput(
             f"{label}: the run has no launch with samples ({n} launch{'es' if n != 1 else ''}, "
-            f"status {run.get('status')!r})"
+            f"status {run.get('status')!r}){why}"
         )
     if run.get("status") not in (None, "complete"):
         warnings.append(
