@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 
 from regdiag import stats
+from regdiag.snapshot.check import THROTTLE_REASONS as CHECK_THROTTLE_REASONS
 from regdiag.snapshot.fields import value_of
 
-# Clock-event reasons that mean "slowed down"; idle, application-clock and sync-boost reasons do not.
-THROTTLE_REASONS = frozenset(
-    {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
-)
+# Clock-event reasons that mean "slowed down" (idle, application-clock and sync-boost reasons do not):
+# one table, snapshot/check.py's, whose names are probes/_nvml.py's REASON_BITS (tests/test_layers.py).
+THROTTLE_REASONS = frozenset(CHECK_THROTTLE_REASONS)
 CLOCK_TOLERANCE = 0.02  # median SM or memory clock differing by more: a different GPU state
 THROTTLE_MIN_FRACTION = 0.05  # a reason present in at least this share of samples counts
 NOISE_FACTOR = 2.5  # a side varying more than this x margin launch to launch cannot resolve it

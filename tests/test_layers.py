@@ -244,3 +244,16 @@ def test_no_caller_asks_a_host_what_it_is():
         if asks(n)
     ]
     assert found == []
+
+
+def test_one_table_of_throttle_reasons_named_as_the_nvml_bits() -> None:
+    """compare's PHANTOM warnings and `snapshot --check` judge the same reasons, each one a bit that
+    probes/_nvml.py decodes (the probes and the snapshot read NVML through that one file)."""
+    from regdiag import phantom
+    from regdiag.probe_modules import load
+    from regdiag.snapshot import check
+
+    bits = {name for _bit, name in load("_nvml").REASON_BITS}
+    assert phantom.THROTTLE_REASONS == frozenset(check.THROTTLE_REASONS)
+    assert set(check.THROTTLE_REASONS) <= bits and set(check.NOTE_REASONS) <= bits
+    assert not set(check.THROTTLE_REASONS) & set(check.NOTE_REASONS)

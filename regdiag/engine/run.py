@@ -22,7 +22,7 @@ from typing import Any
 from regdiag.errors import BadInput, ProbeError
 from regdiag.host_phantom import flag_run
 from regdiag.hosts.base import Host
-from regdiag.probe_runner import LaunchStream
+from regdiag.measure.stream import LaunchStream
 from regdiag.runs import RunWriter, now_iso
 from regdiag.server.client import Endpoint
 from regdiag.server.launch import LaunchError, ServerProcess
