@@ -235,7 +235,7 @@ def run_bisect(
         notes += version_notes(plan.same_packages, builder.base_versions(), remote)
     host_name = host.name if remote and host is not None else None
     inputs = req.inputs(plan.factors, plan.fixed_env, host_name)
-    target = host.target() if host is not None else {}
+    target = host.reopen() if host is not None else {}
     if target.get("slurm"):  # how --resume reaches the same kind of place (an SSH host: by `host`)
         inputs["target"] = target
     journal = Journal(path, inputs, req.resume, req.sides())

@@ -99,7 +99,7 @@ class Host(ABC):
     # nodes that share its filesystem) or on the host itself, through regdiag.bisect.remote_envs.
     builds_here: bool = False
 
-    def target(self) -> dict[str, Any]:
+    def reopen(self) -> dict[str, Any]:
         """How to open this host again (a bisect's journal keeps it, so `--resume` reaches the same
         place): the options of the command line that chose it, {"host": NAME} for an SSH host."""
         return {"host": self.name}

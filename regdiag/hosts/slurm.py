@@ -227,7 +227,7 @@ class SlurmAllocation(SlurmNode):
     def placement(self) -> dict[str, Any]:
         return {"allocation": self.job_id}
 
-    def target(self) -> dict[str, Any]:
+    def reopen(self) -> dict[str, Any]:
         """--slurm N and its --slurm-args: a resumed bisect asks Slurm for a new allocation alike."""
         return dict(self._reopen)
 
