@@ -125,7 +125,9 @@ def test_cli_human_markdown_and_bad_input(tmp_path, cli) -> None:
     res = cli(*args, "--journal", str(tmp_path / "a.jsonl"), env={"COLUMNS": "200"})
     assert res.returncode == 0, res.stderr
     # the table has a column per phase, whichever metric (verify, or the cycle on a loaded machine) led
-    assert "PROBE_EXTRA unset -> 'verify:4'" in res.stdout and re.search(r"\bverify ms\b", res.stdout), res.stdout
+    assert "PROBE_EXTRA unset -> 'verify:4'" in res.stdout and re.search(r"\bverify ms\b", res.stdout), (
+        res.stdout
+    )
     assert "endpoints: REPRODUCED" in res.stderr  # progress and decisions on stderr
     again = cli(*args, "--journal", str(tmp_path / "a.jsonl"))
     assert again.returncode == 2 and again.stderr.strip().endswith("or give another --journal")

@@ -48,6 +48,7 @@ def _sections(text: str, *names: str) -> str:
     return "".join(p for p in parts if p.split(" ", 3)[2:3] and p.split(" ", 3)[2] in names)
 
 
+@pytest.mark.tool
 @needs_pyperf
 def test_a_slower_pyperf_benchmark_compares_as_regressed(tmp_path: Path) -> None:
     fast = _pyperf(tmp_path / "fast.json", "sum(range(500))")
@@ -68,6 +69,7 @@ def test_a_slower_pyperf_benchmark_compares_as_regressed(tmp_path: Path) -> None
     assert out["verdict"] == "REGRESSED" and out["metrics"][0]["change"] > 1.0
 
 
+@pytest.mark.tool
 @needs_hyperfine
 def test_hyperfine_commands_are_records_picked_by_name(tmp_path: Path) -> None:
     hf = _hyperfine(tmp_path / "hf.json", ("fast", "sleep 0.005"), ("slow", "sleep 0.03"))
@@ -86,6 +88,7 @@ def test_hyperfine_commands_are_records_picked_by_name(tmp_path: Path) -> None:
     assert "#medium: no such result; the file holds 'fast', 'slow'" in line
 
 
+@pytest.mark.tool
 @needs_hyperfine
 def test_a_failed_hyperfine_run_is_a_failed_launch(tmp_path: Path) -> None:
     hf = tmp_path / "hf.json"
@@ -142,6 +145,7 @@ def test_nsys_nvtx_summary_is_one_launch_per_file() -> None:
     assert run["units"]["verify"] == "ms" and run["better"]["verify"] == "lower"
 
 
+@pytest.mark.tool
 def test_not_a_record_nor_importable_is_one_line(tmp_path: Path) -> None:
     junk = tmp_path / "junk.txt"
     junk.write_text("hello\n")
@@ -154,6 +158,7 @@ def test_not_a_record_nor_importable_is_one_line(tmp_path: Path) -> None:
         importers.load_run(junk, fmt="yaml")
 
 
+@pytest.mark.tool
 @needs_pyperf
 def test_an_imported_file_can_be_a_baseline(tmp_path: Path) -> None:
     fast = _pyperf(tmp_path / "fast.json", "sum(range(500))")
@@ -164,6 +169,7 @@ def test_an_imported_file_can_be_a_baseline(tmp_path: Path) -> None:
     assert p.returncode in (0, 3) and json.loads(p.stdout)["old"]["probe"] == "pyperf", p.stderr
 
 
+@pytest.mark.tool
 @needs_pyperf
 def test_export_writes_pyperf_json_that_pyperf_compares(tmp_path: Path) -> None:
     on, off = (ROOT / "baselines" / f"h200-kimi-slice-eagle-vgraph-{s}.json" for s in ("on-a", "off"))

@@ -284,7 +284,8 @@ def _from_journal(ctx: typer.Context, o: dict[str, Any]) -> tuple[dict[str, Any]
 def _target_from_journal(ctx: typer.Context, out: dict[str, Any], inputs: dict[str, Any], where: Any) -> None:
     """Where the journal's bisect ran: a Slurm allocation (`target`: --slurm N, --slurm-args), reopened
     as a new allocation of the same shape unless --slurm or --host is given again."""
-    target = inputs.get("target") if isinstance(inputs.get("target"), dict) else {}
+    raw = inputs.get("target")
+    target: dict[str, Any] = raw if isinstance(raw, dict) else {}
     given = {
         n
         for n in ("host", "slurm")
