@@ -94,7 +94,11 @@ def test_ab_over_nodes_finds_the_slowdown_with_each_pair_on_one_node(cli, slurm,
     assert used == set(slurm.nodes[:nodes]) and a["host"]["via"] == "slurm"
     fleet = out["fleet"]
     assert [n["node"] for n in fleet["nodes"]] == sorted(used)
-    assert fleet["pooled"] is not None and fleet["pooled"]["ratio"] > 1.1
+    if fleet["pooled"] is not None:
+        assert fleet["pooled"]["ratio"] > 1.1
+    else:  # a loaded machine made the nodes' changes differ: per-node estimates, each slower, said so
+        assert any("differs by node" in n for n in fleet["notes"]), fleet["notes"]
+        assert all((n["ratio"] or 0) > 1.1 for n in fleet["nodes"]), fleet["nodes"]
     claim = [n for n in fleet["notes"] if "needs at least 3" in n]
     assert bool(claim) == (nodes < 3)
     # The difference is named in both records, of its kind (no snapshot could see it).

