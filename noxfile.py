@@ -12,9 +12,7 @@ def _install(session: nox.Session, *extras: str) -> None:
     session.install("-e", f".[{','.join(extras)}]" if extras else ".")
 
 
-@nox.session
-def tests(session: nox.Session) -> None:
-    """The fast tier (the README's test command): units, properties, one real path per area."""
+def _pytest(session: nox.Session, tier: str) -> None:
     _install(session, "test")
     session.run(
         "python",
@@ -26,30 +24,22 @@ def tests(session: nox.Session) -> None:
         "--dist",
         "loadfile",
         "-m",
-        "not slow",
+        tier,
         "tests",
         *session.posargs,
     )
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The fast tier (the README's test command): units, properties, one real path per area."""
+    _pytest(session, "not slow")
 
 
 @nox.session
 def full(session: nox.Session) -> None:
     """The full tier: real vLLM, real Slurm, many real launches (`.ci/run` runs both tiers)."""
-    _install(session, "test")
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "-q",
-        "-n",
-        "auto",
-        "--dist",
-        "loadfile",
-        "-m",
-        "slow",
-        "tests",
-        *session.posargs,
-    )
+    _pytest(session, "slow")
 
 
 @nox.session

@@ -26,12 +26,13 @@ def pooled(runs: list[tuple[dict[str, Any], str]], side: str) -> tuple[dict[str,
     out["launches"] = []
     for run, label in runs:
         _same_measurement(first, first_label, run, label, side)
-        for la in units.canonical(run).get("launches") or []:
+        same = units.canonical(run)
+        for la in same.get("launches") or []:
             la = copy.deepcopy(la)
             la["source"] = label
             la["index"] = len(out["launches"])
             out["launches"].append(la)
-        out["units"] = {**(units.canonical(run).get("units") or {}), **(out.get("units") or {})}
+        out["units"] = {**(same.get("units") or {}), **(out.get("units") or {})}
     out["pooled_from"] = [label for _r, label in runs]
     statuses = {str(r.get("status")) for r, _l in runs}
     out["status"] = "complete" if statuses == {"complete"} else "partial"
