@@ -39,7 +39,7 @@ from regdiag.bisect.run import Request as BisectRequest
 from regdiag.bisect.run import argv_builder
 from regdiag.errors import BadInput, ProbeError
 from regdiag.hosts.base import CommandResult, Host
-from regdiag.measure.launch import UsageAbort, measure_launch, wrap_env
+from regdiag.measure.launch import UsageAbort, launch, measure_launch
 from regdiag.measure.nodes import NodeFailed
 from regdiag.measure.probe import new_probe_run
 from regdiag.measure.session import Session, warn
@@ -370,14 +370,16 @@ class Pairs:
         env["REGDIAG_AB_SIDE"] = s.label
         env["REGDIAG_LAUNCH_INDEX"] = str(index)
         unset = [k for k, v in variables.items() if v is None]
-        return node.run(
-            wrap_env(self.argv_for(built, index), unset),
+        argv, own = self.argv_for(built, index), getattr(self.argv_for, "regdiag_code", False)
+        return launch(
+            node,
+            argv,
+            stream,
             env=env,
+            unset=unset,
             cwd=built.worktree,
             timeout=self.req.launch_timeout,
-            on_stdout_line=stream.stdout_line,
-            on_stderr_line=stream.stderr_line,
-            keep_output=False,
+            regdiag_code=own,
         )
 
 

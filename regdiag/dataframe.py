@@ -22,8 +22,9 @@ from typing import Any
 from regdiag.direction import declared, direction
 from regdiag.run_view import usable
 
-COLUMNS = ["label", "run", "probe", "host", "launch", "status", "usable", "metric", "role", "unit",
-           "better", "sample", "value"]  # fmt: skip
+# A row: the launch a sample is of (LAUNCH_COLUMNS), then the metric and the sample (its index, its value).
+LAUNCH_COLUMNS = ["label", "run", "probe", "host", "launch", "status", "usable"]
+COLUMNS = [*LAUNCH_COLUMNS, "metric", "role", "unit", "better", "sample", "value"]
 CATEGORIES = ("label", "run", "probe", "host", "status", "metric", "role", "unit", "better")
 
 
@@ -45,20 +46,19 @@ def rows(record: dict[str, Any], label: str) -> Iterable[tuple[Any, ...]]:
     better = declared(record)
     primary = record.get("primary")
     phases = set(record.get("phases") or [])
-    probe = record.get("probe") or {}
-    host = record.get("host") or {}
+    probe_name = (record.get("probe") or {}).get("name")
+    host_name = (record.get("host") or {}).get("name")
     run_id = str(record.get("id") or label)
     for i, la in enumerate(record.get("launches") or []):
         raw = la.get("samples")
         samples: dict[str, Any] = raw if isinstance(raw, dict) else {}
-        ok = usable(la)
+        launch = (label, run_id, probe_name, host_name, la.get("index", i), la.get("status"), usable(la))
         for metric, values in samples.items():
             unit = str(units.get(metric, "ms"))
             role = "primary" if metric == primary else ("phase" if metric in phases else "other")
             way = direction(metric, unit, better)[0]
             for j, v in enumerate(values or []):
-                yield (label, run_id, probe.get("name"), host.get("name"), la.get("index", i), la.get("status"),
-                       ok, metric, role, unit, way, j, v)  # fmt: skip
+                yield (*launch, metric, role, unit, way, j, v)
 
 
 def frame(*runs: Any, labels: Sequence[str] | None = None) -> Any:

@@ -37,8 +37,16 @@ from regdiag.roofline import PhaseRoofline, add_comm, bytes_ratio, roofline
 from regdiag.run_view import usable
 from regdiag.throughput import ThroughputModel, check_accept, check_given, check_per_position
 
-__all__ = ["DEFAULT_BANDWIDTH", "Explanation", "PhaseRoofline", "ThroughputModel", "check_given",
-           "explain_model", "explain_numbers", "explain_run"]  # fmt: skip
+__all__ = [
+    "DEFAULT_BANDWIDTH",
+    "Explanation",
+    "PhaseRoofline",
+    "ThroughputModel",
+    "check_given",
+    "explain_model",
+    "explain_numbers",
+    "explain_run",
+]
 
 
 @dataclass
@@ -125,12 +133,10 @@ def explain_numbers(
     num_steps: int | None = 2,
 ) -> ThroughputModel:
     """The model from numbers alone (num_steps bounds the accept length: SGLang's default 2 unless given)."""
-    check_given(cycle_ms, decode_ms, accept_len, overhead_ms=overhead_ms,
-                decode_overhead_ms=decode_overhead_ms, num_steps=num_steps)  # fmt: skip
-    t = ThroughputModel(
-        accept_len, cycle_ms, decode_ms, batch, {"cycle": "given", "accept_len": "given"},
-        overhead_ms or 0.0, decode_overhead_ms or 0.0, num_steps,
-    )  # fmt: skip
+    Given(cycle_ms, decode_ms, accept_len, overhead_ms, decode_overhead_ms, num_steps).check()
+    sources = {"cycle": "given", "accept_len": "given"}
+    overheads = (overhead_ms or 0.0, decode_overhead_ms or 0.0)
+    t = ThroughputModel(accept_len, cycle_ms, decode_ms, batch, sources, *overheads, num_steps)
     if overhead_ms:
         t.sources["overhead"] = "given"
     t.check_finite()
@@ -155,8 +161,7 @@ def explain_model(
         raise BadInput("--tp must be 1..1024, --context 0..1e7 and the batch 1..1e6")
     shape = preset_shape(model, layers, tp, draft=draft)
     steps = g.num_steps or 2
-    config = {"batch": batch, "context": context, "num_steps": steps, "num_draft_tokens": steps + 1,
-              "shard": tp, "tp": tp}  # fmt: skip
+    config = {"batch": batch, "context": context, **_steps(steps), "shard": tp, "tp": tp}
     bandwidth, bw_src = bandwidth_for([], g.bandwidth, g.gpu)
     notes: list[str] = [f"no run: floors for {model} at TP={tp}, context {context}, {steps} steps"]
     rows = [
@@ -167,10 +172,22 @@ def explain_model(
     add_comm(rows, shape, config, notes, g.collectives, g.sampling, g.engine)
     tput = None
     if g.cycle_ms is not None and g.accept_len is not None:
-        tput = explain_numbers(g.cycle_ms, g.decode_ms, g.accept_len, batch, overhead_ms=g.overhead_ms,
-                               decode_overhead_ms=g.decode_overhead_ms, num_steps=steps)  # fmt: skip
+        tput = explain_numbers(
+            g.cycle_ms,
+            g.decode_ms,
+            g.accept_len,
+            batch,
+            overhead_ms=g.overhead_ms,
+            decode_overhead_ms=g.decode_overhead_ms,
+            num_steps=steps,
+        )
     model_d = {"name": shape.preset, **shape.to_dict()}
     return Explanation(tput, rows, bandwidth, bw_src, model_d, notes, [], bytes_ratio(shape, config))
+
+
+def _steps(n: int) -> dict[str, int]:
+    """A config's draft steps: `n` of them, n + 1 tokens verified a cycle."""
+    return {"num_steps": n, "num_draft_tokens": n + 1}
 
 
 # --- from run records ---------------------------------------------------------------------------
@@ -268,8 +285,10 @@ def explain_run(
     """What the run's cycle costs and why. What `given` (or the keywords) holds replaces what the run
     (or the baseline) says."""
     g = given or Given()
-    for k, v in (("bandwidth", bandwidth), ("decode_ms", decode_ms), ("accept_len", accept_len),
-                 ("cycle_ms", cycle_ms), ("model", model)):  # fmt: skip
+    passed = dict(
+        bandwidth=bandwidth, decode_ms=decode_ms, accept_len=accept_len, cycle_ms=cycle_ms, model=model
+    )
+    for k, v in passed.items():
         if v is not None:
             setattr(g, k, v)
     g.check()
@@ -284,8 +303,7 @@ def explain_run(
     _check_inputs(config, launches, label)
     notes: list[str] = []
     if g.num_steps is not None:
-        config["num_steps"] = g.num_steps
-        config["num_draft_tokens"] = g.num_steps + 1
+        config.update(_steps(g.num_steps))
     steps = config.get("num_steps") if isinstance(config.get("num_steps"), int) else None
     check_accept(g.accept_len, steps, "" if g.num_steps is not None else " (the run's)")
     phases = [p for p in run.get("phases") or [] if isinstance(p, str)]
@@ -450,8 +468,8 @@ def _throughput_model(
     if cycle is None or acc is None:
         return None
     steps = config.get("num_steps") if isinstance(config.get("num_steps"), int) else None
-    tput = ThroughputModel(acc, cycle, decode_ms, batch, {"cycle": cycle_src, "accept_len": acc_src},
-                           num_steps=steps)  # fmt: skip
+    sources = {"cycle": cycle_src, "accept_len": acc_src}
+    tput = ThroughputModel(acc, cycle, decode_ms, batch, sources, num_steps=steps)
     if decode_ms is not None:
         tput.sources["decode"] = decode_src
     oh, oh_src = (

@@ -32,6 +32,18 @@ MAX_STEPS = 64
 MAX_BATCH = 10**6
 
 
+# What ThroughputModel.to_dict() adds to its fields: the properties derived from them.
+_DERIVED = (
+    "period_ms",
+    "tok_s",
+    "baseline_tok_s",
+    "speedup",
+    "breakeven_accept",
+    "breakeven_cycle_ms",
+    "max_tokens",
+)
+
+
 @dataclass
 class ThroughputModel:
     accept_len: float
@@ -147,10 +159,7 @@ class ThroughputModel:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in (
-            "period_ms", "tok_s", "baseline_tok_s", "speedup", "breakeven_accept", "breakeven_cycle_ms",
-            "max_tokens",
-        ):  # fmt: skip
+        for k in _DERIVED:
             d[k] = getattr(self, k)
         d["sweep"] = self.sweep()
         return d

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -64,11 +66,15 @@ def cli():
 # --- tiers -------------------------------------------------------------------------------------------
 # The fast tier (the README's test command) is `-m "not slow"`; the full tier is `-m slow`. A test is
 # marked by what it starts (pyproject.toml lists the markers): a test marked with none of them is a
-# unit test, and a unit test that takes more than UNMARKED_LIMIT_S seconds (set up or run; scaled by
-# how oversubscribed the CPUs were, so two CPU hogs do not fail it) fails the session, naming it: it
-# starts something and must say what, or go to the full tier.
+# unit test, and a unit test that uses more than UNMARKED_LIMIT_S seconds of CPU (its own process and
+# the children it waited for, set up or run) fails the session, naming it: it starts something and must
+# say what, or go to the full tier. CPU time, not wall time: two CPU hogs stretch a test's wall time
+# but hardly its CPU time, so a loaded box does not fail the guard. A test that mostly waits is caught
+# by its wall time past WALL_FACTOR times the limit, scaled by how oversubscribed the CPUs were.
 STARTS = ("slow", "launch", "ssh", "engine", "cli", "tool", "vllm", "slurm", "gpu")
 UNMARKED_LIMIT_S = float(os.environ.get("REGDIAG_TEST_UNMARKED_LIMIT_S", "5"))
+WALL_FACTOR = 6.0
+TOO_SLOW = "regdiag-unmarked-over-limit"
 _too_slow: list[str] = []
 
 
@@ -79,14 +85,45 @@ def _oversubscribed() -> float:
         return 1.0
 
 
+def _cpu_s() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _unmarked(item: pytest.Item) -> bool:
+    return not any(item.get_closest_marker(m) for m in STARTS)
+
+
+def _watch(item: pytest.Item, when: str):
+    if not _unmarked(item):
+        yield
+        return
+    cpu0, t0 = _cpu_s(), time.monotonic()
+    yield
+    cpu, wall = _cpu_s() - cpu0, time.monotonic() - t0
+    wall_limit = WALL_FACTOR * UNMARKED_LIMIT_S * _oversubscribed()
+    # user_properties travel with the report to xdist's controller, which prints the list
+    if cpu > UNMARKED_LIMIT_S:
+        item.user_properties.append((TOO_SLOW, f"{when}: {cpu:.1f} s of CPU > {UNMARKED_LIMIT_S:.1f} s"))
+    elif wall > wall_limit:
+        item.user_properties.append((TOO_SLOW, f"{when}: {wall:.1f} s of wall time > {wall_limit:.1f} s"))
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.when not in ("setup", "call") or report.outcome == "skipped":
-        return
-    if any(m in report.keywords for m in STARTS):
-        return
-    limit = UNMARKED_LIMIT_S * _oversubscribed()
-    if report.duration > limit:
-        _too_slow.append(f"{report.nodeid} ({report.when} {report.duration:.1f} s > {limit:.1f} s)")
+    if report.when == "teardown":
+        for key, why in report.user_properties:
+            if key == TOO_SLOW and f"{report.nodeid} ({why})" not in _too_slow:
+                _too_slow.append(f"{report.nodeid} ({why})")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    yield from _watch(item, "setup")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    yield from _watch(item, "call")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -69,7 +69,7 @@ def _finite_json(obj: Any) -> None:
     json.dumps(obj, allow_nan=False, default=str)  # raises on NaN / inf anywhere in the result
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(
     edits=st.lists(st.tuples(st.sampled_from(PATHS), ODD_VALUES), min_size=1, max_size=3),
 )

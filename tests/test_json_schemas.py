@@ -258,6 +258,7 @@ def test_run_records_validate_and_corruptions_do_not() -> None:
 # minutes of launches on two cores).
 
 
+@pytest.mark.cli
 def test_a_failing_command_under_json_prints_an_error_object(cli, tmp_path: Path) -> None:
     """Under --json an error is one object on stdout too, beside its one line on stderr."""
     (tmp_path / "junk.txt").write_text("hello\n")

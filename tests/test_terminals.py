@@ -145,6 +145,7 @@ def short_home() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.mark.cli
 def test_runs_and_baseline_list_keep_whole_ids_at_80_columns(short_home: Path) -> None:
     tmp_path = short_home
     home = {"REGDIAG_HOME": str(tmp_path)}

@@ -11,6 +11,9 @@ this machine's interpreter has (a note says where that differs from the sides), 
 installs only what it varies. The endpoints, measured first, show whether the differences
 reproduce the regression here. Differences that cannot be reproduced (a redacted value, a package
 that one side lacks) are listed as notes instead of becoming factors.
+
+`Spec` and `Factor` are defined in regdiag.bisect.factor_base, below the kinds (which take them), and
+imported from here as ever.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from regdiag.bisect.kinds import KINDS, kind_of
+from regdiag.bisect.factor_base import Factor, Spec
+from regdiag.bisect.kinds import KINDS
 
 # Names of the built-in kinds (KINDS has them all, in the order factors are tried in).
 from regdiag.bisect.kinds.commit import COMMIT
@@ -51,54 +55,6 @@ __all__ = [
 
 _PKG_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z, not $: "A\n" is no name
-
-
-@dataclass
-class Spec:
-    """One side of a bisect. `packages` maps normalized names to versions (None: not installed)."""
-
-    packages: dict[str, str | None] = field(default_factory=dict)
-    env: dict[str, str | None] = field(default_factory=dict)
-    commit: str | None = None
-    source: str = "spec"
-    repo: str | None = None  # the engine checkout a snapshot names
-    notes: list[str] = field(default_factory=list)
-    redacted: set[str] = field(default_factory=set)
-    dirty: bool = False  # the engine checkout had uncommitted changes
-    # Values of the other kinds: {kind name: {factor name: value}} (e.g. gpu-clock's gpu0.sm_lock).
-    settings: dict[str, dict[str, str | None]] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """What a record says of this side (regdiag ab): values as given, secrets redacted by the caller."""
-        return {"source": self.source, "packages": self.packages, "env": self.env, "commit": self.commit,
-                "settings": self.settings}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Factor:
-    kind: str
-    name: str
-    good: str | None
-    bad: str | None
-
-    @property
-    def key(self) -> str:
-        return f"{self.kind}:{self.name}"
-
-    def show(self, value: str | None) -> str:
-        return kind_of(self).show(self, value)
-
-    def label(self) -> str:
-        return kind_of(self).label(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "name": self.name,
-            "good": self.good,
-            "bad": self.bad,
-            "label": self.label(),
-        }
 
 
 # ---------------------------------------------------------------------------------------- parsing

@@ -53,9 +53,13 @@ def builder_for(req: BuildInputs, repo: str | None, host: Host | None = None) ->
     request's --python (default: this interpreter)."""
     if host is not None:
         remote = RemoteBuilder(
-            host, repo=repo, setup=req.setup, find_links=req.find_links, index_url=req.index_url,
+            host,
+            repo=repo,
+            setup=req.setup,
+            find_links=req.find_links,
+            index_url=req.index_url,
             installer=req.installer,
-        )  # fmt: skip
+        )
         remote.check()
         return remote
     return Builder(
@@ -212,8 +216,8 @@ class Lab:
 
     def _rebuild(self, p: Point, key: str, built: Built) -> None:
         """Build the point's environment again and run the launch there, once."""
-        self.progress({"event": "note", "text": f"{self.label(p)}: its environment {built.root} was removed "
-                       "while in use (a `regdiag clean`?); building it again"})  # fmt: skip
+        why = "was removed while in use (a `regdiag clean`?); building it again"
+        self.progress({"event": "note", "text": f"{self.label(p)}: its environment {built.root} {why}"})
         self.built.pop(key, None)
         self._launch_one(p, key, again=True)
 
@@ -232,6 +236,19 @@ class Lab:
             key, {"label": self.label(p), "values": self.values(p), "status": "skip", "reason": str(why)}
         )
         self.progress({"event": "skip", "label": self.label(p), "reason": str(why)})
+
+    def _run_launch(self, built: Built, index: int, env: dict[str, str], unset: list[str]) -> Launch:
+        """Launch `index` of a point in its environment `built`, timed, on the node it runs on."""
+        t0 = time.monotonic()
+        node = self.host.for_launch(index)  # launch i of every point on one node: a block
+        argv, cwd, timeout = self.argv_for(built, index), built.worktree, self.launch_timeout
+        own = getattr(self.argv_for, "regdiag_code", False)  # a regdiag probe (bisect.run.ProbeArgv)
+        launch = run_launch(
+            node, argv, self.metric, env=env, unset=unset, cwd=cwd, timeout=timeout, regdiag_code=own
+        )
+        launch.duration_s = time.monotonic() - t0
+        launch.placement = node.placement()
+        return launch
 
     def _launch_one(self, p: Point, key: str, again: bool = False) -> None:
         built = self._environment(p, key)
@@ -258,14 +275,7 @@ class Lab:
                     kind_of(f).apply(f, v, setup)
                 env.update({k: v for k, v in setup.variables.items() if v is not None})
                 unset = [k for k, v in setup.variables.items() if v is None]
-                t0 = time.monotonic()
-                node = self.host.for_launch(index)  # launch i of every point on one node: a block
-                launch = run_launch(
-                    node, self.argv_for(built, index), self.metric,
-                    env=env, unset=unset, cwd=built.worktree, timeout=self.launch_timeout,
-                )  # fmt: skip
-                launch.duration_s = time.monotonic() - t0
-                launch.placement = node.placement()
+                launch = self._run_launch(built, index, env, unset)
         except StepFailed as e:
             self._skip_point(p, key, e)
             return

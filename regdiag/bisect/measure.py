@@ -28,7 +28,7 @@ from regdiag.bisect.failures import (
     failure,
 )
 from regdiag.hosts.base import Host
-from regdiag.measure.launch import wrap_env
+from regdiag.measure.launch import launch
 from regdiag.measure.stream import LaunchStream
 from regdiag.snapshot.redact import scrub_text
 
@@ -115,17 +115,12 @@ def run_launch(
     unset: Sequence[str] = (),
     cwd: str | None = None,
     timeout: float | None = None,
+    regdiag_code: bool = False,
 ) -> Launch:
     stream = LaunchStream()
     t0 = time.monotonic()
-    res = host.run(
-        wrap_env(argv, unset),
-        env=env,
-        cwd=cwd,
-        timeout=timeout,
-        on_stdout_line=stream.stdout_line,
-        on_stderr_line=stream.stderr_line,
-        keep_output=False,
+    res = launch(
+        host, argv, stream, env=env, unset=unset, cwd=cwd, timeout=timeout, regdiag_code=regdiag_code
     )
     took = time.monotonic() - t0
     samples = stream.to_launch()["samples"]

@@ -327,8 +327,8 @@ class RemoteBuilder:
             self._run(["git", "-C", self.repo, "worktree", "remove", "--force", f"{d}/src"], 120)
         if keep_log:
             # A failed build leaves its log (and nothing else) for the user to read.
-            self._run(["find", d, "-mindepth", "1", "-maxdepth", "1", "!", "-name", "build.log",
-                       "-exec", "rm", "-rf", "--", "{}", "+"], 300)  # fmt: skip
+            each = ["-mindepth", "1", "-maxdepth", "1", "!", "-name", "build.log"]
+            self._run(["find", d, *each, "-exec", "rm", "-rf", "--", "{}", "+"], 300)
         else:
             self._run(["rm", "-rf", "--", d], 300)
         if self.repo:

@@ -119,9 +119,21 @@ def argv_builder(req: Request, host: Host | None = None) -> Callable[[Built, int
     where = host or LocalHost(req.python)
     # Each launch gets its own index, as in `regdiag probe` (the probe seeds its inputs with it); the
     # host says how its launches run regdiag's probes (a local script, the bundle it was sent).
-    return lambda built, index: where.regdiag_argv(
-        ["probe", script, *args, "--launch-index", str(index)], built.python
-    )
+    return ProbeArgv(where, script, args)
+
+
+class ProbeArgv:
+    """The argv of launch `index` of a regdiag probe in environment `built`: regdiag's own code, so the
+    launch checks that the host's interpreter started (measure.launch.launch, `regdiag_code`)."""
+
+    regdiag_code = True
+
+    def __init__(self, where: Host, script: str, args: list[str]) -> None:
+        self.where, self.script, self.args = where, script, args
+
+    def __call__(self, built: Built, index: int) -> list[str]:
+        entry = ["probe", self.script, *self.args, "--launch-index", str(index)]
+        return self.where.regdiag_argv(entry, built.python)
 
 
 # Measurements that are regdiag commands of their own, run once per launch in the environment's
@@ -235,9 +247,8 @@ def run_bisect(
         notes += version_notes(plan.same_packages, builder.base_versions(), remote)
     host_name = host.name if remote and host is not None else None
     inputs = req.inputs(plan.factors, plan.fixed_env, host_name)
-    target = host.reopen() if host is not None else {}
-    if target.get("slurm"):  # how --resume reaches the same kind of place (an SSH host: by `host`)
-        inputs["target"] = target
+    # how --resume reaches the same place: {} this machine, {"host": NAME}, {"slurm": N, "slurm_args": ...}
+    inputs["target"] = host.reopen() if remote and host is not None else {}
     journal = Journal(path, inputs, req.resume, req.sides())
     try:
         if progress:

@@ -12,7 +12,6 @@ from regdiag.cli.common import (
     AllowCodeOpt,
     AllowUnloadedOpt,
     FindLinksOpt,
-    HostOpt,
     IgnoreOpt,
     IndexUrlOpt,
     InstallerOpt,
@@ -20,22 +19,17 @@ from regdiag.cli.common import (
     LaunchTimeoutOpt,
     OnlyOpt,
     PlainProgress,
-    PythonOpt,
     RepoOpt,
     SetupOpt,
-    SlurmArgsOpt,
-    SlurmOpt,
-    SshConfigOpt,
     bounded,
     console,
     err_console,
     format_opt,
-    open_target,
     output_prefix,
     pick_format,
     print_json,
 )
-from regdiag.errors import BadInput
+from regdiag.cli.target import TARGET, Target, target_options
 
 if TYPE_CHECKING:
     from regdiag.ab import AbRequest, AbResult
@@ -56,6 +50,7 @@ HELP = (
 )
 
 
+@target_options(one="an A/B run", kinds=("slurm",))
 def ab(
     ctx: typer.Context,
     a: str = typer.Option(..., "--a", help="Side A (the reference): a spec, a snapshot or run file."),
@@ -93,27 +88,20 @@ def ab(
     installer: str = InstallerOpt,
     launch_timeout: float = LaunchTimeoutOpt,
     no_snapshot: bool = typer.Option(False, "--no-snapshot", help="Skip the snapshots before and after."),
-    host: list[str] = HostOpt,
-    python: str | None = PythonOpt,
-    ssh_config: Path | None = SshConfigOpt,
-    slurm: str | None = SlurmOpt,
-    slurm_args: str | None = SlurmArgsOpt,
     allow_code_from_record: bool = AllowCodeOpt,
     allow_unloaded: bool = AllowUnloadedOpt,
     ignore: list[str] = IgnoreOpt,
     only: list[str] = OnlyOpt,
     json_out: bool = JsonOpt,
     fmt: str | None = format_opt("compare"),
+    target: Target = TARGET,
 ) -> None:
     from regdiag.ab import AbRequest
     from regdiag.cli.common import build_fields, probe_args
     from regdiag.cli.compare_cmd import _margin
 
     extra = probe_args(ctx, probe)
-    build = build_fields(repo, setup, find_links, index_url, python, installer)
-    host = host or []
-    if len(host) > 1:
-        raise BadInput("an A/B run uses one --host")
+    build = build_fields(repo, setup, find_links, index_url, target.python, installer)
     m = _margin(margin)
     chosen = pick_format("compare", fmt, json_out)  # before any launch
     req = AbRequest(
@@ -132,7 +120,7 @@ def ab(
         ignore=list(ignore or []),
         only=list(only or []),
     )
-    result = _run(req, open_target(host[0] if host else None, python, ssh_config, slurm, slurm_args))
+    result = _run(req, target.open())
     _show(result, m, chosen)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,23 +20,18 @@ from regdiag.cli.common import (
     LaunchTimeoutOpt,
     OnlyOpt,
     PlainProgress,
-    PythonOpt,
     RepoOpt,
     SetupOpt,
-    SlurmArgsOpt,
-    SlurmOpt,
-    SshConfigOpt,
     bounded,
     build_fields,
     err_console,
     format_opt,
-    one_host,
-    open_target,
     output_file,
     pick_format,
     probe_args,
     show,
 )
+from regdiag.cli.target import TARGET, Target, target_options
 from regdiag.errors import EXIT_INCONCLUSIVE, EXIT_OK, BadInput, HostError
 
 if TYPE_CHECKING:
@@ -115,6 +111,7 @@ def _progress_printer(quiet: bool) -> tuple[Any, Any]:
     return on_event, status
 
 
+@target_options(one="bisect", kinds=("slurm",), verb="Build and measure")
 def bisect(
     ctx: typer.Context,
     good: str | None = typer.Option(
@@ -187,26 +184,16 @@ def bisect(
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue the bisect recorded in --journal."),
     allow_unloaded: bool = AllowUnloadedOpt,
-    python: str | None = PythonOpt,
-    host: list[str] | None = typer.Option(
-        None,
-        "--host",
-        envvar="REGDIAG_HOST",
-        help="Build and measure on this host over SSH: \\[user@]host\\[:port] or a Host alias of the SSH "
-        "config (default: $REGDIAG_HOST, else config.toml's [defaults] host, else this machine).",
-    ),
-    ssh_config: Path | None = SshConfigOpt,
-    slurm: str | None = SlurmOpt,
-    slurm_args: str | None = SlurmArgsOpt,
     allow_code_from_record: bool = AllowCodeOpt,
     json_out: bool = JsonOpt,
     markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown on stdout."),
     fmt: str = format_opt("bisect"),
+    target: Target = TARGET,
 ) -> None:
     o = dict(locals())
     chosen = pick_format("bisect", fmt, json_out, markdown)
-    req, on, interpreter, where = _request(ctx, o)
-    report = _run(req, on, interpreter, ssh_config, where)
+    req, where = _request(ctx, o)
+    report = _run(req, where)
     show("bisect", chosen, report)
     raise typer.Exit(EXIT_OK if report["verdict"] == "CULPRIT" else EXIT_INCONCLUSIVE)
 
@@ -214,18 +201,16 @@ def bisect(
 # What a journal's start line holds of the options (Request.inputs): `--resume --journal J` takes them
 # from there unless given again.
 JOURNAL_OPTIONS = ("command", "probe", "metric", "repo", "setup", "find_links", "index_url", "python",
-                   "launches", "max_launches", "margin", "min_share", "host")  # fmt: skip
+                   "launches", "max_launches", "margin", "min_share")  # fmt: skip
 
 
-def _request(
-    ctx: typer.Context, o: dict[str, Any]
-) -> tuple[Request, str | None, str | None, tuple[str | None, str | None]]:
-    """The bisect's Request from its options (with --resume and no --good/--bad: from the journal);
-    and the host, python and Slurm allocation (--slurm N, --slurm-args) it runs with."""
+def _request(ctx: typer.Context, o: dict[str, Any]) -> tuple[Request, Target]:
+    """The bisect's Request from its options (with --resume and no --good/--bad: from the journal),
+    and the Target it runs on (--python is the environments' interpreter as well as the host's)."""
     from regdiag.bisect.run import Request
     from regdiag.cli.compare_cmd import _margin
 
-    o["host"] = one_host(o["host"], "bisect")  # a second --host is refused, not the last one taken
+    o["python"] = o["target"].python
     if o["resume"] and o["journal"] is None:
         raise BadInput("--resume needs --journal FILE (the journal of the bisect to continue)")
     journal_args: list[str] = []
@@ -245,7 +230,7 @@ def _request(
         allow_code_from_record=o["allow_code_from_record"], allow_unloaded=o["allow_unloaded"],
         ignore=list(o["ignore"] or []), only=list(o["only"] or []),
     )  # fmt: skip
-    return req, o["host"], o["python"], (o["slurm"], o["slurm_args"])
+    return req, replace(o["target"], python=o["python"])
 
 
 def _from_journal(ctx: typer.Context, o: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -277,46 +262,38 @@ def _from_journal(ctx: typer.Context, o: dict[str, Any]) -> tuple[dict[str, Any]
         if name in inputs and (source is None or source.name == "DEFAULT"):
             value = inputs[name]
             out[name] = str(value) if name == "margin" else value
-    _target_from_journal(ctx, out, inputs, where)
+    out["target"] = _target_from_journal(ctx, o["target"], inputs, where)
     return out, [str(a) for a in inputs.get("probe_args") or []]
 
 
-def _target_from_journal(ctx: typer.Context, out: dict[str, Any], inputs: dict[str, Any], where: Any) -> None:
-    """Where the journal's bisect ran: a Slurm allocation (`target`: --slurm N, --slurm-args), reopened
-    as a new allocation of the same shape unless --slurm or --host is given again."""
-    raw = inputs.get("target")
-    target: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    given = {
+def _target_from_journal(ctx: typer.Context, given: Target, inputs: dict[str, Any], where: Any) -> Target:
+    """Where the journal's bisect ran (`target`: this machine, an SSH host, or a Slurm allocation
+    reopened as a new one of the same shape), unless --host or --slurm is given again."""
+    on_line = {
         n
         for n in ("host", "slurm")
         if (s := ctx.get_parameter_source(n)) is not None and s.name == "COMMANDLINE"
     }
-    if target.get("slurm"):
-        if not given:
-            out["slurm"], out["slurm_args"] = str(target["slurm"]), target.get("slurm_args")
-            out["host"] = None
-        elif "host" not in given:
-            out["host"] = None
-    elif inputs.get("host") == "slurm" and not given:
+    raw = inputs.get("target")
+    if isinstance(raw, dict):
+        return Target.from_record(raw).overridden_by(given, on_line)
+    if inputs.get("host") == "slurm" and not on_line:
         raise BadInput(
             f"{where}: the journal is of a Slurm bisect written before it kept --slurm N; give --slurm N "
             "(and --slurm-args) again with --resume"
         )
+    if isinstance(inputs.get("host"), str) and not on_line:  # a journal from before `target`: SSH by name
+        return replace(given, hosts=(inputs["host"],), host_defaulted=False)
+    return given
 
 
-def _run(
-    req: Request,
-    host: str | None,
-    python: str | None,
-    ssh_config: Path | None,
-    slurm: tuple[str | None, str | None] = (None, None),
-) -> dict[str, Any]:
+def _run(req: Request, target: Target) -> dict[str, Any]:
     """run_bisect here, on --host or on --slurm N nodes, with progress on stderr; a connection lost on
     the way says how to continue from the journal."""
     from regdiag.bisect.run import run_bisect
 
     on_event, status = _progress_printer(quiet=False)
-    where = open_target(host, python, ssh_config, *slurm) if host or slurm[0] else None
+    where = target.open() if target.checked().remote else None
     try:
         with status if status is not None else contextlib.nullcontext():
             return run_bisect(req, progress=on_event, host=where)

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 from typing import Any
 
 import typer
 
 from regdiag.cli.common import (
-    HostOpt,
     JsonOpt,
-    PythonOpt,
-    SshConfigOpt,
     err_console,
     format_opt,
     pick_format,
     show,
 )
+from regdiag.cli.target import TARGET, Target, target_options
 from regdiag.errors import error_line
 
 HELP = (
@@ -29,17 +26,16 @@ HELP = (
 )
 
 
+@target_options()
 def clean(
-    host: list[str] = HostOpt,
-    python: str = PythonOpt,
-    ssh_config: Path = SshConfigOpt,
     json_out: bool = JsonOpt,
     fmt: str | None = format_opt("clean"),
+    target: Target = TARGET,
 ) -> None:
     out_fmt = pick_format("clean", fmt, json_out)
     results: list[dict[str, Any]] = []
     failed = []
-    if not host:
+    if not target.hosts:
         from regdiag.bisect.envs import envs_dir
 
         d = envs_dir()
@@ -48,9 +44,8 @@ def clean(
         results.append({"host": "local", "path": str(d), "existed": existed, "pruned": []})
     else:
         from regdiag.bisect.remote_envs import clean_remote
-        from regdiag.hosts.remote import for_each_target
 
-        for o in for_each_target(host, python, ssh_config, clean_remote):
+        for o in target.for_each(clean_remote):
             if o.ok and o.value is not None:
                 results.append(o.value)
             else:

@@ -52,32 +52,6 @@ console = _Console(highlight=False)
 err_console = _Console(stderr=True, highlight=False)
 
 JsonOpt = typer.Option(False, "--json", help="Print the result as JSON on stdout (nothing else on stdout).")
-HostOpt = typer.Option(
-    None,
-    "--host",
-    envvar="REGDIAG_HOST",
-    help="Run on this host over SSH: \\[user@]host\\[:port] or a Host alias from the SSH config. "
-    "Repeat for several hosts. Default: $REGDIAG_HOST, else config.toml's [defaults] host, else this machine.",
-)
-# The commands that measure one thing on one host (probe server, probe engine): --host given twice is
-# refused in one line, not the last one taken silently.
-OneHostOpt = typer.Option(
-    None,
-    "--host",
-    envvar="REGDIAG_HOST",
-    help="Run on this host over SSH: \\[user@]host\\[:port] or a Host alias from the SSH config; one host. "
-    "Default: $REGDIAG_HOST, else config.toml's [defaults] host, else this machine.",
-)
-
-
-def one_host(hosts: list[str] | None, what: str) -> str | None:
-    """The one --host of a command that measures on one host; two different ones are refused."""
-    unique = list(dict.fromkeys(hosts or []))
-    if len(unique) > 1:
-        raise BadInput(f"{what} runs on one host: give one --host (got {', '.join(unique)})")
-    return unique[0] if unique else None
-
-
 PythonOpt = typer.Option(
     None,
     "--python",
@@ -101,36 +75,6 @@ SlurmArgsOpt = typer.Option(
     help="Options for salloc, e.g. '--partition=gpu --gpus-per-node=8 --time=60' (default: none; "
     "SLURM_* and SALLOC_* variables hold).",
 )
-
-
-def open_target(
-    host: str | None, python: str | None, ssh_config: Path | None, slurm: str | None, slurm_args: str | None
-) -> Any:
-    """The one host a command runs on: this machine, an SSH host (--host) or a Slurm allocation (--slurm);
-    the caller closes it."""
-    from regdiag.hosts.resolve import open_host, open_kind
-
-    if slurm_args and not slurm:
-        raise BadInput("--slurm-args needs --slurm N")
-    if slurm and host and host in _default_hosts():
-        host = None  # $REGDIAG_HOST or config.toml's default host: --slurm on the command line wins
-    if slurm and host:
-        raise BadInput("--slurm and --host: give one of them")
-    if slurm:
-        return open_kind("slurm", slurm, python, {"slurm_args": slurm_args})
-    return open_host(host, python, ssh_config)
-
-
-def _default_hosts() -> set[str]:
-    """The hosts a command takes when --host is not given: $REGDIAG_HOST and config.toml's default."""
-    from regdiag import config
-
-    out = {os.environ.get(config.ENV["host"]) or ""}
-    try:
-        out.add(str(config.load().get("defaults", {}).get("host") or ""))
-    except BadInput:
-        pass
-    return out - {""}
 
 
 PROGRESS_EVERY_ENV = "REGDIAG_PROGRESS_EVERY"

@@ -15,20 +15,17 @@ from regdiag.cli.common import (
     LAUNCHES,
     SECONDS,
     JsonOpt,
-    OneHostOpt,
     OutputOpt,
-    PythonOpt,
-    SshConfigOpt,
     bounded,
     console,
     err_console,
     format_opt,
-    one_host,
     pick_format,
     print_json,
     probe_group,
     show,
 )
+from regdiag.cli.target import TARGET, Target, target_options
 from regdiag.errors import BadInput, ProbeError
 from regdiag.measure.session import Session
 from regdiag.records import tagged
@@ -45,6 +42,7 @@ ENGINE_HELP = (
 )
 
 
+@target_options(one="probe engine")
 def probe_engine(
     launch_cmd: str = typer.Option(
         ..., "--launch-cmd", help="The engine's command line (NAME=VALUE words first set its environment)."
@@ -117,9 +115,6 @@ def probe_engine(
     snapshot: bool = typer.Option(
         True, "--snapshot/--no-snapshot", help="Snapshot the host before and after."
     ),
-    host: list[str] | None = OneHostOpt,
-    python: str | None = PythonOpt,
-    ssh_config: Path | None = SshConfigOpt,
     output: Path | None = OutputOpt,
     json_out: bool = JsonOpt,
     fmt: str | None = format_opt("probe"),
@@ -129,10 +124,10 @@ def probe_engine(
         help="Print the launch as probe-protocol lines on stdout instead of the summary (a header, its "
         "cycles, a footer; an error line on failure), for `regdiag bisect --command`. Needs -L 1.",
     ),
+    target: Target = TARGET,
 ) -> None:
     launches = launches_opt if launches_opt is not None else (1 if protocol else 3)
     chosen = pick_format("probe", fmt, json_out)  # json: the engine's own summary; terminal, csv: a probe's
-    on = one_host(host, "probe engine")
     if protocol and launches != 1:
         raise BadInput("--protocol prints one launch: give -L 1 (bisect makes the launches)")
     from regdiag.engine.plan import EngineRequest
@@ -156,7 +151,7 @@ def probe_engine(
     )
     try:
         quiet = chosen != "terminal" or protocol
-        path, run, phases = _measure(request, on, python, ssh_config, snapshot, quiet=quiet, output=output)
+        path, run, phases = _measure(request, target, snapshot, quiet=quiet, output=output)
         _render(run, path, phases, protocol=protocol, out_fmt=chosen)
     except (BadInput, ProbeError) as e:
         if protocol:
@@ -167,9 +162,7 @@ def probe_engine(
 
 def _measure(
     request: EngineRequest,
-    host: str | None,
-    python: str | None,
-    ssh_config: Path | None,
+    where: Target,
     snapshot: bool,
     *,
     quiet: bool,
@@ -178,10 +171,9 @@ def _measure(
     """Plan, open the host, run the launches into a record; (record path, run, phases)."""
     from regdiag.engine.plan import plan_engine
     from regdiag.engine.run import run_engine
-    from regdiag.hosts.resolve import open_host
 
     plan = plan_engine(request)
-    target = open_host(host, python, ssh_config)
+    target = where.open()
     try:
         run = plan.run_record(target)
         # -o is kept current with the stored run: an interrupted or failed engine run leaves it too

@@ -111,8 +111,8 @@ def with_config_defaults(app: Any) -> None:
     for info in app.registered_commands:
         fn = info.callback
         params = inspect.signature(fn).parameters if fn is not None else {}
-        if fn is None or not {"host", "python"} & set(params):
-            continue
+        if fn is None or not {"host", "python"} & set(params) or getattr(fn, "regdiag_target", False):
+            continue  # no host options, or a Target's (cli/target.py applies the defaults itself)
         many = "host" in params and "list" in str(params["host"].annotation)
 
         def wrapped(*args: Any, _fn: Any = fn, _many: bool = many, **kwargs: Any) -> Any:

@@ -18,18 +18,12 @@ from regdiag.cli.common import (
     CYCLES,
     LAUNCHES,
     SECONDS,
-    HostOpt,
     JsonOpt,
     PlainProgress,
-    PythonOpt,
-    SlurmArgsOpt,
-    SlurmOpt,
-    SshConfigOpt,
     bounded,
     console,
     err_console,
     format_opt,
-    open_target,
     output_file,
     pick_format,
     print_json,
@@ -37,6 +31,7 @@ from regdiag.cli.common import (
     progress_bar,
     show,
 )
+from regdiag.cli.target import TARGET, Target, target_options
 from regdiag.errors import BadInput, RegdiagError
 from regdiag.records import listed, tagged
 
@@ -205,6 +200,7 @@ def _float(text: str) -> float | None:
     return x if math.isfinite(x) else None
 
 
+@target_options(kinds=("slurm",))
 def spec_decode(
     preset: str = typer.Option("auto", "--preset", help="kimi-k2, kimi-k2.5, deepseek-v3, deepseek-v2-lite, tiny; auto = tiny without a GPU, kimi-k2 with one."),
     layers: int = typer.Option(None, "--layers", callback=bounded(1, 1000), help="Full-size target layers (default: as many of the preset's as fit; the record says how many)."),
@@ -238,11 +234,7 @@ def spec_decode(
     output: Path = RecordOpt,
     json_out: bool = JsonOpt,
     fmt: str = FormatOpt,
-    host: list[str] = HostOpt,
-    python: str = PythonOpt,
-    ssh_config: Path = SshConfigOpt,
-    slurm: str = SlurmOpt,
-    slurm_args: str = SlurmArgsOpt,
+    target: Target = TARGET,
 ) -> None:  # fmt: skip
     from regdiag.measure.probes import presets
 
@@ -262,10 +254,11 @@ def spec_decode(
         "moe_impl": moe_impl.value, "weights": weights.value, "draft": draft.value, "seed": seed, "slow_phase": slow_phase or None, "crash_rank": crash_rank,
         "crash_at_launch": crash_at_launch, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu,
     }  # fmt: skip
-    _run("spec-decode", options, launches, timeout, no_snapshot, output, pick_format("probe", fmt, json_out), host,
-         python, ssh_config, (slurm, slurm_args))  # fmt: skip
+    out_fmt = pick_format("probe", fmt, json_out)
+    _run("spec-decode", options, launches, timeout, no_snapshot, output, out_fmt, target)
 
 
+@target_options(kinds=("slurm",))
 def collectives(
     tp: int = typer.Option(2, "--tp", callback=bounded(1, 1024), help="Ranks, one process each."),
     sizes: str = typer.Option(None, "--sizes", callback=_sizes, help="MIN:MAX[:FACTOR], a list (1K,64K,1M) or model:PRESET. Default: 1K:256M doubling on GPUs, 1K:16M on CPU."),
@@ -286,11 +279,7 @@ def collectives(
     output: Path = RecordOpt,
     json_out: bool = JsonOpt,
     fmt: str = FormatOpt,
-    host: list[str] = HostOpt,
-    python: str = PythonOpt,
-    ssh_config: Path = SshConfigOpt,
-    slurm: str = SlurmOpt,
-    slurm_args: str = SlurmArgsOpt,
+    target: Target = TARGET,
 ) -> None:  # fmt: skip
     if not 0 < target_ms < math.inf:  # NaN too: the probe could not write it into its record
         raise BadInput("--target-ms must be a positive number of milliseconds")
@@ -304,8 +293,8 @@ def collectives(
             raise BadInput(f"{name} must be >= {low}")
     options = {"tp": tp, "sizes": sizes, "op": op.value, "mode": mode.value, "api": api.value, "dtype": dtype.value, "iters": iters, "reps": reps, "warmup": warmup, "target_ms": target_ms,
                "device": device.value, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu}  # fmt: skip
-    _run("collectives", options, launches, timeout, no_snapshot, output, pick_format("probe", fmt, json_out), host,
-         python, ssh_config, (slurm, slurm_args))  # fmt: skip
+    out_fmt = pick_format("probe", fmt, json_out)
+    _run("collectives", options, launches, timeout, no_snapshot, output, out_fmt, target)
 
 
 def _run(
@@ -316,21 +305,17 @@ def _run(
     no_snapshot: bool,
     output: Path | None,
     out_fmt: str,
-    host_specs: list[str] | None,
-    python: str | None,
-    ssh_config: Path | None,
-    slurm: tuple[str | None, str | None] = (None, None),
+    target: Target,
 ) -> None:
     from regdiag.measure.probe import run_probe
 
     if launches < 1:
         raise BadInput("--launches must be >= 1")
-    if host_specs and len(dict.fromkeys(host_specs)) > 1 and not slurm[0]:
-        _run_many(
-            name, options, launches, timeout, no_snapshot, output, out_fmt, host_specs, python, ssh_config
-        )
+    target = target.checked()
+    if len(dict.fromkeys(target.hosts)) > 1:
+        _run_many(name, options, launches, timeout, no_snapshot, output, out_fmt, target)
         return
-    host = open_target(host_specs[0] if host_specs else None, python, ssh_config, *slurm)
+    host = target.open()
     args = options_argv(options)
     progress = _progress()
     task = progress.add_task(f"{name}: starting", total=None)
@@ -402,13 +387,10 @@ def _run_many(
     no_snapshot: bool,
     output: Path | None,
     out_fmt: str,
-    host_specs: list[str],
-    python: str | None,
-    ssh_config: Path | None,
+    target: Target,
 ) -> None:
     """The same probe on several hosts at once, one thread and one run record per host. A host that
     fails (cannot connect, a launch fails) does not stop the others; the exit status is the worst."""
-    from regdiag.hosts.remote import for_each_target
     from regdiag.measure.probe import run_probe
 
     args = options_argv(options)
@@ -436,7 +418,7 @@ def _run_many(
 
     try:
         with progress:
-            outcomes = for_each_target(host_specs, python, ssh_config, one)
+            outcomes = target.for_each(one)
     except KeyboardInterrupt as e:
         raise RegdiagError(
             f"{interrupts.describe(e)}; finished launches kept", interrupts.exit_status(e)

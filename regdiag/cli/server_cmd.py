@@ -12,22 +12,19 @@ from regdiag.cli.common import (
     LAUNCHES,
     SECONDS,
     JsonOpt,
-    OneHostOpt,
     OutputOpt,
     PlainProgress,
-    PythonOpt,
-    SshConfigOpt,
     bounded,
     err_console,
     format_opt,
     input_file,
-    one_host,
     pick_format,
     probe_group,
     progress_bar,
     refuse_input_as_output,
     show,
 )
+from regdiag.cli.target import TARGET, Target, target_options
 from regdiag.errors import ProbeError
 from regdiag.measure.session import Session
 from regdiag.records import save_record
@@ -115,6 +112,7 @@ def _progress_sink(total_launches: int, requests: int):  # type: ignore[no-untyp
     return on_event, progress
 
 
+@target_options(one="probe server")
 def probe_server(
     url: str = typer.Option(..., "--url", help="Base URL of the server, e.g. http://127.0.0.1:30000."),
     api: str = typer.Option(
@@ -202,17 +200,13 @@ def probe_server(
         "--snapshot/--no-snapshot",
         help="Record the environment of the server's host before and after (--host, or this machine when the server is local). Default: on.",
     ),
-    host: list[str] | None = OneHostOpt,
-    python: str | None = PythonOpt,
-    ssh_config: Path | None = SshConfigOpt,
     output: Path | None = OutputOpt,
     json_out: bool = JsonOpt,
     fmt: str | None = format_opt("server"),
+    target: Target = TARGET,
 ) -> None:
-    from regdiag.hosts.resolve import open_host
-
     chosen = pick_format("server", fmt, json_out)  # before any request is sent
-    on = one_host(host, "probe server")
+    on = target.host
     from regdiag.server.measure import MeasureError, run_probe
     from regdiag.server.plan import ServerRequest, failed_launches, plan_probe, run_summary
 
@@ -238,12 +232,12 @@ def probe_server(
             host=on,
         )
     )
-    target = open_host(on, python, ssh_config) if plan.needs_host else None
-    run = plan.run_record(target)
+    host = target.open() if plan.needs_host else None
+    run = plan.run_record(host)
     try:
         with (
             RunWriter(None, run, also=output) as writer,
-            Session(target, [writer], snapshot and plan.can_snapshot(target)),
+            Session(host, [writer], snapshot and plan.can_snapshot(host)),
         ):
             if chosen == "terminal":
                 err_console.print(
@@ -252,12 +246,12 @@ def probe_server(
             on_event, progress = _progress_sink(launches, requests)
             try:
                 with progress:
-                    run_probe(plan.probe(target), writer, on_event)
+                    run_probe(plan.probe(host), writer, on_event)
             except MeasureError as e:
                 raise ProbeError(f"{e}; record: {writer.path}") from None
     finally:
-        if target is not None:
-            target.close()
+        if host is not None:
+            host.close()
     summary = run_summary(writer.run)
     summary["path"] = str(writer.path)
     show("server", chosen, summary)

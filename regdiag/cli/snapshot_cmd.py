@@ -13,16 +13,14 @@ from typing import Any
 import typer
 
 from regdiag.cli.common import (
-    HostOpt,
     JsonOpt,
     OutputOpt,
-    PythonOpt,
-    SshConfigOpt,
     format_opt,
     input_dir,
     pick_format,
     show,
 )
+from regdiag.cli.target import TARGET, Target, target_options
 from regdiag.errors import EXIT_HOST, EXIT_REGRESSED, BadInput, error_line
 
 SNAPSHOT_HELP = (
@@ -150,6 +148,7 @@ def _save(output: Path, records: list[dict[str, Any]]) -> None:
             raise BadInput(f"-o {path}: cannot write ({e.strerror or e})") from None
 
 
+@target_options()
 def snapshot(
     repo: Path | None = typer.Option(
         None,
@@ -191,11 +190,10 @@ def snapshot(
     json_out: bool = JsonOpt,
     fmt: str = format_opt("snapshot"),
     output: Path | None = OutputOpt,
-    host: list[str] | None = HostOpt,
-    python: str | None = PythonOpt,
-    ssh_config: Path | None = SshConfigOpt,
+    target: Target = TARGET,
 ) -> None:
-    if pid is not None and (from_file is not None or len(host or []) > 1):
+    host, python, ssh_config = list(target.hosts), target.python, target.ssh_config
+    if pid is not None and (from_file is not None or len(host) > 1):
         raise BadInput("--pid names a process of one machine: it takes one --host at most, and no --from")
     chosen = pick_format("check" if check else "snapshot", fmt, json_out)  # before minutes of work
     # With --host, --repo names a directory on that host: it is checked there, not here.

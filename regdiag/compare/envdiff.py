@@ -46,12 +46,20 @@ def _spec_differences(old: dict[str, Any], new: dict[str, Any]) -> list[dict[str
     if not do.get("pair_id") or do.get("pair_id") != dn.get("pair_id"):
         return []
     sides = (do.get("side"), dn.get("side"))
-    return [
-        {"group": "spec", "field": str(d.get("name")), "old": d.get(sides[0]), "new": d.get(sides[1]),
-         "change": "changed", "rank": 0, "why": f"the A/B run's sides differ here ({d.get('kind')})"}
-        for d in do.get("differences") or []
-        if isinstance(d, dict)
-    ]  # fmt: skip
+    return [_spec_item(d, *sides) for d in do.get("differences") or [] if isinstance(d, dict)]
+
+
+def _spec_item(d: dict[str, Any], old_side: Any, new_side: Any) -> dict[str, Any]:
+    """One of design.differences (its value on each side keyed by the side's name) as a difference."""
+    return {
+        "group": "spec",
+        "field": str(d.get("name")),
+        "old": d.get(old_side),
+        "new": d.get(new_side),
+        "change": "changed",
+        "rank": 0,
+        "why": f"the A/B run's sides differ here ({d.get('kind')})",
+    }
 
 
 def _differences(items: list[dict[str, Any]]) -> str:

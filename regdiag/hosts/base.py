@@ -104,19 +104,16 @@ class Host(ABC):
         place): the options of the command line that chose it, {"host": NAME} for an SSH host."""
         return {"host": self.name}
 
+    @abstractmethod
     def regdiag_argv(self, entry: Sequence[str], python: str | None = None) -> list[str]:
         """The argv that runs regdiag's own code on this host: `entry` is a bundle command
         (`probe SCRIPT ARGS...`, `snapshot ARGS...`; hosts/bundle_main.py), `python` the interpreter
-        (default: the host's). Default: the bundle, uploaded once per connection."""
-        from regdiag.hosts.bundle import upload_bundle
+        (default: the host's). A host that shares no filesystem with this machine runs the bundle,
+        uploaded once per connection (hosts/bundle.py: BundleHost)."""
 
-        return [python or self.python, upload_bundle(self), *entry]
-
+    @abstractmethod
     def check_regdiag(self, res: CommandResult) -> None:
         """Raise HostError when `res` says regdiag's own code could not start here (no interpreter)."""
-        from regdiag.hosts.bundle import check_interpreter
-
-        check_interpreter(self, res)
 
     def nodes(self) -> list[Host]:
         """The machines a design lays its launches on, each one a Host (a Slurm allocation: its nodes)."""

@@ -7,6 +7,9 @@ host needs python >= 3.9 and nothing installed.
 
 The zip is byte-for-byte reproducible (sorted names, fixed timestamps), so its sha256 names it: a host
 gets it uploaded once per connection, and the local copy is kept in the regdiag cache directory.
+
+BundleHost is a Host that runs regdiag's own code from the bundle: what SSHHost (and, for its
+interpreter check, SlurmNode) take; LocalHost runs it from this machine's files.
 """
 
 from __future__ import annotations
@@ -17,15 +20,12 @@ import io
 import threading
 import weakref
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import regdiag
-
-if TYPE_CHECKING:
-    from regdiag.hosts.base import CommandResult, Host
+from regdiag.hosts.base import CommandResult, Host
 
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 _lock = threading.Lock()
@@ -157,3 +157,15 @@ def check_interpreter(host: Host, res: CommandResult) -> None:
     if res.returncode == EXIT_PYTHON_TOO_OLD and "regdiag-bundle:" in err:
         line = next(ln for ln in err.splitlines() if "regdiag-bundle:" in ln)
         raise HostError(f"{host.name}: {line.split('regdiag-bundle:', 1)[1].strip()}")
+
+
+class BundleHost(Host):
+    """A host kind that runs regdiag's own code from the bundle (SSH; a Slurm node checks its interpreter
+    alike), where hosts/base.py leaves it to each kind."""
+
+    def regdiag_argv(self, entry: Sequence[str], python: str | None = None) -> list[str]:
+        """`python BUNDLE *entry`: the bundle uploaded once per connection (upload_bundle)."""
+        return [python or self.python, upload_bundle(self), *entry]
+
+    def check_regdiag(self, res: CommandResult) -> None:
+        check_interpreter(self, res)

@@ -21,7 +21,8 @@ from regdiag.hosts.local import LocalHost
 
 # Host kinds beyond this machine: the option that asks for one -> "module:function" opening it from that
 # option's value, the --python given and the other options. A new kind is one file under hosts/ plus
-# one line here (and its option in cli/common.py); docs/architecture.md works through Slurm.
+# one line here (and its options in cli/target.py, `_kind_parameters`); docs/architecture.md works
+# through Slurm; tests/test_target.py adds a kind of its own.
 HOST_KINDS: dict[str, str] = {
     "host": "regdiag.hosts.ssh:open_ssh",  # --host [user@]name[:port]
     "slurm": "regdiag.hosts.slurm:open_slurm",  # --slurm N [--slurm-args '...']

@@ -37,6 +37,7 @@ from typing import Any
 
 from regdiag.errors import BadInput, HostError
 from regdiag.hosts.base import CommandResult, Host, LineCallback
+from regdiag.hosts.bundle import BundleHost, local_bundle_path
 from regdiag.hosts.local import LocalHost, local_regdiag_argv
 
 JOB_PREFIX = "regdiag-"
@@ -57,6 +58,15 @@ while True:
         break
     time.sleep(0.2)
 """
+# A step is pinned to its node: one task, no wait for a node that cannot take it now, ended with its task.
+STEP_OPTIONS = ("-N1", "-n1", "--immediate=10", "--kill-on-bad-exit=1", "--quiet")
+
+
+def _start_watchdog(job_name: str) -> subprocess.Popen[bytes]:
+    """The WATCHDOG of this process's allocation `job_name`, in a session of its own."""
+    argv = [sys.executable, "-c", WATCHDOG, str(os.getpid()), job_name]
+    null = subprocess.DEVNULL
+    return subprocess.Popen(argv, stdin=null, stdout=null, stderr=null, start_new_session=True)
 
 
 def _slurm_error(tool: str, res: CommandResult) -> str:
@@ -107,7 +117,7 @@ def clean_stale() -> list[str]:
     return stale
 
 
-class SlurmNode(Host):
+class SlurmNode(BundleHost):
     """One node of the allocation: every command is a step pinned to it."""
 
     via = "slurm"
@@ -130,21 +140,23 @@ class SlurmNode(Host):
         on_stderr_line: LineCallback | None = None,
         keep_output: bool = True,
     ) -> CommandResult:
-        step = ["srun", "--jobid", self.alloc.job_id, "-w", self.name, "-N1", "-n1", "--immediate=10",
-                "--kill-on-bad-exit=1", "--quiet"]  # fmt: skip
+        step = ["srun", "--jobid", self.alloc.job_id, "-w", self.name, *STEP_OPTIONS]
         if cwd:
             step.append(f"--chdir={cwd}")
         return self.alloc.local.run(
-            [*step, "--", *argv], stdin=stdin, env=env, timeout=timeout, on_stdout_line=on_stdout_line,
-            on_stderr_line=on_stderr_line, keep_output=keep_output,
-        )  # fmt: skip
+            [*step, "--", *argv],
+            stdin=stdin,
+            env=env,
+            timeout=timeout,
+            on_stdout_line=on_stdout_line,
+            on_stderr_line=on_stderr_line,
+            keep_output=keep_output,
+        )
 
     def regdiag_argv(self, entry: Sequence[str], python: str | None = None) -> list[str]:
         return local_regdiag_argv(entry, python or self.python)  # the shared filesystem's copy
 
     def upload_once(self, sha256: str, data: Any, name: str) -> str:
-        from regdiag.hosts.bundle import local_bundle_path
-
         return str(local_bundle_path())  # the nodes share this filesystem
 
     def make_tempdir(self) -> str:
@@ -183,11 +195,7 @@ class SlurmAllocation(SlurmNode):
         self._closed = False
         self._lock = threading.Lock()
         self.stale = clean_stale()
-        self._watchdog = subprocess.Popen(
-            [sys.executable, "-c", WATCHDOG, str(os.getpid()), self.job_name],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
+        self._watchdog = _start_watchdog(self.job_name)
         try:
             self.job_id = self._allocate(count, list(salloc_args))
             self.node_names = self._node_names()
@@ -232,8 +240,7 @@ class SlurmAllocation(SlurmNode):
         return dict(self._reopen)
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "python": self.python, "via": self.via, "allocation": self.job_id,
-                "nodes": list(self.node_names)}  # fmt: skip
+        return {**super().describe(), "nodes": list(self.node_names)}  # name, python, via, allocation
 
     def close(self) -> None:
         """Cancel the allocation (every step on it ends) and stop the watchdog; safe to call twice."""

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from regdiag.errors import BadInput, HostError
-from regdiag.hosts.base import CommandResult, Host, LineCallback
+from regdiag.hosts.base import CommandResult, LineCallback
+from regdiag.hosts.bundle import BundleHost
 from regdiag.hosts.paramiko_import import paramiko
 from regdiag.hosts.sshconfig import SSHTarget
 from regdiag.hosts.sshconnect import CHANNEL_TIMEOUT, connect_chain, one_line
@@ -175,7 +176,7 @@ class _Deadline:
         return self.timeout is not None and rc in (124, 137) and time.monotonic() - self.t0 >= self.timeout
 
 
-class SSHHost(Host):
+class SSHHost(BundleHost):
     """A connected remote host. Connects in the constructor; errors are HostError with one line."""
 
     via = "ssh"

@@ -106,8 +106,13 @@ OPS = {
 }
 DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16"}
 # bytes per element of nccl-tests' type names (test_typenames; "char" and "int" before NCCL 2)
-WORD = {"int8": 1, "uint8": 1, "char": 1, "f8e4m3": 1, "f8e5m2": 1, "half": 2, "bfloat16": 2,
-        "int32": 4, "uint32": 4, "int": 4, "float": 4, "int64": 8, "uint64": 8, "double": 8}  # fmt: skip
+_TYPES_OF_WIDTH = {
+    1: ("int8", "uint8", "char", "f8e4m3", "f8e5m2"),
+    2: ("half", "bfloat16"),
+    4: ("int32", "uint32", "int", "float"),
+    8: ("int64", "uint64", "double"),
+}
+WORD = {name: width for width, names in _TYPES_OF_WIDTH.items() for name in names}
 
 
 def sniff(text: str) -> bool:

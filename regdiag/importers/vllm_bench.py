@@ -40,9 +40,17 @@ from regdiag.snapshot.redact import scrub_text
 NAME = "vllm-bench"
 TITLE = "vllm bench serve --save-result JSON (--append-result JSON Lines)"
 LOAD_KEYS = (
-    "backend", "endpoint_type", "dataset_name", "num_prompts", "request_rate", "burstiness",
-    "max_concurrency", "random_input_len", "random_output_len", "random_range_ratio",
-)  # fmt: skip
+    "backend",
+    "endpoint_type",
+    "dataset_name",
+    "num_prompts",
+    "request_rate",
+    "burstiness",
+    "max_concurrency",
+    "random_input_len",
+    "random_output_len",
+    "random_range_ratio",
+)
 # What, beside the load, makes two lines of one file two runs rather than repeats of one.
 IDENTITY_KEYS = ("model_id", "label", "tag")
 LABEL_KEYS = ("model_id", "tokenizer_id", "date", "label", "tag")

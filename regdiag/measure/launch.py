@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from regdiag import interrupts
 from regdiag.errors import BadInput, ProbeError
@@ -49,6 +49,51 @@ def wrap_env(argv: Sequence[str], unset: Sequence[str]) -> list[str]:
     return out + ["--"] + list(argv)
 
 
+class LineSink(Protocol):
+    """Where a launch's output goes as it arrives, line by line (a LaunchStream, a server's reader)."""
+
+    def stdout_line(self, line: str) -> None: ...
+
+    def stderr_line(self, line: str) -> None: ...
+
+
+def launch(
+    host: Host,
+    argv: Sequence[str],
+    sink: LineSink,
+    *,
+    env: Mapping[str, str] | None = None,
+    unset: Sequence[str] = (),
+    cwd: str | None = None,
+    timeout: float | None = None,
+    stdin: bytes | None = None,
+    regdiag_code: bool = False,
+) -> CommandResult:
+    """The one way a launch runs: `argv` on `host` as one process, with `env` added and `unset` removed,
+    its lines streamed to `sink` as they arrive (nothing kept in memory), killed at `timeout` or on
+    Ctrl-C with its whole process tree. `regdiag_code`: argv runs regdiag's own code (host.regdiag_argv),
+    so an interpreter that could not start is the host's failure (HostError), not the launch's.
+    Every launch of probe, ab, bisect, probe server and probe engine comes through here."""
+    res = host.run(
+        wrap_env(argv, unset),
+        stdin=stdin,
+        env=dict(env) if env else None,
+        cwd=cwd,
+        timeout=timeout,
+        on_stdout_line=sink.stdout_line,
+        on_stderr_line=sink.stderr_line,
+        keep_output=False,
+    )
+    if regdiag_code:
+        host.check_regdiag(res)
+    return res
+
+
+def probe_argv(host: Host, name: str, args: Sequence[str], python: str | None = None) -> list[str]:
+    """The argv of probe `name` on `host`, however that host runs regdiag's own code (it says)."""
+    return host.regdiag_argv(["probe", probe_table()[name]["script"], *args], python)
+
+
 def run_probe_on(
     host: Host,
     name: str,
@@ -61,20 +106,9 @@ def run_probe_on(
     unset: Sequence[str] = (),
     cwd: str | None = None,
 ) -> CommandResult:
-    """Probe `name` as one process on `host`, however that host runs regdiag's own code (it says)."""
-    entry = ["probe", probe_table()[name]["script"], *args]
-    argv = host.regdiag_argv(entry, python)
-    res = host.run(
-        wrap_env(argv, unset),
-        env=dict(env) if env else None,
-        cwd=cwd,
-        timeout=timeout,
-        on_stdout_line=stream.stdout_line,
-        on_stderr_line=stream.stderr_line,
-        keep_output=False,
-    )
-    host.check_regdiag(res)
-    return res
+    """Probe `name` as one launch on `host`."""
+    argv = probe_argv(host, name, args, python)
+    return launch(host, argv, stream, env=env, unset=unset, cwd=cwd, timeout=timeout, regdiag_code=True)
 
 
 def measure_launch(

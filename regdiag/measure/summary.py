@@ -20,6 +20,36 @@ def _quartiles(xs: Sequence[float]) -> tuple[float, float, float]:
     return q[0], statistics.median(xs), q[2]
 
 
+def _metric(m: str, unit: str, per_launch: list[float], pooled: list[float]) -> dict[str, Any]:
+    """One metric of the summary: the run's number, the median and IQR of the pooled cycles."""
+    p25, med, p75 = _quartiles(pooled)
+    return {
+        "metric": m,
+        "unit": unit,
+        "run": run_value(per_launch),
+        "median": med,
+        "p25": p25,
+        "p75": p75,
+        "launch_medians": per_launch,
+        "n": len(pooled),
+    }
+
+
+def _clock(clocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The SM and memory clocks of the samples taken while cycles were measured, and why they were held."""
+    sm = [c["sm_mhz"] for c in clocks]
+    reasons = sorted({r for c in clocks for r in (c.get("reasons") or []) if r not in ("none", "gpu_idle")})
+    mem = [c["mem_mhz"] for c in clocks if isinstance(c.get("mem_mhz"), (int, float))]
+    return {
+        "sm_mhz_min": min(sm),
+        "sm_mhz_median": statistics.median(sm),
+        "sm_mhz_max": max(sm),
+        "mem_mhz_median": statistics.median(mem) if mem else None,
+        "reasons": reasons,
+        "samples": len(clocks),
+    }
+
+
 def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
     """Per metric (primary first, then phases, then the rest): the run's number (`run`, stats.run_value:
     the geometric mean of the launch medians, what compare shows as old and new), the per-launch
@@ -38,11 +68,7 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
         pooled = [x for la in ok for x in la.get("samples", {}).get(m, [])]
         if not pooled:
             continue
-        p25, med, p75 = _quartiles(pooled)
-        metrics.append(
-            {"metric": m, "unit": run.get("units", {}).get(m, ""), "run": run_value(per_launch), "median": med,
-             "p25": p25, "p75": p75, "launch_medians": per_launch, "n": len(pooled)}
-        )  # fmt: skip
+        metrics.append(_metric(m, run.get("units", {}).get(m, ""), per_launch, pooled))
     scalars: dict[str, Any] = {}
     for key in ("overhead_pct", "tok_s", "accept_len_mean", "copy_GBps"):
         vals = [la.get("scalars", {}).get(key) for la in ok]
@@ -59,16 +85,7 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
         for c in in_measure_window(la, list(la.get("clocks") or []))
         if isinstance(c, dict) and isinstance(c.get("sm_mhz"), (int, float))
     ]
-    clock = None
-    if clocks:
-        sm = [c["sm_mhz"] for c in clocks]
-        reasons = sorted(
-            {r for c in clocks for r in (c.get("reasons") or []) if r not in ("none", "gpu_idle")}
-        )
-        mem = [c["mem_mhz"] for c in clocks if isinstance(c.get("mem_mhz"), (int, float))]
-        clock = {"sm_mhz_min": min(sm), "sm_mhz_median": statistics.median(sm), "sm_mhz_max": max(sm),
-                 "mem_mhz_median": statistics.median(mem) if mem else None,
-                 "reasons": reasons, "samples": len(clocks)}  # fmt: skip
+    clock = _clock(clocks) if clocks else None
     from regdiag.comm import comm_shares
 
     return {

@@ -9,10 +9,9 @@ from typing import Any
 from regdiag.compare import Comparison
 from regdiag.report.registry import Out
 
-COMPARE_COLUMNS = (
-    "metric", "role", "unit", "old_median", "new_median", "ratio", "ci_lo", "ci_hi", "p_holm", "verdict",
-    "note",
-)  # fmt: skip
+# A metric's estimate, as compare() writes it: old and new centers, their ratio and its CI.
+ESTIMATE_COLUMNS = ("old_median", "new_median", "ratio", "ci_lo", "ci_hi")
+COMPARE_COLUMNS = ("metric", "role", "unit", *ESTIMATE_COLUMNS, "p_holm", "verdict", "note")
 PROBE_COLUMNS = ("metric", "unit", "run", "launch_medians", "cycles_p25", "cycles_p75", "cycles")
 
 

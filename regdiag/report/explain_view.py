@@ -43,6 +43,19 @@ def _share(c: CommShare) -> str:
     return "-" if c.share is None else f"{100 * c.share:.1f} %"
 
 
+def _comm_cells(c: CommShare) -> list[str]:
+    """A communication row: phase, with, without, communication, 95 % CI, share, per forward."""
+    return [
+        c.phase,
+        _ms(c.with_ms),
+        _ms(c.without_ms),
+        _ms(c.comm_ms),
+        _ci(c),
+        _share(c),
+        c.collectives_text(),
+    ]
+
+
 def _bw(e: Explanation) -> str:
     v = f"{e.bandwidth / 1e12:.3g} TB/s" if e.bandwidth >= 1e12 else f"{e.bandwidth / 1e9:.3g} GB/s"
     return f"{v} ({e.bandwidth_source})"
@@ -60,8 +73,7 @@ def terminal(e: Explanation, console: Console) -> None:
         for col in ("phase", "with", "without", "comm", "95 % CI", "share", "per forward"):
             table.add_column(col, justify="left" if col in ("phase", "per forward") else "right")
         for c in e.comm:
-            table.add_row(c.phase, _ms(c.with_ms), _ms(c.without_ms), _ms(c.comm_ms), _ci(c), _share(c),
-                          c.collectives_text())  # fmt: skip
+            table.add_row(*_comm_cells(c))
         console.print(table)
     for n in e.notes:
         console.print(f"note: {n}", style="dim", highlight=False)
@@ -157,8 +169,7 @@ def markdown(e: Explanation) -> str:
             "| phase | with | without | communication | 95 % CI | share | per forward |",
             "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
-        out += [f"| {c.phase} | {_ms(c.with_ms)} | {_ms(c.without_ms)} | {_ms(c.comm_ms)} | {_ci(c)} | {_share(c)} "
-                f"| {c.collectives_text()} |" for c in e.comm]  # fmt: skip
+        out += ["| " + " | ".join(_comm_cells(c)) + " |" for c in e.comm]
         out.append("")
     out += [f"- note: {n}" for n in e.notes]
     return "\n".join(out).rstrip() + "\n"

@@ -28,10 +28,10 @@ def run_rows(items: list[dict[str, Any]]) -> list[list[str]]:
             continue
         cfg = r.get("config") or {}
         brief = " ".join(str(cfg[k]) for k in ("preset", "mode", "tp") if cfg.get(k) is not None)
-        rows.append([
-            str(r["id"]), str(r.get("created") or "")[:16].replace("T", " "), str(r.get("probe") or ""), brief,
-            str(r.get("status") or ""), f"{r['ok_launches']}/{r['launches']}", str(r.get("host") or ""),
-        ])  # fmt: skip
+        created = str(r.get("created") or "")[:16].replace("T", " ")
+        probe, status, host = (str(r.get(k) or "") for k in ("probe", "status", "host"))
+        launches = f"{r['ok_launches']}/{r['launches']}"
+        rows.append([str(r["id"]), created, probe, brief, status, launches, host])
     return rows
 
 

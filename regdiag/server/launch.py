@@ -24,6 +24,7 @@ from typing import Any
 from regdiag import probe_modules
 from regdiag.host_phantom import scrub_host
 from regdiag.hosts.base import Host
+from regdiag.measure.launch import launch
 from regdiag.server.client import Endpoint, RequestFailed, simple_get
 from regdiag.snapshot.redact import scrub_lines, scrub_text
 
@@ -212,6 +213,13 @@ class ServerProcess:
             if len(self.engine_lines) < MAX_ENGINE_LINES and any(m in line for m in ENGINE_LINE_MARKS):
                 self.engine_lines.append(line)
 
+    # the launcher's output, both streams alike (measure.launch.LineSink)
+    def stdout_line(self, line: str) -> None:
+        self._line(line)
+
+    def stderr_line(self, line: str) -> None:
+        self._line(line)
+
     def _run(self) -> None:
         spec = json.dumps(
             {
@@ -222,13 +230,8 @@ class ServerProcess:
             }
         ).encode()
         try:
-            res = self.host.run(
-                [self.host.python, "-c", LAUNCHER],
-                stdin=spec,
-                on_stdout_line=self._line,
-                on_stderr_line=self._line,
-                keep_output=False,
-            )
+            argv = [self.host.python, "-c", LAUNCHER]
+            res = launch(self.host, argv, self, stdin=spec, regdiag_code=True)
             if self.returncode is None and self.pid is None and not self.start_error:
                 self.start_error = (
                     f"launcher failed (exit {res.returncode}): {scrub_text(res.stderr_tail() or 'no output')}"

@@ -9,21 +9,18 @@ run.py ask the kind; none of them names one. A new kind is one new file plus one
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from regdiag.bisect.factor_base import Factor, use_kinds
 from regdiag.bisect.kinds.base import BuildPlan, Difference, Kind, LaunchSetup, Where
 from regdiag.bisect.kinds.commit import CommitKind
 from regdiag.bisect.kinds.env import EnvKind
 from regdiag.bisect.kinds.gpu_clock import GpuClockKind
 from regdiag.bisect.kinds.package import PackageKind
 
-if TYPE_CHECKING:
-    from regdiag.bisect.factors import Factor
-
 __all__ = ["KINDS", "BuildPlan", "Difference", "Kind", "LaunchSetup", "Where", "kind_of"]
 
 # The registry; also the order factors are tried in.
 KINDS: dict[str, Kind] = {k.name: k for k in (CommitKind(), PackageKind(), EnvKind(), GpuClockKind())}
+use_kinds(KINDS)  # a Factor's show() and label() ask its kind here
 
 
 def kind_of(f: Factor) -> Kind:

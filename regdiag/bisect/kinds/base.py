@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from regdiag.bisect.factors import Factor, Spec
+    from regdiag.bisect.factor_base import Factor, Spec
     from regdiag.hosts.base import Host
 
 # One factor of a kind, as the kind finds it: (name, good value, bad value); None is "unset".

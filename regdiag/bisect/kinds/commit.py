@@ -12,7 +12,7 @@ from regdiag.bisect.kinds.base import BuildPlan, Difference, Kind, Where
 from regdiag.errors import BadInput
 
 if TYPE_CHECKING:
-    from regdiag.bisect.factors import Factor, Spec
+    from regdiag.bisect.factor_base import Factor, Spec
 
 
 COMMIT = "commit"

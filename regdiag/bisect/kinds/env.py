@@ -8,7 +8,7 @@ from regdiag.bisect.kinds.base import Difference, Kind, LaunchSetup
 from regdiag.snapshot.redact import is_hidden, redact_value
 
 if TYPE_CHECKING:
-    from regdiag.bisect.factors import Factor, Spec
+    from regdiag.bisect.factor_base import Factor, Spec
 
 
 ENV = "env"

@@ -30,7 +30,7 @@ from regdiag.errors import BadInput
 from regdiag.snapshot.fields import field_value
 
 if TYPE_CHECKING:
-    from regdiag.bisect.factors import Factor, Spec
+    from regdiag.bisect.factor_base import Factor, Spec
 
 _NAME = re.compile(r"^gpu(\d+)\.(sm_lock|app_clocks)$")
 _LOCK = re.compile(r"^(\d+)(?:-(\d+))?$")
