@@ -251,28 +251,38 @@ class Supervisor:
     # -- ranks ------------------------------------------------------------------------------------
 
     def _start(self) -> None:
+        """Every rank's process first, then the threads that read and wait for them: a warm launch
+        forks its ranks (probes/_warm.py), which is safe only before this process starts a thread."""
+        import _warm
+
         port = free_port()
         env = dict(os.environ)
         env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(self.world),
                     SUPERVISOR_PID_ENV: str(os.getpid())})  # fmt: skip
         env.setdefault("PYTHONUNBUFFERED", "1")
         for r in range(self.world):
-            cmd = [sys.executable, self.script, *self.argv, "--_rank", str(r), "--_world", str(self.world),
-                   "--_port", str(port), "--_t0", repr(self.t0)]  # fmt: skip
-            proc = subprocess.Popen(
-                cmd,
-                stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                stdin=subprocess.DEVNULL,
-                env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
-            )
-            rk = _Rank(r, proc)
-            self.ranks.append(rk)
+            args = [*self.argv, "--_rank", str(r), "--_world", str(self.world), "--_port", str(port),
+                    "--_t0", repr(self.t0)]  # fmt: skip
+            rank_env = {**env, "RANK": str(r), "LOCAL_RANK": str(r)}
+            if _warm.FORK_MAIN is not None:
+                proc: Any = _warm.fork_rank(args, rank_env, want_stdout=r == 0)
+            else:
+                proc = subprocess.Popen(
+                    [sys.executable, self.script, *args],
+                    stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    stdin=subprocess.DEVNULL,
+                    env=rank_env,
+                )
+            self.ranks.append(_Rank(r, proc))
+
+    def _start_readers(self) -> None:
+        for rk in self.ranks:
             threading.Thread(target=self._pump_stderr, args=(rk,), daemon=True).start()
             threading.Thread(target=self._wait, args=(rk,), daemon=True).start()
-            if r == 0:
+            if rk.index == 0:
                 self.stdout_thread = threading.Thread(
-                    target=self._pump_stdout, args=(proc.stdout,), daemon=True
+                    target=self._pump_stdout, args=(rk.proc.stdout,), daemon=True
                 )
                 self.stdout_thread.start()
 
@@ -391,13 +401,14 @@ class Supervisor:
             if busy:
                 emit_error(f"GPUs in use by other processes: {busy} (--allow-busy-gpu to run anyway)", "busy")
                 return 1
-        if self.sampler is not None:
-            self.sampler.start()
-        self.host_watch.start()
         old = {s: signal.signal(s, lambda n, _f: self.received.append(n)) for s in
                (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}  # fmt: skip
         try:
-            self._start()
+            self._start()  # before any thread of this process
+            self._start_readers()
+            if self.sampler is not None:
+                self.sampler.start()
+            self.host_watch.start()
             return self._watch()
         finally:
             for s, h in old.items():

@@ -110,7 +110,7 @@ def test_communication_share_is_measured_per_phase_at_tp2(tmp_path):
 
 def _start(tag: str, out: Path, *extra: str) -> subprocess.Popen[str]:
     cmd = [sys.executable, "-m", "regdiag", "probe", "spec-decode", *SMALL, "--cycles", "400", "--launches", "3",
-           "--tp", "2", "--no-snapshot", "--seed", tag, "-o", str(out), *extra]  # fmt: skip
+           "--tp", "2", "--no-snapshot", "--seed", tag, "-o", str(out), "--cold", *extra]  # fmt: skip
     return subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, COLUMNS="120"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 

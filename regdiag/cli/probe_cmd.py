@@ -200,6 +200,14 @@ def _float(text: str) -> float | None:
     return x if math.isfinite(x) else None
 
 
+ColdOpt = typer.Option(
+    False,
+    "--cold",
+    help="Start every launch as a fresh interpreter (import torch, CUDA init) instead of forking it from "
+    'one warm interpreter per run (docs/probes.md, "Warm launches"). Default: warm.',
+)
+
+
 @target_options(kinds=("slurm",))
 def spec_decode(
     preset: str = typer.Option("auto", "--preset", help="kimi-k2, kimi-k2.5, deepseek-v3, deepseek-v2-lite, tiny; auto = tiny without a GPU, kimi-k2 with one."),
@@ -234,6 +242,7 @@ def spec_decode(
     output: Path = RecordOpt,
     json_out: bool = JsonOpt,
     fmt: str = FormatOpt,
+    cold: bool = ColdOpt,
     target: Target = TARGET,
 ) -> None:  # fmt: skip
     from regdiag.measure.probes import presets
@@ -255,7 +264,7 @@ def spec_decode(
         "crash_at_launch": crash_at_launch, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu,
     }  # fmt: skip
     out_fmt = pick_format("probe", fmt, json_out)
-    _run("spec-decode", options, launches, timeout, no_snapshot, output, out_fmt, target)
+    _run("spec-decode", options, launches, timeout, no_snapshot, output, out_fmt, target, cold)
 
 
 @target_options(kinds=("slurm",))
@@ -279,6 +288,7 @@ def collectives(
     output: Path = RecordOpt,
     json_out: bool = JsonOpt,
     fmt: str = FormatOpt,
+    cold: bool = ColdOpt,
     target: Target = TARGET,
 ) -> None:  # fmt: skip
     if not 0 < target_ms < math.inf:  # NaN too: the probe could not write it into its record
@@ -294,7 +304,7 @@ def collectives(
     options = {"tp": tp, "sizes": sizes, "op": op.value, "mode": mode.value, "api": api.value, "dtype": dtype.value, "iters": iters, "reps": reps, "warmup": warmup, "target_ms": target_ms,
                "device": device.value, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu}  # fmt: skip
     out_fmt = pick_format("probe", fmt, json_out)
-    _run("collectives", options, launches, timeout, no_snapshot, output, out_fmt, target)
+    _run("collectives", options, launches, timeout, no_snapshot, output, out_fmt, target, cold)
 
 
 def _run(
@@ -306,6 +316,7 @@ def _run(
     output: Path | None,
     out_fmt: str,
     target: Target,
+    cold: bool = False,
 ) -> None:
     from regdiag.measure.probe import run_probe
 
@@ -313,7 +324,7 @@ def _run(
         raise BadInput("--launches must be >= 1")
     target = target.checked()
     if len(dict.fromkeys(target.hosts)) > 1:
-        _run_many(name, options, launches, timeout, no_snapshot, output, out_fmt, target)
+        _run_many(name, options, launches, timeout, no_snapshot, output, out_fmt, target, cold)
         return
     host = target.open()
     args = options_argv(options)
@@ -327,6 +338,11 @@ def _run(
     def on_event(kind: str, data: dict[str, Any]) -> None:
         if kind == "start":
             where["path"] = data["path"]
+        elif kind == "warm":
+            progress.update(
+                task, description=f"{name}: starting the warm interpreter", total=None, completed=0
+            )
+            plain.step("starting the warm interpreter (torch imported once for every launch)")
         elif kind == "snapshot":
             progress.update(task, description=f"{name}: snapshot {data['when']}", total=None, completed=0)
             plain.step(f"snapshot {data['when']}")
@@ -356,7 +372,7 @@ def _run(
         with progress:
             result = run_probe(
                 host, name, args, launches=launches, also=output, timeout=timeout, snapshot=not no_snapshot,
-                on_event=on_event,
+                on_event=on_event, warm=not cold,
             )  # fmt: skip
     except KeyboardInterrupt as e:
         # Said here, in one line: typer turns a KeyboardInterrupt into a silent exit 130.
@@ -388,6 +404,7 @@ def _run_many(
     output: Path | None,
     out_fmt: str,
     target: Target,
+    cold: bool = False,
 ) -> None:
     """The same probe on several hosts at once, one thread and one run record per host. A host that
     fails (cannot connect, a launch fails) does not stop the others; the exit status is the worst."""
@@ -412,7 +429,7 @@ def _run_many(
         out = output and output.with_name(f"{output.stem}.{_file_part(host.name)}{output.suffix}")
         result = run_probe(
             host, name, args, launches=launches, also=out, timeout=timeout, snapshot=not no_snapshot,
-            on_event=on_event,
+            on_event=on_event, warm=not cold,
         )  # fmt: skip
         return _summary(result, out)
 

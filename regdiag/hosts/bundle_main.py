@@ -3,6 +3,7 @@
 #     python3 regdiag-bundle-<hash>.zip version
 #     python3 regdiag-bundle-<hash>.zip snapshot [--repo PATH] [--all-packages] [--timeout S] [--via ssh]
 #     python3 regdiag-bundle-<hash>.zip probe NAME [ARGS...]
+#     python3 regdiag-bundle-<hash>.zip warm {serve SOCKET SCRIPT | launch SOCKET ARGS... | stop SOCKET}
 #
 # It is never imported by regdiag itself. It must run far enough on ANY python to say that the python is
 # too old, so it uses no f-strings, annotations or other syntax newer than python 2.7 / 3.0.
@@ -102,6 +103,18 @@ def _probe(args):
     return 0
 
 
+def _warm(args):
+    # The warm interpreter of an environment (probes/_warm.py): serve / launch / stop, from the bundle.
+    import runpy
+
+    root = _extracted()
+    script = os.path.join(root, "regdiag", "probes", "_warm.py")
+    sys.path[0] = os.path.dirname(script)
+    sys.argv = [script] + list(args)
+    runpy.run_path(script, run_name="__main__")
+    return 0
+
+
 def main(argv):
     if sys.version_info < MIN_PYTHON:
         return _fail(
@@ -119,6 +132,8 @@ def main(argv):
         return _snapshot(argv[1:])
     if argv[0] == "probe":
         return _probe(argv[1:])
+    if argv[0] == "warm":
+        return _warm(argv[1:])
     return _fail("unknown command " + repr(argv[0]) + "; " + USAGE, EXIT_USAGE)
 
 

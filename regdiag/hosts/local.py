@@ -201,4 +201,6 @@ def local_regdiag_argv(entry: Sequence[str], python: str) -> list[str]:
     d = probes_dir()
     if entry and entry[0] == "probe" and len(entry) > 1 and d is not None and (d / entry[1]).is_file():
         return [python, str(d / entry[1]), *entry[2:]]
+    if entry and entry[0] == "warm" and d is not None and (d / "_warm.py").is_file():
+        return [python, str(d / "_warm.py"), *entry[1:]]
     return [python, str(local_bundle_path()), *entry]

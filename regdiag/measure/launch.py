@@ -105,9 +105,11 @@ def run_probe_on(
     python: str | None = None,
     unset: Sequence[str] = (),
     cwd: str | None = None,
+    argv: list[str] | None = None,
 ) -> CommandResult:
-    """Probe `name` as one launch on `host`."""
-    argv = probe_argv(host, name, args, python)
+    """Probe `name` as one launch on `host`: a fresh interpreter, or `argv` (one forked from a warm
+    interpreter: measure/warm.py)."""
+    argv = argv or probe_argv(host, name, args, python)
     return launch(host, argv, stream, env=env, unset=unset, cwd=cwd, timeout=timeout, regdiag_code=True)
 
 

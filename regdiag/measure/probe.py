@@ -15,7 +15,8 @@ Slurm allocation) launch i runs on node i mod n and its record names the node.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from regdiag.measure.launch import BusyAbort, UsageAbort, deadline, measure_laun
 from regdiag.measure.probes import probe_table
 from regdiag.measure.session import Session, warn
 from regdiag.measure.stream import LaunchStream, adopt_header, env_for_record
+from regdiag.measure.warm import WarmInterpreter
 from regdiag.runs import RunWriter, new_run
 from regdiag.snapshot.redact import redact_argv
 
@@ -65,12 +67,16 @@ def run_probe(
     timeout: float | None = None,
     snapshot: bool = True,
     on_event: EventCallback | None = None,
+    warm: bool = True,
 ) -> RunResult:
     """Run `launches` launches of probe `name` with `args` on `host`; see the module docstring.
 
     `output` is where the record lives (None: the store); `also` a copy kept as current (the CLI's -o).
     `env` is added to each launch's environment (bisect's env-var factors); `timeout` bounds one launch
-    (None: LAUNCH_CAP_S for the first, then LAUNCH_FACTOR x the first's duration).
+    (None: LAUNCH_CAP_S for the first, then LAUNCH_FACTOR x the first's duration). `warm`: the launches
+    fork from one warm interpreter that has imported torch and the probe (measure/warm.py), where the
+    host is one machine and the interpreter starts; else, and with warm=False (--cold), each launch is a
+    fresh interpreter. Each launch record says which (`start`: warm or cold).
     Events for a progress display: ("start", {"path", "id"}), ("snapshot", {"when"}), ("launch_start", {"index", "of"}),
     ("progress", {"index", "stage", "done", "total"}), ("launch_end", {"index", "launch"}).
     """
@@ -86,7 +92,8 @@ def run_probe(
     emit("start", {"path": str(writer.path), "id": run["id"]})
     try:
         with Session(host, [writer], snapshot, lambda when: emit("snapshot", {"when": when})):
-            _launches(writer, host, name, args, launches, env, timeout, emit)
+            with _warm_for(writer, host, name, env, warm, emit) as w:
+                _launches(writer, host, name, args, launches, env, timeout, emit, w)
             flag_run(writer.run)  # launches whose host stood out from the others' (docs/statistics.md)
     except (UsageAbort, BusyAbort):
         writer.discard()  # nothing was measured: leave no record behind
@@ -103,6 +110,29 @@ def run_probe(
     return RunResult(writer.path, writer.run)
 
 
+@contextlib.contextmanager
+def _warm_for(
+    writer: RunWriter, host: Host, name: str, env: Mapping[str, str] | None, warm: bool, emit: EventCallback
+) -> Iterator[WarmInterpreter | None]:
+    """The warm interpreter of this run's environment, stopped on every way out; None: cold launches."""
+    if not warm or len(host.nodes()) != 1:
+        writer.run["probe"]["start"] = {"mode": "cold", "why": "--cold" if not warm else "several nodes"}
+        yield None
+        return
+    emit("warm", {})
+    w = WarmInterpreter(host, probe_table()[name]["script"], env)
+    try:
+        ready = w.start()
+        writer.run["probe"]["start"] = (
+            {"mode": "warm", **w.facts} if ready else {"mode": "cold", "why": w.why}
+        )
+        if not ready:
+            warn(writer, f"launches start cold: the warm interpreter did not start ({w.why})")
+        yield w
+    finally:
+        w.stop()
+
+
 def _launches(
     writer: RunWriter,
     host: Host,
@@ -112,6 +142,7 @@ def _launches(
     env: Mapping[str, str] | None,
     timeout: float | None,
     emit: EventCallback,
+    warm: WarmInterpreter | None = None,
 ) -> None:
     for i in range(launches):
         first = writer.run["launches"][0] if writer.run["launches"] else None
@@ -119,10 +150,17 @@ def _launches(
         node = host.for_launch(i)
         emit("launch_start", {"index": i, "of": launches})
 
-        def start(stream: LaunchStream, i: int = i, limit: float = limit, node: Host = node) -> CommandResult:
-            return run_probe_on(node, name, [*args, "--launch-index", str(i)], stream, env, limit)
+        how = "warm" if warm is not None and warm.ready else "cold"
 
-        def keep(launch: dict[str, Any], i: int = i) -> None:
+        def start(
+            stream: LaunchStream, i: int = i, limit: float = limit, node: Host = node, how: str = how
+        ) -> CommandResult:
+            these = [*args, "--launch-index", str(i)]
+            forked = warm.launch_argv(these) if how == "warm" and warm is not None else None
+            return run_probe_on(node, name, these, stream, env, limit, argv=forked)
+
+        def keep(launch: dict[str, Any], i: int = i, how: str = how) -> None:
+            launch.setdefault("start", how)
             writer.add_launch(launch)
             emit("launch_end", {"index": i, "launch": launch})
 

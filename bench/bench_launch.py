@@ -1,0 +1,157 @@
+"""What a launch costs, warm against cold, side by side in one run; and whether warm launches vary from
+launch to launch as cold ones do (the statistics rely on that spread being sampled honestly).
+
+    python bench/bench_launch.py --runs 2 --launches 8 -- --preset tiny --cycles 5        # 2 CPU cores
+    python bench/bench_launch.py --runs 2 --launches 8 --out DIR -- --preset kimi-k2 --tp-slice 8 \
+        --layers 8 --cycles 30                                                              # one H200
+
+Runs alternate warm, cold, warm, cold... (`regdiag probe spec-decode ARGS -L N`, each run a record),
+so drift hits both alike. Per launch, from its record: the wall time regdiag saw (`duration_s`) and
+its stages: `start` (interpreter start, import torch and CUDA init up to the build: for warm, the fork),
+`build`, `capture+warmup`, `measure`, `gather`, `teardown`, and regdiag's own share (the rest).
+Then per mode: the launch-to-launch spread of the cycle median (coefficient of variation, with a
+bootstrap 95 % interval), and the A/A verdicts of `regdiag compare` between runs of one mode (any
+verdict but UNCHANGED is a false alarm). Markdown on stdout; every number as JSON in DIR/launch.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _probe(out: Path, launches: int, cold: bool, args: list[str]) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "regdiag", "probe", "spec-decode", *args, "--launches", str(launches),
+           "--no-snapshot", "-o", str(out), "--format", "json"] + (["--cold"] if cold else [])  # fmt: skip
+    t0 = time.monotonic()
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    if res.returncode != 0:
+        sys.exit(f"bench_launch: {' '.join(cmd)} failed (exit {res.returncode}): {res.stderr[-800:]}")
+    run = json.loads(out.read_text())
+    return {"run": run, "wall_s": wall}
+
+
+def stages(la: dict[str, Any]) -> dict[str, float]:
+    """One launch's stages in seconds, from its record (docs/probes.md: the footer's times run from the
+    supervisor's start)."""
+    foot = la.get("footer") or {}
+    header = la.get("header") or {}
+    w0, w1 = (foot.get("measure_window_s") or [0.0, 0.0])[:2]
+    wall = float(foot.get("launch_wall_s") or w1)
+    build = float(header.get("build_s") or 0.0)
+    tear = float((la.get("teardown") or {}).get("s") or 0.0)
+    cycles = [c for c in (la.get("samples") or {}).get("cycle", [])]
+    measure = sum(cycles) / 1000.0 if cycles else w1 - w0
+    warm_and_capture = max(0.0, w1 - w0 - measure)
+    start = max(0.0, w0 - build)
+    total = float(la["duration_s"])
+    return {
+        "launch": total,
+        "start": start,
+        "build": build,
+        "capture+warmup": warm_and_capture,
+        "measure": measure,
+        "gather": max(0.0, wall - w1),
+        "teardown": tear,
+        "regdiag": max(0.0, total - wall - tear),
+    }
+
+
+def spread(medians: list[float], reps: int = 2000) -> dict[str, float]:
+    """The coefficient of variation of the launch medians, with a bootstrap 95 % interval."""
+
+    def cv(xs: list[float]) -> float:
+        return statistics.stdev(xs) / statistics.fmean(xs) if len(xs) > 1 else 0.0
+
+    rng = random.Random(0)
+    boots = sorted(cv([rng.choice(medians) for _ in medians]) for _ in range(reps))
+    return {"cv": cv(medians), "lo": boots[int(0.025 * reps)], "hi": boots[int(0.975 * reps) - 1]}
+
+
+def _compare(a: Path, b: Path) -> str:
+    res = subprocess.run([sys.executable, "-m", "regdiag", "compare", str(a), str(b), "--json"], cwd=ROOT,
+                         capture_output=True, text=True)  # fmt: skip
+    try:
+        return str(json.loads(res.stdout)["verdict"])
+    except (ValueError, KeyError):
+        return f"error (exit {res.returncode})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=2, help="runs per mode (default 2)")
+    ap.add_argument("--launches", type=int, default=8, help="launches per run (default 8)")
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/bench-launch")))
+    ap.add_argument("args", nargs="*", help="the probe's arguments, after --")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    records: dict[str, list[Path]] = {"warm": [], "cold": []}
+    runs: dict[str, list[dict[str, Any]]] = {"warm": [], "cold": []}
+    for i in range(a.runs):
+        for mode in ("warm", "cold"):
+            path = a.out / f"{mode}-{i}.json"
+            got = _probe(path, a.launches, mode == "cold", a.args)
+            records[mode].append(path)
+            runs[mode].append(got)
+            print(f"run {i} {mode}: {got['wall_s']:.2f} s for {a.launches} launches", file=sys.stderr)
+    report: dict[str, Any] = {"args": a.args, "launches": a.launches, "runs": a.runs, "modes": {}}
+    for mode in ("warm", "cold"):
+        las = [la for r in runs[mode] for la in r["run"]["launches"]]
+        st = [stages(la) for la in las]
+        med = {k: statistics.median(s[k] for s in st) for k in st[0]}
+        per_run = [
+            [statistics.median(la["samples"]["cycle"]) for la in r["run"]["launches"]] for r in runs[mode]
+        ]
+        starts = [r["run"]["probe"].get("start", {}) for r in runs[mode]]
+        aa = [_compare(records[mode][j], records[mode][j + 1]) for j in range(len(records[mode]) - 1)]
+        report["modes"][mode] = {
+            "stage_medians_s": med,
+            "run_wall_s": [round(r["wall_s"], 3) for r in runs[mode]],
+            "start": starts,
+            "spread": [spread(m) for m in per_run],
+            "launch_medians_ms": per_run,
+            "aa_verdicts": aa,
+        }
+    (a.out / "launch.json").write_text(json.dumps(report, indent=1))
+    _markdown(report)
+
+
+def _markdown(report: dict[str, Any]) -> None:
+    modes = report["modes"]
+    keys = list(modes["warm"]["stage_medians_s"])
+    print(
+        f"probe spec-decode {' '.join(report['args'])}, {report['runs']} runs x {report['launches']} launches per mode\n"
+    )
+    print("| stage (median s) | warm | cold |")
+    print("|---|---:|---:|")
+    for k in keys:
+        print(
+            f"| {k} | {modes['warm']['stage_medians_s'][k]:.3f} | {modes['cold']['stage_medians_s'][k]:.3f} |"
+        )
+    w, c = modes["warm"]["stage_medians_s"]["launch"], modes["cold"]["stage_medians_s"]["launch"]
+    print(f"\nlaunch cost, cold / warm: {c / w:.2f}x\n")
+    print("| mode | run wall s | warm start (s) | cycle CV per run [95 % CI] | A/A verdicts |")
+    print("|---|---|---|---|---|")
+    for mode, m in modes.items():
+        ws = ", ".join(str(s.get("warm_start_s", "-")) for s in m["start"])
+        cvs = "; ".join(
+            f"{s['cv'] * 100:.1f} % [{s['lo'] * 100:.1f}, {s['hi'] * 100:.1f}]" for s in m["spread"]
+        )
+        print(
+            f"| {mode} | {', '.join(map(str, m['run_wall_s']))} | {ws} | {cvs} | {', '.join(m['aa_verdicts'])} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

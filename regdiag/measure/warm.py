@@ -1,0 +1,106 @@
+"""The warm interpreter of one environment, as regdiag drives it (the process itself: probes/_warm.py).
+
+    with WarmInterpreter(host, "spec_decode.py", env) as warm:
+        argv = warm.launch_argv(args) if warm.ready else probe_argv(host, name, args)
+
+`start` runs `_warm.py serve` on the host, with the launches' environment, through the one launch
+function (measure.launch.launch), and waits for its `ready` line: torch and the probe imported once.
+Each launch is then `_warm.py launch SOCKET ARGS`, a small interpreter that hands its stdout, stderr,
+environment and directory to the warm parent, which forks the launch from there. A parent that cannot
+start (no Unix sockets, an import that fails) leaves `ready` False and its reason in `why`: the launches
+run cold, as before, and the record says so per launch (`start`).
+
+`stop` ends it (its children first) and is called on every way out of the block, Ctrl-C included; a
+regdiag killed with SIGKILL leaves a parent that exits when it sees its own parent gone.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from regdiag.hosts.base import Host
+from regdiag.measure.launch import launch
+
+READY_TIMEOUT_S = 600.0  # `import torch` on a loaded or cold host can take minutes
+
+
+class WarmInterpreter:
+    def __init__(
+        self, host: Host, script: str, env: Mapping[str, str] | None = None, python: str | None = None
+    ) -> None:
+        self.host, self.script, self.env, self.python = host, script, dict(env or {}), python
+        self.ready = False
+        self.why: str | None = None
+        self.facts: dict[str, Any] = {}
+        self._tmp: str | None = None
+        self._sock = ""
+        self._thread: threading.Thread | None = None
+        self._said = threading.Event()
+        self._tail: list[str] = []
+
+    # the parent's own output (measure.launch.LineSink)
+    def stdout_line(self, line: str) -> None:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            msg = None
+        if isinstance(msg, dict) and msg.get("warm") in ("ready", "failed"):
+            self.ready = msg["warm"] == "ready"
+            self.why = None if self.ready else str(msg.get("error"))
+            self.facts = {k: v for k, v in msg.items() if k.endswith("_s")}
+            self._said.set()
+
+    def stderr_line(self, line: str) -> None:
+        self._tail = [*self._tail[-4:], line[:300]]
+
+    def _serve(self, argv: list[str]) -> None:
+        try:
+            res = launch(self.host, argv, self, env=self.env, regdiag_code=True)
+            if not self._said.is_set():
+                self.why = (
+                    f"exited {res.returncode} before it was ready: {' | '.join(self._tail) or 'no output'}"
+                )
+        except Exception as e:  # the host failed: the launches run cold
+            self.why = f"{type(e).__name__}: {e}"
+        finally:
+            self._said.set()
+
+    def start(self, timeout: float = READY_TIMEOUT_S) -> bool:
+        """Start the parent and wait until it is ready (True) or has failed (False, `why`)."""
+        t0 = time.monotonic()
+        self._tmp = self.host.make_tempdir()
+        self._sock = f"{self._tmp}/warm.sock"
+        argv = self.host.regdiag_argv(["warm", "serve", self._sock, self.script], self.python)
+        self._thread = threading.Thread(target=self._serve, args=(argv,), name="regdiag-warm", daemon=True)
+        self._thread.start()
+        if not self._said.wait(timeout):
+            self.why = f"not ready after {timeout:.0f} s"
+            self.stop()
+        self.facts["warm_start_s"] = round(time.monotonic() - t0, 3)
+        return self.ready
+
+    def launch_argv(self, args: Sequence[str]) -> list[str]:
+        """The argv of one launch of the probe with `args`, forked from the warm parent."""
+        return self.host.regdiag_argv(["warm", "launch", self._sock, *args], self.python)
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        if self._thread.is_alive():
+            self.host.run(self.host.regdiag_argv(["warm", "stop", self._sock], self.python), timeout=60)
+            self._thread.join(30.0)
+        self._thread = None
+        self.ready = False
+        if self._tmp is not None:
+            self.host.remove_tree(self._tmp)
+            self._tmp = None
+
+    def __enter__(self) -> WarmInterpreter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
