@@ -16,12 +16,13 @@ from regdiag.bisect.envs import Builder
 from regdiag.bisect.factors import COMMIT, ENV, PACKAGE, diff, load_side, parse_spec
 from regdiag.bisect.journal import Journal
 from regdiag.bisect.lab import builder_for
-from regdiag.bisect.measure import USAGE, Launch, run_launch, wrap_env
+from regdiag.bisect.measure import USAGE, Launch, run_launch
 from regdiag.bisect.ranges import commits_between, resolve_commit, versions_between
 from regdiag.bisect.run import Request, make_plan, version_notes
 from regdiag.bisect.search import order_from_middle
 from regdiag.errors import BadInput
 from regdiag.hosts.local import LocalHost
+from regdiag.measure.launch import wrap_env
 from regdiag.records import save_record
 
 # --------------------------------------------------------------------------------------- sides

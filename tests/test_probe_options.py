@@ -20,6 +20,7 @@ PRESETS, PROBES = presets(), probe_table()
 # regdiag's own options of a probe run, not the probe's.
 RUNNER_ONLY = {
     "--launches",
+    "--cold",
     "--format",
     "--timeout",
     "--no-snapshot",
