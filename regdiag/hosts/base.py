@@ -98,6 +98,9 @@ class Host(ABC):
     # Environments (venvs, worktrees) for this host are built on this machine (True: this machine, or
     # nodes that share its filesystem) or on the host itself, through regdiag.bisect.remote_envs.
     builds_here: bool = False
+    # One warm interpreter can serve this host's launches (measure/warm.py): False where every launch is
+    # a job step of its own (a Slurm node), which a long-lived process there would block.
+    keeps_warm: bool = True
 
     def reopen(self) -> dict[str, Any]:
         """How to open this host again (a bisect's journal keeps it, so `--resume` reaches the same

@@ -122,6 +122,7 @@ class SlurmNode(BundleHost):
 
     via = "slurm"
     builds_here = False
+    keeps_warm = False  # each launch is a job step; a warm parent would hold the node
 
     def __init__(self, alloc: SlurmAllocation, node: str) -> None:
         self.alloc = alloc

@@ -115,8 +115,9 @@ def _warm_for(
     writer: RunWriter, host: Host, name: str, env: Mapping[str, str] | None, warm: bool, emit: EventCallback
 ) -> Iterator[WarmInterpreter | None]:
     """The warm interpreter of this run's environment, stopped on every way out; None: cold launches."""
-    if not warm or len(host.nodes()) != 1:
-        writer.run["probe"]["start"] = {"mode": "cold", "why": "--cold" if not warm else "several nodes"}
+    if not warm or not host.keeps_warm:
+        why = "--cold" if not warm else f"launches on {host.via} start cold (a job step each)"
+        writer.run["probe"]["start"] = {"mode": "cold", "why": why}
         yield None
         return
     emit("warm", {})
