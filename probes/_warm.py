@@ -75,8 +75,6 @@ def _client(sock_path: str, request: dict[str, Any]) -> int:
             chunk = s.recv(4096)
         except TimeoutError:
             continue
-        except InterruptedError:
-            continue
         if not chunk:
             return 1  # the warm parent went away: the launch failed
         buf += chunk

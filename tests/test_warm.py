@@ -20,7 +20,7 @@ from regdiag.records import load_record
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ["--preset", "tiny", "--context", "64", "--warmup", "2", "--block", "3", "--no-snapshot"]
 
-pytestmark = pytest.mark.launch
+pytestmark = [pytest.mark.launch, pytest.mark.slow]
 
 
 def _regdiag(*args: str) -> subprocess.Popen[str]:

@@ -10,7 +10,7 @@ command one `Target` in their place. config.toml's defaults ([defaults] host, [h
 applied here, once; where the host came from (the command line, $REGDIAG_HOST, config.toml) is kept, so
 that --slurm on the command line wins over a default host and a journal can say where a bisect ran.
 
-A new host kind touches hosts/<kind>.py, HOST_KINDS, and at most `_KIND_OPTIONS` below.
+A new host kind touches hosts/<kind>.py, HOST_KINDS, and at most `_kind_parameters` below.
 """
 
 from __future__ import annotations

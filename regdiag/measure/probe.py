@@ -78,7 +78,8 @@ def run_probe(
     host is one machine and the interpreter starts; else, and with warm=False (--cold), each launch is a
     fresh interpreter. Each launch record says which (`start`: warm or cold).
     Events for a progress display: ("start", {"path", "id"}), ("snapshot", {"when"}), ("launch_start", {"index", "of"}),
-    ("progress", {"index", "stage", "done", "total"}), ("launch_end", {"index", "launch"}).
+    ("progress", {"index", "stage", "done", "total"}), ("launch_end", {"index", "launch"}), ("warm", {}) (the
+    warm interpreter is starting).
     """
     if launches < 1:
         raise BadInput("--launches must be >= 1")
