@@ -131,6 +131,23 @@ class ProbeArgParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+MAX_RANKS = 1024  # --tp
+MAX_COUNT = 1_000_000  # cycles, iterations, repetitions
+MAX_SECONDS = 7 * 86400.0  # a timeout: up to a week
+
+
+def check_ranges(a: Any, **ranges: tuple[float, float]) -> None:
+    """Each option named (by its dest) within lo..hi inclusive where given, NaN never. Raises UsageError."""
+
+    def num(x: float) -> str:
+        return str(int(x)) if x == x and abs(x) < 1e15 and float(x).is_integer() else f"{x:g}"
+
+    for name, (lo, hi) in ranges.items():
+        value = getattr(a, name)
+        if value is not None and not lo <= value <= hi:
+            raise UsageError(f"--{name.replace('_', '-')} {num(value)}: must be within {num(lo)}..{num(hi)}")
+
+
 def add_common_args(p: argparse.ArgumentParser) -> None:
     """Options every probe takes: the launch index, the hang watch, the busy-GPU check; and the internal
     arguments the supervisor passes to each rank (not for users)."""

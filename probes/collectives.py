@@ -34,12 +34,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _dist import device_info, init_dist, nccl_version, pick_device, probe_main, teardown  # noqa: E402
 from _presets import PRESETS  # noqa: E402
 from _protocol import (  # noqa: E402
+    MAX_COUNT,
+    MAX_RANKS,
+    MAX_SECONDS,
     PROTOCOL,
     Emitter,
     ProbeArgParser,
     Progress,
     UsageError,
     add_common_args,
+    check_ranges,
     env_vars,
     summary,
 )
@@ -238,24 +242,14 @@ def build_parser() -> ProbeArgParser:
 
 
 def validate(a: Any) -> None:
-    if a.tp < 1:
-        raise UsageError("--tp must be >= 1")
-    for name, hi in (("iters", 1_000_000), ("reps", 100_000)):
-        if not 1 <= getattr(a, name) <= hi:
-            raise UsageError(f"--{name} must be within 1..{hi}")
-    if not 0 <= a.warmup <= 1_000_000:
-        raise UsageError("--warmup must be within 0..1000000")
-    if not 0 < a.target_ms <= 60_000:  # NaN too
-        raise UsageError("--target-ms must be within 0..60000 (milliseconds)")
-    if a.sizes is not None:
-        if model_preset(a.sizes) is None and not parse_sizes(a.sizes):
-            raise UsageError("--sizes: no sizes given")
+    ranges = {"tp": (1, MAX_RANKS), "iters": (1, MAX_COUNT), "reps": (1, 100_000), "warmup": (0, MAX_COUNT)}
+    check_ranges(a, **ranges, target_ms=(0.001, 60_000.0), hang_timeout=(0.001, MAX_SECONDS))
+    if a.sizes is not None and model_preset(a.sizes) is None and not parse_sizes(a.sizes):
+        raise UsageError("--sizes: no sizes given")
     if a.device == "cpu" and a.mode in ("graph", "both"):
         raise UsageError(f"--mode {a.mode} --device cpu: {GRAPH_NOTE}")
     if a.device == "cpu" and a.api == "nccl":
         raise UsageError("--api nccl --device cpu: NCCL needs CUDA; on CPU the collectives go through gloo")
-    if a.hang_timeout is not None and a.hang_timeout <= 0:
-        raise UsageError("--hang-timeout must be > 0 seconds")
 
 
 def resolve_modes(mode: str, cuda: bool) -> list[str]:

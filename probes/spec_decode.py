@@ -20,10 +20,14 @@ import _presets  # noqa: E402
 from _dist import probe_main  # noqa: E402
 from _hooks import CRASH_ENV, HANG_ENV, SLOW_ENV, parse_crash, parse_hang, parse_slow  # noqa: E402
 from _protocol import (  # noqa: E402
+    MAX_COUNT,
+    MAX_RANKS,
+    MAX_SECONDS,
     PROTOCOL,
     ProbeArgParser,
     UsageError,
     add_common_args,
+    check_ranges,
     env_vars,
 )
 
@@ -55,7 +59,12 @@ def build_parser() -> ProbeArgParser:
         default=None,
         help="with --tp 1: cut the weights as one rank of TP=N would hold them (no communication)",
     )
-    p.add_argument("--mode", choices=["eagle", "baseline"], default="eagle", help="default eagle")
+    p.add_argument(
+        "--mode",
+        choices=["eagle", "baseline"],
+        default="eagle",
+        help="eagle: draft -> verify -> extend; baseline: a one-token decode (default eagle)",
+    )
     p.add_argument(
         "--verify-graph",
         choices=["on", "off"],
@@ -83,7 +92,11 @@ def build_parser() -> ProbeArgParser:
         help=f"tokens already in the KV cache (default {_presets.DEFAULT_CONTEXT}; tiny: {_presets.CONTEXT['tiny']})",
     )
     p.add_argument(
-        "--cycles", type=int, default=50, help="measured cycles, also run as many bare (default 50)"
+        "--cycles",
+        "-n",
+        type=int,
+        default=50,
+        help="measured cycles per launch, as many bare ones run interleaved (default 50)",
     )
     p.add_argument("--warmup", type=int, default=5, help="cycles run first and dropped (default 5)")
     p.add_argument(
@@ -97,7 +110,12 @@ def build_parser() -> ProbeArgParser:
         action="store_true",
         help="also record unsynchronized perf_counter per phase, side by side",
     )
-    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto", help="default auto")
+    p.add_argument(
+        "--device",
+        choices=["auto", "cuda", "cpu"],
+        default="auto",
+        help="auto (the default): CUDA when torch sees a GPU, else CPU",
+    )
     p.add_argument(
         "--dtype",
         choices=["auto", "bfloat16", "float32"],
@@ -149,25 +167,30 @@ def phases_for(mode: str) -> list[str]:
 
 def validate(a: Any) -> dict[str, Any]:
     """Checks that need no torch; returns the hooks. Raises UsageError."""
-    if a.tp < 1:
-        raise UsageError("--tp must be >= 1")
-    if a.tp_slice is not None and (a.tp_slice < 1 or a.tp != 1):
+    # seed: torch's is 64-bit; seed + launch index must stay inside it
+    check_ranges(
+        a,
+        tp=(1, MAX_RANKS),
+        tp_slice=(1, MAX_RANKS),
+        layers=(1, 1000),
+        num_steps=(1, 64),
+        batch=(1, 65_536),
+        context=(1, 10_000_000),
+        cycles=(1, MAX_COUNT),
+        block=(1, MAX_COUNT),
+        warmup=(0, MAX_COUNT),
+        seed=(0, 2**31 - 1),
+        crash_at_launch=(0, MAX_COUNT),
+        hang_timeout=(0.001, MAX_SECONDS),
+    )
+    if a.tp_slice is not None and a.tp != 1:
         raise UsageError("--tp-slice N needs --tp 1 (it builds one rank's shapes of TP=N on one device)")
-    if a.num_steps < 1:
-        raise UsageError("--num-steps must be >= 1")
     if a.num_draft_tokens is None:
         a.num_draft_tokens = a.num_steps + 1
     if a.num_draft_tokens != a.num_steps + 1:
         raise UsageError("with topk 1, --num-draft-tokens must be --num-steps + 1 (as SGLang requires)")
     if a.mode == "eagle" and not 1.0 <= a.accept_mean <= a.num_draft_tokens:
         raise UsageError(f"--accept-mean must be within 1..{a.num_draft_tokens} (num-draft-tokens)")
-    for name, hi in (("batch", 65_536), ("context", 10_000_000), ("cycles", 1_000_000), ("block", 1_000_000)):
-        if getattr(a, name) is not None and not 1 <= getattr(a, name) <= hi:
-            raise UsageError(f"--{name} must be within 1..{hi}")
-    if not 0 <= a.warmup <= 1_000_000:
-        raise UsageError("--warmup must be within 0..1000000")
-    if not 0 <= a.seed < 2**31:  # torch's seed is 64-bit; seed + launch index must stay inside it
-        raise UsageError(f"--seed must be within 0..{2**31 - 1}")
     if a.crash_rank is not None:
         crash = (a.crash_rank, a.crash_at_launch)
     else:
@@ -178,8 +201,6 @@ def validate(a: Any) -> dict[str, Any]:
     hang = parse_hang(os.environ.get(HANG_ENV))
     if hang is not None and not 0 <= hang[0] < a.tp:
         raise UsageError(f"hang hook rank {hang[0]} is not a rank of --tp {a.tp}")
-    if a.hang_timeout is not None and a.hang_timeout <= 0:
-        raise UsageError("--hang-timeout must be > 0 seconds")
     if a.preset != "auto":
         try:
             _presets.resolve_shape(a.preset, a.layers, a.tp_slice or a.tp, a.weights, a.draft)

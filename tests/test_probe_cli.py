@@ -157,7 +157,7 @@ def _cmdline_has(proc: Path, *tokens: str) -> bool:
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--preset", "gpt-5"], "--preset 'gpt-5'"),
+        (["--preset", "gpt-5"], "'gpt-5'"),
         (["--preset", "tiny", "--tp", "3"], "not divisible"),
         (["--tp", "2", "--tp-slice", "8"], "--tp-slice"),
         (["--preset", "tiny", "--launches", "0"], "--launches"),

@@ -408,10 +408,15 @@ def progress_bar(disable: bool) -> Any:
 
 
 def probe_args(ctx: typer.Context, probe: str | None) -> list[str]:
-    """What came after --: the probe's own options, refused without a --probe to take them."""
+    """What came after --: the probe's own options, refused without a --probe to take them, and held
+    to a synthetic probe's own parser and checks before anything is built or run."""
+    from regdiag.measure.probes import check_probe_args, probe_table
+
     extra = list(ctx.args)
     if extra and not probe:
         raise BadInput(f"unexpected arguments {' '.join(extra)!r} (probe options after -- need --probe)")
+    if probe in probe_table():
+        check_probe_args(probe, extra)
     return extra
 
 

@@ -23,6 +23,7 @@ from regdiag.errors import BadInput, ProbeError
 from regdiag.host_phantom import flag_run
 from regdiag.hosts.base import Host
 from regdiag.measure.stream import LaunchStream
+from regdiag.probe_modules import probes_dir
 from regdiag.runs import RunWriter, now_iso
 from regdiag.server.client import Endpoint
 from regdiag.server.launch import LaunchError, ServerProcess
@@ -31,7 +32,6 @@ from regdiag.server.record import new_launch
 
 from .presets import Targets
 
-HOOK_DIR = Path(__file__).resolve().parent.parent.parent / "probes" / "_engine_hook"
 HOOK_FILES = ("sitecustomize.py", "regdiag_phase_timer.py", "regdiag_phase_readers.py")
 LOADED_FILE = "regdiag_loaded.py"
 
@@ -59,9 +59,9 @@ Event = Callable[[str, dict[str, Any]], None]
 
 
 def hook_dir() -> Path:
-    for p in (HOOK_DIR, Path(__file__).resolve().parent.parent / "probes" / "_engine_hook"):
-        if (p / HOOK_FILES[0]).is_file():
-            return p
+    d = probes_dir()
+    if d is not None and (d / "_engine_hook" / HOOK_FILES[0]).is_file():
+        return d / "_engine_hook"
     raise ProbeError("the engine hook (probes/_engine_hook) is not found beside regdiag")
 
 

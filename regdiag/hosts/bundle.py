@@ -15,7 +15,6 @@ interpreter check, SlurmNode) take; LocalHost runs it from this machine's files.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import io
 import threading
 import weakref
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import regdiag
 from regdiag.hosts.base import CommandResult, Host
+from regdiag.probe_modules import probes_dir
 
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 _lock = threading.Lock()
@@ -41,21 +41,6 @@ class Bundle:
     @property
     def name(self) -> str:
         return f"regdiag-bundle-{self.sha256[:16]}.zip"
-
-
-def _package_dir(name: str) -> Path | None:
-    spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations)))
-
-
-def probes_dir() -> Path | None:
-    """The probes that belong with this regdiag: the source tree's, else the installed package's."""
-    root = Path(regdiag.__file__).parent
-    if (root.parent / "probes" / "_protocol.py").is_file():
-        return root.parent / "probes"
-    return _package_dir("regdiag.probes")
 
 
 def bundle_files() -> dict[str, bytes]:

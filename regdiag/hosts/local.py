@@ -196,7 +196,8 @@ class LocalHost(Host):
 def local_regdiag_argv(entry: Sequence[str], python: str) -> list[str]:
     """regdiag's own code on this machine's filesystem: `probe SCRIPT ...` runs the script from probes/,
     other entries the bundle's local copy (also for nodes that share this filesystem)."""
-    from regdiag.hosts.bundle import local_bundle_path, probes_dir
+    from regdiag.hosts.bundle import local_bundle_path
+    from regdiag.probe_modules import probes_dir
 
     d = probes_dir()
     if entry and entry[0] == "probe" and len(entry) > 1 and d is not None and (d / entry[1]).is_file():

@@ -2,19 +2,24 @@
 `NAME`, `PRIMARY` and `PHASES` as literals at its top. Nothing here is kept by hand, so a new probe is its
 script (plus its CLI command); the SSH bundle is sent the script's file name.
 
-The literals are read with `ast`, not by importing the script: a probe imports torch (1.9 s) and
-sits beside helper modules that only its own interpreter may load.
+The literals are read with `ast`, without running the script. A probe's options are read from the
+script's own argparse parser (`probe_parser`), loaded with its sibling modules but without torch, which
+a probe imports inside its run only; `check_probe_args` holds options to that parser and the probe's
+`validate` before anything is launched.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import functools
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, NoReturn
 
 from regdiag.errors import BadInput, ProbeError
-from regdiag.hosts.bundle import probes_dir
+from regdiag.probe_modules import load_script, probes_dir
 
 
 def _declared(path: Path) -> dict[str, Any] | None:
@@ -73,3 +78,37 @@ def probe_script(name: str) -> Path:
             f"probe script {table[name]['script']} not found (neither in regdiag.probes nor in the repository)"
         )
     return d / table[name]["script"]
+
+
+def probe_module(name: str) -> ModuleType:
+    """The probe script as a module, for its declarations (`build_parser`, `validate`); torch is not
+    imported (a probe imports it inside its run)."""
+    return load_script(probe_script(name))
+
+
+def probe_parser(name: str) -> argparse.ArgumentParser:
+    """The probe's own argparse parser: the one declaration of its options, which `regdiag probe NAME`,
+    docs/cli.md and the probe options after bisect's and ab's `--` are read from."""
+    parser: argparse.ArgumentParser = probe_module(name).build_parser()
+    return parser
+
+
+def check_probe_args(name: str, argv: Sequence[str]) -> None:
+    """The probe's options checked here, before anything runs, by the probe's own parser and its
+    torch-free `validate`; a bad one is refused in one line (BadInput, exit 2), as the probe says it."""
+    mod = probe_module(name)
+    parser = mod.build_parser()
+
+    def refuse(message: str) -> NoReturn:
+        raise BadInput(f"probe {name}: {message}")
+
+    parser.error = refuse  # type: ignore[method-assign]  # argparse exits; here it is one line
+    if {"-h", "--help"} & set(argv):
+        refuse("--help is regdiag's: see regdiag probe " + name + " --help")
+    args = parser.parse_args(list(argv))
+    validate = getattr(mod, "validate", None)
+    if validate is not None:
+        try:
+            validate(args)
+        except mod.UsageError as e:
+            refuse(str(e))
