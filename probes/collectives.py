@@ -53,6 +53,8 @@ VERSION = "3"
 # What a run record says before the first header arrives (regdiag reads these literals: measure/probes.py).
 PRIMARY = "ar_256MiB"
 PHASES: tuple[str, ...] = ()
+# What its processes import beyond the standard library (a bisect loads these before any launch).
+LOADS = ("torch", "torch.distributed")
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 MAX_SIZE = 64 << 30  # one buffer (an all_gather holds world x this)
 # metric prefix per op; the graph-mode metric adds "g" (arg_64KiB)

@@ -36,6 +36,8 @@ VERSION = "1"
 # What a run record says before the first header arrives (regdiag reads these literals: measure/probes.py).
 PRIMARY = "cycle"
 PHASES = ("draft", "verify", "extend")
+# What its processes import beyond the standard library (a bisect loads these before any launch).
+LOADS = ("torch", "torch.distributed")
 
 
 def build_parser() -> ProbeArgParser:

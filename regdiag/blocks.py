@@ -191,6 +191,14 @@ def analyse(a: Mapping[str, Any], b: Mapping[str, Any], metric: str, margin: flo
     return FleetResult(metric, blocks, pooled, p_int, outlier, p_level, slow, notes)
 
 
+def fleet_reading(a: Mapping[str, Any], b: Mapping[str, Any], margin: float) -> FleetResult | None:
+    """The node-as-block reading of two records whose launches ran on several nodes (an A/B run over a
+    Slurm allocation), of their primary metric; None for records of one node."""
+    if not (has_nodes(a) and has_nodes(b)):
+        return None
+    return analyse(a, b, str(a.get("primary") or "cycle"), margin)
+
+
 def has_nodes(run: Mapping[str, Any]) -> bool:
     """Whether a record's launches ran on two or more named nodes."""
     return len({la.get("node") for la in run.get("launches") or [] if la.get("node")}) >= 2

@@ -283,7 +283,7 @@ class MetricVerdict(TypedDict, total=False):
 
 class _ComparisonExtras(TypedDict, total=False):
     records: D[dict[str, str], "ab: the two records written (A, B)"]
-    fleet: D[dict[str, Any], "ab --slurm: per-node reading"]
+    fleet: D[dict[str, Any], "records of several nodes (ab --slurm): the node-as-block reading"]
 
 
 class Comparison(_ComparisonExtras):

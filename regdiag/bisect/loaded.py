@@ -5,9 +5,9 @@
 its footer which distributions the process loaded (probes/_loaded.py). The bisect checks each package
 factor against that:
 
-- before any launch, for a probe whose imports are known (PROBES[...]["loads"]): the probe's imports
-  are loaded in the bad endpoint's built environment (`python _loaded.py torch ...`), which costs one
-  interpreter start, not a measured launch;
+- before any launch, for a probe whose imports are known (the `LOADS` it declares beside `PHASES`,
+  measure.probes.probe_loads): the probe's imports are loaded in the bad endpoint's built environment
+  (`python _loaded.py torch ...`), which costs one interpreter start, not a measured launch;
 - after the first launch of each endpoint, for every measurement: against what it reported.
 
 A factor no measured process loaded is refused in one line (exit 2) unless --allow-unloaded. A
@@ -24,13 +24,6 @@ from typing import Any
 from regdiag.bisect.factors import Factor
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
-
-# What each synthetic probe imports (probes/spec_decode.py, probes/collectives.py: torch and its
-# distributed package, nothing else): enough to load, before any launch, what its processes will.
-PROBE_IMPORTS: dict[str, tuple[str, ...]] = {
-    "spec-decode": ("torch", "torch.distributed"),
-    "collectives": ("torch", "torch.distributed"),
-}
 
 
 def norm(name: str) -> str:
@@ -91,10 +84,11 @@ def check_before(
     """Before any launch: what a synthetic probe's processes load with `python` (the bad side's built
     interpreter); a package factor outside it is refused (BadInput). Nothing to do for a measurement
     whose imports are not known here (an engine, a --command): its launches are checked instead."""
-    imports = PROBE_IMPORTS.get(str(probe))
+    from regdiag.measure.probes import probe_loads, probe_script
+
+    imports = probe_loads(probe)
     if imports is None or not package_factors(factors):
         return
-    from regdiag.measure.probes import probe_script
 
     if progress:
         progress({"event": "step", "what": f"what probe {probe} loads"})

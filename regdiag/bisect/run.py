@@ -20,13 +20,14 @@ from regdiag.bisect.factors import Factor, diff, load_side, select
 from regdiag.bisect.journal import Journal, default_path
 from regdiag.bisect.kinds import KINDS, Where, kind_of
 from regdiag.bisect.lab import Lab, builder_for
-from regdiag.bisect.loaded import PROBE_IMPORTS, check_before, check_launch, package_factors
+from regdiag.bisect.loaded import check_before, check_launch, package_factors
 from regdiag.bisect.measure import Launch
 from regdiag.bisect.report import build_report
 from regdiag.bisect.search import Options, Outcome, Search
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 from regdiag.hosts.local import LocalHost
+from regdiag.measure.probes import probe_loads
 from regdiag.run_view import usable
 from regdiag.snapshot.redact import redact_tree
 
@@ -289,7 +290,7 @@ def _preflight(
     lab: Lab, req: Request, host: Host, remote: bool, progress: Callable[..., None] | None
 ) -> None:
     """Before any launch, in the bad endpoint's environment (built now): bisect/loaded.check_before."""
-    if remote or PROBE_IMPORTS.get(str(req.probe)) is None or not package_factors(lab.factors):
+    if remote or probe_loads(req.probe) is None or not package_factors(lab.factors):
         return  # the endpoints' own launches are checked instead (on a host: the bundle's probe)
     built = lab.environment(lab.bad())
     if built is None:

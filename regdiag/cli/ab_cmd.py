@@ -140,21 +140,14 @@ def _show(result: AbResult, margin: float, out_fmt: str) -> None:
     from regdiag.compare import compare_runs
 
     c = compare_runs(result.runs["A"], result.runs["B"], margin=margin, old_label="A", new_label="B")
-    from regdiag.report.fleet import reading, show_fleet
-
-    fleet = reading(result.runs["A"], result.runs["B"], margin)
     if out_fmt == "json":
-        out = c.to_dict()
+        out = c.to_dict()  # with the fleet's reading where the pairs ran on several nodes
         out["records"] = {k: str(p) for k, p in result.paths.items()}
-        if fleet is not None:
-            out["fleet"] = fleet.to_dict()
         print_json(out)
     elif out_fmt == "terminal":
         from regdiag.report import terminal
 
         terminal.render(c, console, str(result.paths["A"]), str(result.paths["B"]))
-        if fleet is not None:
-            show_fleet(fleet, console)
     else:  # markdown, html, csv: as compare writes them, on stdout
         from regdiag.report.registry import Out, render
 

@@ -160,12 +160,6 @@ def compare(
         render("compare", "html", result, Out(console, labels, runs, page.append))
         atomic_write_text(html, "".join(page))
     render("compare", chosen, result, Out(console, labels, runs))
-    if chosen == "terminal":
-        from regdiag.report.fleet import reading, show_fleet
-
-        fleet = reading(old_run, new_run, m)  # records from several nodes: the node as a block
-        if fleet is not None:
-            show_fleet(fleet, console)
     if html is not None and chosen != "json":
         err_console.print(f"wrote {html}", style="dim", soft_wrap=True, highlight=False)
     raise typer.Exit(result.exit_code)

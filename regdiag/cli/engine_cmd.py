@@ -42,6 +42,14 @@ ENGINE_HELP = (
 )
 
 
+def preset_help() -> str:
+    """The --preset help, from the table of presets: every preset, with the release it was read from."""
+    from regdiag.engine.presets import PRESETS, VERSIONS
+
+    names = ", ".join(f"{name} ({VERSIONS[name][1]})" for name in PRESETS)
+    return f"Phase targets of a released engine: {names}; docs/engine.md. Default: only --phase."
+
+
 @target_options(one="probe engine")
 def probe_engine(
     launch_cmd: str = typer.Option(
@@ -50,8 +58,7 @@ def probe_engine(
     preset: str | None = typer.Option(
         None,
         "--preset",
-        help="Phase targets of a released engine: transformers (5.24.0), sglang-eagle (0.5.23), "
-        "sglang-eagle-v1 (0.5.3), vllm-eagle (0.33.0); docs/engine.md. Default: only --phase.",
+        help=preset_help(),
     ),
     phase: list[str] = typer.Option(
         [],

@@ -37,7 +37,7 @@ MEASUREMENT_KEYS = frozenset(
 )
 
 
-def _check_options(margin: float, method: str, level: float) -> None:
+def check_options(margin: float, method: str, level: float) -> None:
     if not 0 < margin < 1:
         raise BadInput(f"margin must be between 0 and 100 % (got {100 * margin:g} %)")
     if method not in stats.METHODS:
@@ -46,7 +46,7 @@ def _check_options(margin: float, method: str, level: float) -> None:
         raise BadInput(f"confidence level must be in [0.5, 1) (got {level})")
 
 
-def _check_kind(run: Any, label: str) -> dict[str, Any]:
+def check_kind(run: Any, label: str) -> dict[str, Any]:
     try:
         return check_record(run, label, RUN)
     except RecordError as e:
@@ -56,7 +56,7 @@ def _check_kind(run: Any, label: str) -> dict[str, Any]:
         raise BadInput(msg) from None
 
 
-def _check_same_measurement(
+def check_same_measurement(
     old: dict[str, Any],
     new: dict[str, Any],
     old_label: str,
@@ -74,7 +74,7 @@ def _check_same_measurement(
         )
     po, pn = old.get("probe") or {}, new.get("probe") or {}
     co, cn = po.get("config") or {}, pn.get("config") or {}
-    if _other_instrument(po, pn):
+    if other_instrument(po, pn):
         # Two instruments of one measurement (a server's log and a live `probe server` run: itl in ms;
         # nccl-tests and `probe collectives`): their configs describe different instruments, so only
         # the keys both hold must match (docs/server.md, docs/compare.md "Other tools' files").
@@ -100,7 +100,7 @@ def _check_same_measurement(
         )
 
 
-def _other_instrument(po: dict[str, Any], pn: dict[str, Any]) -> bool:
+def other_instrument(po: dict[str, Any], pn: dict[str, Any]) -> bool:
     """Two different probes (or imported tools) that measure the same thing (`probe.measures`)."""
     return po.get("name") != pn.get("name") and importers.measures(po) == importers.measures(pn)
 
@@ -121,7 +121,7 @@ def _config_diff(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     ]
 
 
-def _vocabulary(
+def run_vocabulary(
     old: dict[str, Any], new: dict[str, Any], old_label: str, warnings: list[str]
 ) -> tuple[str | None, list[str], dict[str, str], dict[str, str]]:
     """What the runs name: the primary, the phases, each metric's unit and which way is better."""
@@ -137,7 +137,7 @@ def _vocabulary(
     return primary, phases, units, better
 
 
-def _usable(run: dict[str, Any], label: str) -> tuple[list[dict[str, Any]], list[str]]:
+def usable_launches(run: dict[str, Any], label: str) -> tuple[list[dict[str, Any]], list[str]]:
     """Launches that measured something, each normalised to samples/values/scalars of floats."""
     used, skipped = [], []
     for i, la in enumerate(run.get("launches", [])):
@@ -195,7 +195,7 @@ def _span(la: dict[str, Any]) -> tuple[float, float] | None:
     return start, start + (float(dur) if isinstance(dur, (int, float)) else 0.0)
 
 
-def _check_side(run: dict[str, Any], label: str, used: list[dict[str, Any]], warnings: list[str]) -> None:
+def check_side(run: dict[str, Any], label: str, used: list[dict[str, Any]], warnings: list[str]) -> None:
     """A side without a usable launch is refused; an unfinished run is a warning."""
     if not used:
         n = len(run.get("launches", []))
@@ -213,7 +213,7 @@ def _check_side(run: dict[str, Any], label: str, used: list[dict[str, Any]], war
         )
 
 
-def _metric_names(
+def metric_names(
     lo_: list[dict[str, Any]],
     ln_: list[dict[str, Any]],
     primary: str | None,

@@ -19,7 +19,7 @@ DRIFT_ALPHA = 0.05
 POSSIBLY_DRIFT = "possibly drift"
 
 
-def _design(
+def measurement_design(
     old: dict[str, Any], new: dict[str, Any], lo_: list[dict[str, Any]], ln_: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """interleaved: the two halves of one `regdiag ab` run; sequential: one side's launches all ended
@@ -45,7 +45,7 @@ def _design(
     return {"kind": OVERLAPPING}
 
 
-def _pair_if_interleaved(
+def pair_if_interleaved(
     design: dict[str, Any],
     lo_: list[dict[str, Any]],
     ln_: list[dict[str, Any]],
@@ -86,7 +86,7 @@ def _run_order(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(launches, key=lambda la: la["index"])
 
 
-def _drift(
+def side_drift(
     lo_: list[dict[str, Any]], ln_: list[dict[str, Any]], name: str, old_label: str, new_label: str
 ) -> dict[str, stats.Trend | None]:
     """The trend of each side's launch centres of `name` in run order, Holm across the two sides."""
@@ -100,7 +100,7 @@ def _drift(
     return {old_label: a, new_label: b}
 
 
-def _drift_verdict(
+def drift_verdict(
     drift: dict[str, stats.Trend | None],
     design: dict[str, Any],
     verdict: str,

@@ -9,7 +9,7 @@ from typing import Any
 from regdiag.compare.result import SideInfo
 
 
-def _env_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str]:
+def env_diff_of(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str, Any]] | None, str]:
     """The snapshot diff, most likely culprits first (regdiag.snapshot.diff), when both sides have one;
     plus the variables the probe's ranks saw (its header's `env`) where they differ and the snapshots do
     not say so: an A/B run's sides, or a variable set for the probe only, differ there alone."""
@@ -86,7 +86,7 @@ def _is_machine_item(item: dict[str, Any]) -> bool:
     return group in ("packages", "libraries") and "nccl" in name.lower()
 
 
-def _machine_diff(
+def machine_diff_of(
     side_o: SideInfo,
     side_n: SideInfo,
     snap_o: dict[str, Any] | None,

@@ -9,19 +9,18 @@ is computed too and the report shows both.
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Callable
-from typing import Any, ParamSpec
+from typing import Any
 
 from regdiag import host_phantom, stats
-from regdiag.compare.checks import _check_kind, _usable
+from regdiag.compare.checks import usable_launches
 from regdiag.compare.result import Comparison
 from regdiag.errors import BadInput
 
 
 def _flags(run: dict[str, Any], label: str, pooled: list[dict[str, Any]], start: int) -> dict[int, list[str]]:
     flags = host_phantom.flag_launches(pooled)
-    used, _ = _usable(run, label)
+    used, _ = usable_launches(run, label)
     return {int(used[i - start]["index"]): why for i, why in flags.items() if start <= i < start + len(used)}
 
 
@@ -43,7 +42,7 @@ def with_host(
     """Comparison `c` of old and new with the host's reading added; `compare` compares again (the other
     choice of launches: without the flagged ones, or with them when --exclude-flagged left them out)."""
     ol, nl = c.old.label, c.new.label
-    uo, un = _usable(old, ol)[0], _usable(new, nl)[0]
+    uo, un = usable_launches(old, ol)[0], usable_launches(new, nl)[0]
     pooled = [*uo, *un]
     flags = {"old": _flags(old, ol, pooled, 0), "new": _flags(new, nl, pooled, len(uo))}
     n_flagged = sum(len(f) for f in flags.values())
@@ -93,24 +92,3 @@ def with_host(
 
 def _recorded(launches: list[dict[str, Any]]) -> bool:
     return any(host_phantom.features(la) for la in launches)
-
-
-P = ParamSpec("P")
-
-
-def reads_host(fn: Callable[P, Comparison]) -> Callable[P, Comparison]:
-    """compare_runs with the host's reading: its `exclude_flagged` and `host_reading` are read here."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> Comparison:
-        c = fn(*args, **kwargs)
-        if not kwargs.get("host_reading", True):
-            return c
-        raw = [*args[:2], *(kwargs[k] for k in ("old", "new") if k in kwargs)]
-        old, new = (_check_kind(r, lab) for r, lab in zip(raw, (c.old.label, c.new.label), strict=True))
-        plain: Callable[..., Comparison] = fn  # the same options, without this reading
-        opts = {k: v for k, v in kwargs.items() if k not in ("old", "new")}
-        opts.update(host_reading=False, exclude_flagged=False)
-        return with_host(c, old, new, lambda o, n: plain(o, n, **opts), bool(kwargs.get("exclude_flagged")))
-
-    return wrapper

@@ -111,6 +111,8 @@ class Comparison:
     sweep: str = ""
     # The metric the verdict is of, where --metric chose it (else the primary, or the sweep's sizes).
     judged_by: str | None = None
+    # Records from several nodes: the node-as-block reading (regdiag.blocks.FleetResult), else None.
+    fleet: Any = None
 
     @property
     def exit_code(self) -> int:
@@ -152,5 +154,6 @@ class Comparison:
                 "host": self.host,
                 "sweep": self.sweep,
                 "judged_by": self.judged_by,
+                **({"fleet": self.fleet.to_dict()} if self.fleet is not None else {}),
             }
         )

@@ -11,26 +11,26 @@ import numpy as np
 from regdiag import phantom, stats
 from regdiag import units as unitconv
 from regdiag.attribution import Attribution, Throughput, attribute, throughput
+from regdiag.blocks import fleet_reading
 from regdiag.compare.checks import (
-    _check_kind,
-    _check_options,
-    _check_same_measurement,
-    _check_side,
-    _metric_names,
-    _other_instrument,
-    _usable,
-    _vocabulary,
+    check_kind,
+    check_options,
+    check_same_measurement,
+    check_side,
+    metric_names,
+    other_instrument,
+    run_vocabulary,
+    usable_launches,
 )
-from regdiag.compare.design import _design, _drift, _drift_verdict, _pair_if_interleaved
-from regdiag.compare.envdiff import _env_diff, _machine_diff
-from regdiag.compare.host import reads_host
+from regdiag.compare.design import drift_verdict, measurement_design, pair_if_interleaved, side_drift
+from regdiag.compare.envdiff import env_diff_of, machine_diff_of
+from regdiag.compare.host import with_host
 from regdiag.compare.result import Comparison, MetricResult, SideInfo
-from regdiag.compare.verdicts import _derived, _Method, _overall, _verdicts
+from regdiag.compare.verdicts import Method, derived_metrics, metric_verdicts, overall_verdict
 from regdiag.errors import BadInput
 from regdiag.sizes import ordered, size_rows, sweep, sweep_verdict
 
 
-@reads_host
 def compare_runs(
     old: dict[str, Any],
     new: dict[str, Any],
@@ -48,33 +48,59 @@ def compare_runs(
     metric: str | None = None,
 ) -> Comparison:
     """Launches whose host stood out are flagged and explained, and left out of the verdict only with
-    `exclude_flagged`; `host_reading` False: without that reading (both read by @reads_host,
-    regdiag/compare/host.py). `metric`: the one metric the verdict is of (one size of a sweep);
-    without it a sweep is judged per size, its verdict the worst of them."""
-    _check_options(margin, method, level)
-    old = _check_kind(old, old_label)
-    new = _check_kind(new, new_label)
+    `exclude_flagged`; `host_reading` False: without that reading (regdiag/compare/host.py). Records
+    from several nodes are also read with the node as a block (`fleet`, regdiag/blocks.py). `metric`:
+    the one metric the verdict is of (one size of a sweep); without it a sweep is judged per size, its
+    verdict the worst of them."""
+    options = {"margin": margin, "method": method, "level": level, "seed": seed, "n_boot": n_boot}
+    options.update(allow_mismatch=allow_mismatch, old_label=old_label, new_label=new_label, metric=metric)
+    c = compared(old, new, **options)
+    old, new = check_kind(old, old_label), check_kind(new, new_label)
+    if host_reading:
+        c = with_host(c, old, new, lambda o, n: compared(o, n, **options), exclude_flagged)
+    c.fleet = fleet_reading(old, new, margin)
+    return c
+
+
+def compared(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    *,
+    margin: float,
+    method: str,
+    level: float,
+    seed: int,
+    allow_mismatch: bool,
+    old_label: str,
+    new_label: str,
+    n_boot: int,
+    metric: str | None,
+) -> Comparison:
+    """The comparison itself, without the host's reading or the fleet's (compare_runs adds them)."""
+    check_options(margin, method, level)
+    old = check_kind(old, old_label)
+    new = check_kind(new, new_label)
     old, new = _in_one_unit(old, new, old_label, new_label)
     warnings: list[str] = []
     notes: list[str] = []
     po, pn = old.get("probe") or {}, new.get("probe") or {}
-    _check_same_measurement(old, new, old_label, new_label, allow_mismatch, warnings, notes)
-    primary, phases, units, better = _vocabulary(old, new, old_label, warnings)
+    check_same_measurement(old, new, old_label, new_label, allow_mismatch, warnings, notes)
+    primary, phases, units, better = run_vocabulary(old, new, old_label, warnings)
 
-    (lo_, skip_o), (ln_, skip_n) = _usable(old, old_label), _usable(new, new_label)
-    _check_side(old, old_label, lo_, warnings)
-    _check_side(new, new_label, ln_, warnings)
-    design = _design(old, new, lo_, ln_)
-    lo_, ln_, paired = _pair_if_interleaved(design, lo_, ln_, method, warnings, notes)
+    (lo_, skip_o), (ln_, skip_n) = usable_launches(old, old_label), usable_launches(new, new_label)
+    check_side(old, old_label, lo_, warnings)
+    check_side(new, new_label, ln_, warnings)
+    design = measurement_design(old, new, lo_, ln_)
+    lo_, ln_, paired = pair_if_interleaved(design, lo_, ln_, method, warnings, notes)
     # two instruments of one measurement each have metrics the other cannot measure (a server's e2e and
     # ttft, a log's gen_tok_s; nccl-tests' out-of-place times): those are left out
-    one_sided_ok = allow_mismatch or _other_instrument(po, pn)
-    names = _metric_names(lo_, ln_, primary, phases, old_label, new_label, one_sided_ok, warnings)
-    how = _Method(method, level, margin, n_boot, np.random.default_rng(seed), paired)
+    one_sided_ok = allow_mismatch or other_instrument(po, pn)
+    names = metric_names(lo_, ln_, primary, phases, old_label, new_label, one_sided_ok, warnings)
+    how = Method(method, level, margin, n_boot, np.random.default_rng(seed), paired)
     _warn_bootstrap(method, paired, lo_, ln_, warnings)
-    results, context = _verdicts(names, lo_, ln_, units, better, how, _derived(old, new))
+    results, context = metric_verdicts(names, lo_, ln_, units, better, how, derived_metrics(old, new))
     rows = ordered(size_rows(sweep([la["header"] for la in lo_]), list(results)))
-    verdict, sweep_txt = _judged(results, rows, _overall(results, primary), metric)
+    verdict, sweep_txt = _judged(results, rows, overall_verdict(results, primary), metric)
     att = _attribution(old, new, lo_, ln_, primary, phases, names, units, how, notes)
     batch = (_batch(po), _batch(pn))
     tput = _throughput(lo_, ln_, primary, units, how, batch)
@@ -87,9 +113,9 @@ def compare_runs(
     if skip_o or skip_n:
         warnings.append(f"skipped launches: {len(skip_o)} in {old_label}, {len(skip_n)} in {new_label}")
     warnings += _failed_requests(old, new, old_label, new_label)
-    env, env_note = _env_diff(old, new)
-    drift = _drift(lo_, ln_, primary or results[0].name, old_label, new_label)
-    verdict_note = _drift_verdict(drift, design, verdict, old_label, new_label, warnings, notes)
+    env, env_note = env_diff_of(old, new)
+    drift = side_drift(lo_, ln_, primary or results[0].name, old_label, new_label)
+    verdict_note = drift_verdict(drift, design, verdict, old_label, new_label, warnings, notes)
     return Comparison(
         old=side_o,
         new=side_n,
@@ -113,7 +139,7 @@ def compare_runs(
         design=design,
         drift=drift,
         verdict_note=verdict_note,
-        machine_diff=_machine_diff(side_o, side_n, snap_o, snap_n, env),
+        machine_diff=machine_diff_of(side_o, side_n, snap_o, snap_n, env),
     )
 
 
@@ -131,7 +157,7 @@ def _attribution(
     phases: list[str],
     names: list[tuple[str, str]],
     units: dict[str, str],
-    how: _Method,
+    how: Method,
     notes: list[str],
 ) -> Attribution | None:
     """The primary's change split into its phases, when the phases are per-cycle parts of it."""
@@ -164,7 +190,7 @@ def _throughput(
     ln_: list[dict[str, Any]],
     primary: str | None,
     units: dict[str, str],
-    how: _Method,
+    how: Method,
     batch: tuple[int, int],
 ) -> Throughput | None:
     """tok/s split into cycle time and accept length, for a run with a primary."""

@@ -17,7 +17,7 @@ from regdiag.errors import BadInput
 
 
 @dataclass
-class _Method:
+class Method:
     """How every metric of one comparison is tested: the same method, level, margin and random stream."""
 
     method: str
@@ -33,13 +33,13 @@ def higher_is_better(name: str, unit: str, better: dict[str, str] | None = None)
     return direction.higher_is_better(name, unit, better)
 
 
-def _verdicts(
+def metric_verdicts(
     names: list[tuple[str, str]],
     lo_: list[dict[str, Any]],
     ln_: list[dict[str, Any]],
     units: dict[str, str],
     better: dict[str, str],
-    how: _Method,
+    how: Method,
     derived: dict[str, str] | None = None,
 ) -> tuple[list[MetricResult], list[MetricResult]]:
     """The judged metrics, each with its verdict (Holm across the secondaries), and the context metrics
@@ -71,7 +71,7 @@ def _metric(
     lo_: list[dict[str, Any]],
     ln_: list[dict[str, Any]],
     units: dict[str, str],
-    how: _Method,
+    how: Method,
     better: dict[str, str] | None = None,
 ) -> MetricResult:
     key = "values" if role == "value" else "samples"
@@ -111,7 +111,7 @@ def _metric(
     )
 
 
-def _derived(old: dict[str, Any], new: dict[str, Any]) -> dict[str, str]:
+def derived_metrics(old: dict[str, Any], new: dict[str, Any]) -> dict[str, str]:
     """metric -> the metric it is computed from (a bandwidth from its time), as the records declare it."""
     out: dict[str, str] = {}
     for run in (new, old):  # OLD's word wins, as for directions
@@ -156,7 +156,7 @@ def _decide(results: list[MetricResult], margin: float, level: float, derived: d
             m.more_launches = None if k is None else max(k - k_now, 1)
 
 
-def _overall(results: list[MetricResult], primary: str | None) -> str:
+def overall_verdict(results: list[MetricResult], primary: str | None) -> str:
     if primary:
         return next(m.verdict or stats.INCONCLUSIVE for m in results if m.name == primary)
     verdicts = {m.verdict for m in results}

@@ -22,7 +22,7 @@ from typing import Any
 from regdiag.errors import BadInput, ProbeError
 from regdiag.host_phantom import flag_run
 from regdiag.hosts.base import Host
-from regdiag.measure.stream import LaunchStream
+from regdiag.measure.stream import PROTOCOL, LaunchStream
 from regdiag.probe_modules import probes_dir
 from regdiag.runs import RunWriter, now_iso
 from regdiag.server.client import Endpoint
@@ -353,7 +353,7 @@ def protocol_lines(run: dict[str, Any]) -> list[dict[str, Any]]:
     lines: list[dict[str, Any]] = [
         {
             "type": "header",
-            "protocol": 1,
+            "protocol": PROTOCOL,
             "probe": "engine",
             "version": run["probe"]["version"],
             "config": run["probe"]["config"],

@@ -1,5 +1,5 @@
 """The probe table, read from the probe scripts themselves: a probe is a file in probes/ that declares
-`NAME`, `PRIMARY` and `PHASES` as literals at its top. Nothing here is kept by hand, so a new probe is its
+`NAME`, `PRIMARY` and `PHASES` (and, where it knows them, `LOADS`: what it imports) as literals at its top. Nothing here is kept by hand, so a new probe is its
 script (plus its CLI command); the SSH bundle is sent the script's file name.
 
 The literals are read with `ast`, without running the script. A probe's options are read from the
@@ -23,7 +23,7 @@ from regdiag.probe_modules import load_script, probes_dir
 
 
 def _declared(path: Path) -> dict[str, Any] | None:
-    """NAME, PRIMARY and PHASES of one script, or None when it declares no probe."""
+    """NAME, PRIMARY, PHASES and LOADS of one script, or None when it declares no probe."""
     found: dict[str, Any] = {}
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
         value: ast.expr | None
@@ -33,7 +33,11 @@ def _declared(path: Path) -> dict[str, Any] | None:
             target, value = node.target, node.value
         else:
             continue
-        if isinstance(target, ast.Name) and target.id in ("NAME", "PRIMARY", "PHASES") and value is not None:
+        if (
+            isinstance(target, ast.Name)
+            and target.id in ("NAME", "PRIMARY", "PHASES", "LOADS")
+            and value is not None
+        ):
             try:
                 found[target.id] = ast.literal_eval(value)
             except ValueError:
@@ -45,12 +49,13 @@ def _declared(path: Path) -> dict[str, Any] | None:
         "primary": found["PRIMARY"],
         "phases": list(found["PHASES"]),
         "name": found["NAME"],
+        "loads": tuple(found["LOADS"]) if "LOADS" in found else None,
     }
 
 
 @functools.lru_cache(maxsize=1)
 def probe_table() -> dict[str, dict[str, Any]]:
-    """name -> {"script", "primary", "phases"}: what a run record says before the first header arrives
+    """name -> {"script", "primary", "phases", "loads"}: what a run record says before the first header arrives
     (the header's own values replace these)."""
     d = probes_dir()
     table: dict[str, dict[str, Any]] = {}
@@ -58,6 +63,13 @@ def probe_table() -> dict[str, dict[str, Any]]:
         if not path.name.startswith("_") and (info := _declared(path)) is not None:
             table[info.pop("name")] = info
     return table
+
+
+def probe_loads(name: str | None) -> tuple[str, ...] | None:
+    """The modules probe `name` imports (its LOADS); None for a name that is no synthetic probe (an
+    engine, a --command) or a probe that does not say."""
+    info = probe_table().get(str(name))
+    return info["loads"] if info else None
 
 
 def presets() -> tuple[str, ...]:

@@ -16,10 +16,12 @@ from typing import Any
 
 from regdiag.host_phantom import scrub_host
 from regdiag.hosts.base import CommandResult
+from regdiag.probe_modules import load
 from regdiag.snapshot.redact import scrub_lines, scrub_text
 
 PROGRESS_PREFIX = "regdiag-progress "
-PROTOCOL = 1
+# The protocol version, declared once: by the probe kit (probes/_protocol.py), which every probe speaks.
+PROTOCOL: int = load("_protocol").PROTOCOL
 
 
 @dataclass

@@ -1,19 +1,11 @@
 """An A/B run over several nodes read with the node as a block (regdiag.blocks): per node its pairs and
 change, the pooled change or the node that departs, and the notes (fewer than 3 nodes, a slow node and
-what tells it apart). Shown after the comparison by `ab` and by `compare` of such records."""
+what tells it apart), as compare_runs finds it (Comparison.fleet, regdiag.blocks.fleet_reading); shown
+after the comparison by `ab` and by `compare` of such records."""
 
 from __future__ import annotations
 
 from typing import Any
-
-
-def reading(a: dict[str, Any], b: dict[str, Any], margin: float) -> Any:
-    """The node-as-block reading of an A/B run over several nodes (regdiag.blocks), else None."""
-    from regdiag.blocks import analyse, has_nodes
-
-    if not (has_nodes(a) and has_nodes(b)):
-        return None
-    return analyse(a, b, str(a.get("primary") or "cycle"), margin)
 
 
 def show_fleet(f: Any, console: Any) -> None:

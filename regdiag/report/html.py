@@ -10,7 +10,7 @@ from html import escape
 from typing import Any
 
 from regdiag.compare import Comparison
-from regdiag.compare.checks import _usable
+from regdiag.compare.checks import usable_launches
 from regdiag.report import svg
 from regdiag.report import text as T
 from regdiag.report.registry import Out
@@ -176,8 +176,8 @@ def _attribution(c: Comparison) -> list[str]:
 
 
 def _plots(c: Comparison, old_run: dict[str, Any], new_run: dict[str, Any]) -> list[str]:
-    lo_, _ = _usable(old_run, c.old.label)
-    ln_, _ = _usable(new_run, c.new.label)
+    lo_, _ = usable_launches(old_run, c.old.label)
+    ln_, _ = usable_launches(new_run, c.new.label)
     parts = [
         f"<h2>Plots</h2><p class='legend'><span style='color:{svg.OLD_COLOR}'>&#9632; old</span>"
         f"<span style='color:{svg.NEW_COLOR}'>&#9632; new</span></p>"

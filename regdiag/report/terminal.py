@@ -36,6 +36,10 @@ def render(c: Comparison, console: Console, old_name: str = "", new_name: str = 
             "context: settings and conditions of the measurement, not outcomes: no verdict", style="dim"
         )
     _details(c, console)
+    if c.fleet is not None:  # records from several nodes: the node as a block
+        from regdiag.report.fleet import show_fleet
+
+        show_fleet(c.fleet, console)
 
 
 def _headline(c: Comparison, console: Console, old_name: str, new_name: str) -> None:

@@ -26,6 +26,7 @@ import re
 from typing import Any
 
 from regdiag.snapshot import fields as F
+from regdiag.snapshot.engine import ENGINES
 from regdiag.snapshot.env import family
 from regdiag.snapshot.keyedhash import is_hashed
 from regdiag.snapshot.libs import ROLE_ORDER
@@ -77,7 +78,6 @@ LIBRARY_ORDER = (
     "nvidia-nvshmem-cu12",
     "nvidia-nvshmem-cu13",
 )
-ENGINE_PACKAGES = ("sglang", "vllm")
 GPU_CONFIG_ORDER = (
     "name",
     "clock_sm_max_mhz",
@@ -209,7 +209,7 @@ def _classify(group: str, field: str, value: Any = None) -> tuple[int, int, str]
         return 1, 0 if field in ("commit", "dirty", "diff_hash") else 1, "engine"
     if group == "packages":
         name = field[4:] if field.startswith("all.") else field
-        if name in ENGINE_PACKAGES:
+        if name in ENGINES:
             return 1, 2, "engine_pkg"
         if name in LIBRARY_ORDER:
             return 2, LIBRARY_ORDER.index(name), "library"

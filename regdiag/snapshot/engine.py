@@ -23,6 +23,8 @@ from regdiag.snapshot import fields as F
 from regdiag.snapshot.redact import scrub_text
 
 GIT_ENV = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_PAGER": "cat"}
+# The serving engines, named once: an editable install of one names the repository, and the snapshot
+# diff ranks their packages first (snapshot/diff.py).
 ENGINES = ("sglang", "vllm")
 
 
