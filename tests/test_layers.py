@@ -268,17 +268,27 @@ def test_no_caller_asks_a_host_what_it_is():
 
 
 def test_one_launch_function_streams_every_launch():
-    """A launch (a process whose output is read as it arrives) runs through measure.launch.launch alone:
-    outside hosts/ and measure/launch.py no call to `.run(` streams lines. The helper commands that
-    remain (git, ls, pip index, reading a hook's files) are whole commands read at the end."""
+    """A process on a host runs through measure/launch.py alone: a launch (its output read as it
+    arrives) through `launch`, a helper command (git, ls, pip index, reading a hook's files) through
+    `command`. Outside hosts/ and measure/launch.py no `.run(` is called on a host."""
+
+    def on_a_host(call: ast.Call) -> bool:
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and func.attr == "run"):
+            return False
+        recv = func.value
+        named = (
+            recv.id if isinstance(recv, ast.Name) else recv.attr if isinstance(recv, ast.Attribute) else ""
+        )
+        streams = any(k.arg in ("on_stdout_line", "on_stderr_line") for k in call.keywords)
+        return streams or named in ("host", "node", "target")
+
     found = [
         f"{p.relative_to(ROOT)}:{n.lineno}"
         for p in _files("regdiag")
         if "hosts" not in p.relative_to(PKG).parts and p.relative_to(PKG).as_posix() != "measure/launch.py"
         for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
-        if isinstance(n, ast.Call)
-        and getattr(n.func, "attr", "") == "run"
-        and any(k.arg in ("on_stdout_line", "on_stderr_line") for k in n.keywords)
+        if isinstance(n, ast.Call) and on_a_host(n)
     ]
     assert found == []
 

@@ -24,6 +24,7 @@ from typing import Any
 from regdiag.bisect.factors import Factor
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
+from regdiag.measure.launch import command
 
 
 def norm(name: str) -> str:
@@ -58,7 +59,7 @@ def preflight(
     timeout: float = 300.0,
 ) -> list[dict[str, str]] | None:
     """What a process of `python` that imports `imports` loads (None when that cannot be told)."""
-    res = host.run([python, script, *imports], env=dict(env), timeout=timeout)
+    res = command(host, [python, script, *imports], env=dict(env), timeout=timeout)
     for line in reversed(res.stdout.decode("utf-8", "replace").splitlines()):
         try:
             obj = json.loads(line)

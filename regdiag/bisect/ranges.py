@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from packaging.version import InvalidVersion, Version
 
 from regdiag.errors import BadInput
+from regdiag.measure.launch import command
 from regdiag.snapshot.packages import normalize
 
 if TYPE_CHECKING:
@@ -134,9 +135,9 @@ def _versions_on(
 ) -> set[str]:
     found: set[str] = set()
     if find_links:
-        res = host.run(["ls", "-1", "--", find_links], timeout=60)
+        res = command(host, ["ls", "-1", "--", find_links], timeout=60)
         if not res.ok:  # once more: one lost channel or a stalled login must not end the bisect
-            res = host.run(["ls", "-1", "--", find_links], timeout=120)
+            res = command(host, ["ls", "-1", "--", find_links], timeout=120)
         if not res.ok:
             why = res.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [
                 f"exit status {res.returncode}"
@@ -144,7 +145,7 @@ def _versions_on(
             raise BadInput(f"--find-links {find_links}: cannot list it on {host.name}: {why[0]}")
         found |= _versions_in_names(name, res.stdout.decode("utf-8", "replace").splitlines())
     if index_url or not find_links:
-        res = host.run(_pip_index_argv(python, name, index_url), timeout=120)
+        res = command(host, _pip_index_argv(python, name, index_url), timeout=120)
         m = re.search(r"^Available versions:\s*(.+)$", res.stdout.decode("utf-8", "replace"), re.M)
         if m:
             found |= {v.strip() for v in m.group(1).split(",")}
@@ -152,7 +153,7 @@ def _versions_on(
 
 
 def _git_on(host: Host, repo: str, *args: str) -> tuple[bool, str]:
-    res = host.run(["git", "-C", repo, *args], timeout=120)
+    res = command(host, ["git", "-C", repo, *args], timeout=120)
     return res.ok, res.stdout.decode("utf-8", "replace").strip()
 
 

@@ -40,6 +40,7 @@ from regdiag.bisect.envs import (
 from regdiag.bisect.failures import BuildFailed
 from regdiag.errors import BadInput, HostError
 from regdiag.hosts.base import CommandResult, Host
+from regdiag.measure.launch import command
 
 # The cache directory on the host, found by the host's shell (no user data in this line).
 CACHE_DIR_SCRIPT = 'printf "%s\\n" "${XDG_CACHE_HOME:-$HOME/.cache}/regdiag"'
@@ -47,7 +48,7 @@ CACHE_DIR_SCRIPT = 'printf "%s\\n" "${XDG_CACHE_HOME:-$HOME/.cache}/regdiag"'
 
 def remote_cache_dir(host: Host, timeout: float = 60.0) -> str:
     """regdiag's cache directory on `host` (not created)."""
-    res = host.run(["/bin/sh", "-c", CACHE_DIR_SCRIPT], timeout=timeout)
+    res = command(host, ["/bin/sh", "-c", CACHE_DIR_SCRIPT], timeout=timeout)
     lines = [ln for ln in res.stdout.decode("utf-8", "replace").splitlines() if ln.startswith("/")]
     if not res.ok or not lines:
         raise HostError(f"{host.name}: cannot find the home directory ({res.stderr_tail() or 'no output'})")
@@ -59,17 +60,17 @@ def clean_remote(host: Host) -> dict[str, object]:
     it registered in the checkouts it used. Returns what was removed."""
     root = remote_cache_dir(host)
     repos: list[str] = []
-    res = host.run(["/bin/sh", "-c", 'cat "$1"/envs/*/repo 2>/dev/null || true', "regdiag-clean", root])
+    res = command(host, ["/bin/sh", "-c", 'cat "$1"/envs/*/repo 2>/dev/null || true', "regdiag-clean", root])
     for line in res.stdout.decode("utf-8", "replace").splitlines():
         if line.startswith("/") and line not in repos:
             repos.append(line)
-    du = host.run(["du", "-sk", "--", root], timeout=120)
+    du = command(host, ["du", "-sk", "--", root], timeout=120)
     kib = du.stdout.decode("utf-8", "replace").split()[:1] if du.ok else []
-    existed = host.run(["test", "-d", root]).returncode == 0
+    existed = command(host, ["test", "-d", root]).returncode == 0
     if existed:
         host.remove_tree(root)
     for repo in repos:
-        host.run(["git", "-C", repo, "worktree", "prune"], timeout=120)
+        command(host, ["git", "-C", repo, "worktree", "prune"], timeout=120)
     return {
         "host": host.name,
         "path": root,
@@ -149,7 +150,7 @@ class RemoteBuilder:
         env: Mapping[str, str] | None = None,
         log: list[str] | None = None,
     ) -> CommandResult:
-        res = self.host.run(list(argv), cwd=cwd, env=env, timeout=timeout)
+        res = command(self.host, list(argv), cwd=cwd, env=env, timeout=timeout)
         if log is not None:
             out = res.stdout.decode("utf-8", "replace") + res.stderr.decode("utf-8", "replace")
             log.append(f"$ {' '.join(argv)}\n{out}[exit {res.returncode}]\n")

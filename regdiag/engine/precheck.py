@@ -14,6 +14,7 @@ from typing import Any
 
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
+from regdiag.measure.launch import command
 
 SCRIPT = (Path(__file__).parent / "source_check.py").read_text(encoding="utf-8")
 
@@ -23,7 +24,9 @@ def check(
 ) -> list[dict[str, Any]]:
     """One entry per target; raises BadInput (exit 2) naming the first that does not exist."""
     req = {"targets": targets, "scripts": [a for a in argv if a.endswith(".py")]}
-    res = host.run([host.python, "-c", SCRIPT], stdin=json.dumps(req).encode(), env=env or {}, timeout=120)
+    res = command(
+        host, [host.python, "-c", SCRIPT], stdin=json.dumps(req).encode(), env=env or {}, timeout=120
+    )
     if not res.ok:
         raise BadInput(
             f"cannot check the phase targets with {host.python}: {res.stderr_tail() or 'no output'}"

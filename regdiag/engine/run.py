@@ -22,6 +22,7 @@ from typing import Any
 from regdiag.errors import BadInput, ProbeError
 from regdiag.host_phantom import flag_run
 from regdiag.hosts.base import Host
+from regdiag.measure.launch import command
 from regdiag.measure.stream import PROTOCOL, LaunchStream
 from regdiag.probe_modules import probes_dir
 from regdiag.runs import RunWriter, now_iso
@@ -210,7 +211,7 @@ def _scalars(
 
 
 def read_streams(host: Host, out_dir: str) -> list[LaunchStream]:
-    res = host.run([host.python, "-c", READER, out_dir], timeout=120)
+    res = command(host, [host.python, "-c", READER, out_dir], timeout=120)
     streams: dict[int, LaunchStream] = {}
     for line in res.stdout.decode("utf-8", "replace").splitlines():
         try:
@@ -224,7 +225,9 @@ def read_streams(host: Host, out_dir: str) -> list[LaunchStream]:
 def _prepare(host: Host, tmp: str, probe: EngineProbe) -> tuple[str, str, str]:
     hook = f"{tmp}/hook"
     out = f"{tmp}/out"
-    host.run([host.python, "-c", "import os, sys\nfor d in sys.argv[1:]: os.makedirs(d, 0o700)", hook, out])
+    command(
+        host, [host.python, "-c", "import os, sys\nfor d in sys.argv[1:]: os.makedirs(d, 0o700)", hook, out]
+    )
     src = hook_dir()
     for name in HOOK_FILES:
         host.put_file(src / name, f"{hook}/{name}")

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from regdiag.hosts.base import Host
-from regdiag.measure.launch import launch
+from regdiag.measure.launch import command, launch
 
 READY_TIMEOUT_S = 600.0  # `import torch` on a loaded or cold host can take minutes
 
@@ -91,7 +91,7 @@ class WarmInterpreter:
         if self._thread is None:
             return
         if self._thread.is_alive():
-            self.host.run(self.host.regdiag_argv(["warm", "stop", self._sock], self.python), timeout=60)
+            command(self.host, self.host.regdiag_argv(["warm", "stop", self._sock], self.python), timeout=60)
             self._thread.join(30.0)
         self._thread = None
         self.ready = False

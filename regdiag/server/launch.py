@@ -24,7 +24,7 @@ from typing import Any
 from regdiag import probe_modules
 from regdiag.host_phantom import scrub_host
 from regdiag.hosts.base import Host
-from regdiag.measure.launch import launch
+from regdiag.measure.launch import command, launch
 from regdiag.server.client import Endpoint, RequestFailed, simple_get
 from regdiag.snapshot.redact import scrub_lines, scrub_text
 
@@ -299,12 +299,13 @@ class ServerProcess:
     def _signal(self, sig: str) -> None:
         if self.pid is None:
             return
-        self.host.run([self.host.python, "-c", KILLER, str(self.pid), sig], timeout=30)
+        command(self.host, [self.host.python, "-c", KILLER, str(self.pid), sig], timeout=30)
 
     def window(self, start: bool) -> None:
         """The measured window starts (load begins) or ends: the launcher's host watch is told so."""
         if self.launcher_pid is not None and self.running:
-            self.host.run(
+            command(
+                self.host,
                 [self.host.python, "-c", KILLER, str(self.launcher_pid), "USR1" if start else "USR2", "pid"],
                 timeout=30,
             )
