@@ -179,20 +179,13 @@ def command(
     host: Host,
     argv: Sequence[str],
     *,
-    env: Mapping[str, str] | None = None,
-    unset: Sequence[str] = (),
-    cwd: str | None = None,
     timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
     stdin: bytes | None = None,
-    regdiag_code: bool = False,
 ) -> CommandResult:
     """The one way a helper command runs (git, ls, du, pip index, a short python script, a process's
-    killer): `argv` on `host` as one process, with `env` added and `unset` removed, killed at `timeout`
-    or on Ctrl-C with its whole process tree; its output is kept and returned whole. `regdiag_code` as
-    for `launch`, which runs what is read line by line as it arrives."""
-    res = host.run(
-        wrap_env(argv, unset), stdin=stdin, env=dict(env) if env else None, cwd=cwd, timeout=timeout
-    )
-    if regdiag_code:
-        host.check_regdiag(res)
-    return res
+    killer): `argv` on `host` as one process with `env` added, killed at `timeout` or on Ctrl-C with its
+    whole process tree; its output is kept and returned whole (a launch, read line by line as it
+    arrives, is `launch`)."""
+    return host.run(list(argv), stdin=stdin, env=dict(env) if env else None, cwd=cwd, timeout=timeout)
