@@ -34,6 +34,13 @@ STEAL_PTS = 5.0
 IOWAIT_PTS = 10.0
 PSI_CPU_PTS = 10.0
 PSI_MEM_PTS = 5.0
+# (reading, points above the others', what it is): the host's pressures a launch can stand out in
+PRESSURES = (
+    ("steal_pct", STEAL_PTS, "steal"),
+    ("iowait_pct", IOWAIT_PTS, "iowait"),
+    ("psi_cpu_some", PSI_CPU_PTS, "CPU pressure (PSI some)"),
+    ("psi_memory_some", PSI_MEM_PTS, "memory pressure (PSI some)"),
+)
 MHZ_DROP = 0.10  # CPU clock this much below
 OUTLIER = 0.15  # a launch whose metric median is this far from the others' median "disagrees"
 
@@ -130,9 +137,7 @@ def _stands_out(f: dict[str, float], ref: dict[str, float], launch: dict[str, An
     a, b = f.get("others_pct"), ref.get("others_pct")
     if a is not None and b is not None and a - b >= OTHERS_PTS:
         out.append(f"other processes took {a:.0f} % of the CPUs (vs {b:.0f} %){top_others(launch)}")
-    for key, pts, what in (("steal_pct", STEAL_PTS, "steal"), ("iowait_pct", IOWAIT_PTS, "iowait"),
-                           ("psi_cpu_some", PSI_CPU_PTS, "CPU pressure (PSI some)"),
-                           ("psi_memory_some", PSI_MEM_PTS, "memory pressure (PSI some)")):  # fmt: skip
+    for key, pts, what in PRESSURES:
         a, b = f.get(key), ref.get(key)
         if a is not None and b is not None and a - b >= pts:
             out.append(f"{what} {a:.0f} % (vs {b:.0f} %)")

@@ -70,7 +70,7 @@ def _parsed_argv(monkeypatch: pytest.MonkeyPatch, name: str, args: list[str]) ->
     from regdiag.cli import probe_cmd
 
     seen: list[list[str]] = []
-    monkeypatch.setattr(probe_cmd, "_run", lambda _name, argv, *rest: seen.append(argv))
+    monkeypatch.setattr(probe_cmd, "_run", lambda asked, target: seen.append(asked.args))
     _cli_command(name).main(args=args, standalone_mode=False)
     return seen[0]
 

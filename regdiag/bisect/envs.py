@@ -186,8 +186,8 @@ def install_argv(
         return ["uv", "pip", "install", "--quiet", "--python", python, "--no-deps", *src, *reqs]
     # The venv has no pip of its own: the user's pip, found through the layer and run by the venv's
     # python, installs into the venv (sys.prefix is the venv; the user's copies are left alone).
-    return [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-input", "--disable-pip-version-check",
-            *src, *reqs]  # fmt: skip
+    quiet = ["--quiet", "--no-deps", "--no-input", "--disable-pip-version-check"]
+    return [python, "-m", "pip", "install", *quiet, *src, *reqs]
 
 
 def env_key(

@@ -146,8 +146,7 @@ def engine_argv(req: Request) -> Callable[[Built, int], list[str]]:
     """One launch of `regdiag probe engine` with the environment's interpreter as the engine's: its
     --python, and `{python}` (or the base interpreter's path) in --launch-cmd, become the built one."""
     args = list(req.probe_args)
-    if any(a in ("--host", "--python", "-L", "--launches", "--protocol") or a.startswith(("--host=", "--python="))
-           for a in args):  # fmt: skip
+    if any(a.split("=")[0] in ("--host", "--python", "-L", "--launches", "--protocol") for a in args):
         raise BadInput(
             "--probe engine: --host, --python, --launches and --protocol are the bisect's to set; "
             "give --python to bisect itself and {python} in --launch-cmd"
@@ -160,8 +159,8 @@ def engine_argv(req: Request) -> Callable[[Built, int], list[str]]:
             words = [built.python if w in bases else w for w in arg.split(" ")]
             return " ".join(words).replace("{python}", built.python)
 
-        return [sys.executable, "-m", "regdiag", "probe", "engine", "--protocol", "-L", "1",
-                "--python", built.python, *[sub(a) for a in args]]  # fmt: skip
+        own = ["probe", "engine", "--protocol", "-L", "1", "--python", built.python]
+        return [sys.executable, "-m", "regdiag", *own, *[sub(a) for a in args]]
 
     return one
 

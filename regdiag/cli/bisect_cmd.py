@@ -200,8 +200,10 @@ def bisect(
 
 # What a journal's start line holds of the options (Request.inputs): `--resume --journal J` takes them
 # from there unless given again.
-JOURNAL_OPTIONS = ("command", "probe", "metric", "repo", "setup", "find_links", "index_url", "python",
-                   "launches", "max_launches", "margin", "min_share")  # fmt: skip
+JOURNAL_OPTIONS = (
+    *("command", "probe", "metric", "repo", "setup", "find_links", "index_url", "python"),
+    *("launches", "max_launches", "margin", "min_share"),
+)
 
 
 def _request(ctx: typer.Context, o: dict[str, Any]) -> tuple[Request, Target]:
@@ -222,14 +224,17 @@ def _request(ctx: typer.Context, o: dict[str, Any]) -> tuple[Request, Target]:
         )
     extra = probe_args(ctx, o["probe"]) or journal_args
     build = build_fields(o["repo"], o["setup"], o["find_links"], o["index_url"], o["python"], o["installer"])
+    same = "good bad command probe metric launches max_launches min_share launch_timeout resume".split()
+    same += ["allow_code_from_record", "allow_unloaded"]  # the options that are the request's fields as given
     req = Request(
-        good=o["good"], bad=o["bad"], command=o["command"], probe=o["probe"], probe_args=extra, metric=o["metric"],
-        **build, launches=o["launches"], max_launches=o["max_launches"], margin=_margin(o["margin"]),
-        min_share=o["min_share"], launch_timeout=o["launch_timeout"],
-        journal=str(o["journal"]) if o["journal"] else None, resume=o["resume"],
-        allow_code_from_record=o["allow_code_from_record"], allow_unloaded=o["allow_unloaded"],
-        ignore=list(o["ignore"] or []), only=list(o["only"] or []),
-    )  # fmt: skip
+        **{k: o[k] for k in same},
+        **build,
+        probe_args=extra,
+        margin=_margin(o["margin"]),
+        journal=str(o["journal"]) if o["journal"] else None,
+        ignore=list(o["ignore"] or []),
+        only=list(o["only"] or []),
+    )
     return req, replace(o["target"], python=o["python"])
 
 

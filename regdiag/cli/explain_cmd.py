@@ -93,8 +93,19 @@ def explain(
     from regdiag.collective_costs import Latencies
 
     chosen = pick_format("explain", fmt, json_out, markdown)
-    given = ex.Given(cycle_ms, decode_ms, accept_len, overhead_ms, decode_overhead_ms, num_steps,
-                     bandwidth, gpu, model, None, sampling)  # fmt: skip
+    given = ex.Given(
+        cycle_ms,
+        decode_ms,
+        accept_len,
+        overhead_ms,
+        decode_overhead_ms,
+        num_steps,
+        bandwidth,
+        gpu,
+        model,
+        None,
+        sampling,
+    )
     given.check()  # before any file is read; the library checks again
     if per_position is not None:
         given.per_position = _curve(per_position)
@@ -111,8 +122,14 @@ def explain(
             )
         bw, bw_src = bandwidth_for([], bandwidth, gpu)
         steps = 2 if num_steps is None else num_steps
-        tput = ex.explain_numbers(cycle_ms, decode_ms, accept_len, overhead_ms=overhead_ms,
-                                  decode_overhead_ms=decode_overhead_ms, num_steps=steps)  # fmt: skip
+        tput = ex.explain_numbers(
+            cycle_ms,
+            decode_ms,
+            accept_len,
+            overhead_ms=overhead_ms,
+            decode_overhead_ms=decode_overhead_ms,
+            num_steps=steps,
+        )
         tput.per_position = given.per_position
         result = ex.Explanation(tput, [], bw, bw_src, None)
     else:

@@ -4,6 +4,7 @@ regdiag.measure.probe, render (progress bar on stderr, summary table on stdout).
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,7 @@ def spec_decode(
     probe_args: list[str] = PROBE_ARGS,
 ) -> None:
     out_fmt = pick_format("probe", fmt, json_out)
-    _run("spec-decode", probe_args, launches, timeout, no_snapshot, output, out_fmt, target, cold)
+    _run(Asked("spec-decode", probe_args, launches, timeout, no_snapshot, output, out_fmt, cold), target)
 
 
 @target_options(kinds=("slurm",))
@@ -134,27 +135,39 @@ def collectives(
     probe_args: list[str] = PROBE_ARGS,
 ) -> None:
     out_fmt = pick_format("probe", fmt, json_out)
-    _run("collectives", probe_args, launches, timeout, no_snapshot, output, out_fmt, target, cold)
+    _run(Asked("collectives", probe_args, launches, timeout, no_snapshot, output, out_fmt, cold), target)
 
 
-def _run(
-    name: str,
-    args: list[str],
-    launches: int,
-    timeout: float | None,
-    no_snapshot: bool,
-    output: Path | None,
-    out_fmt: str,
-    target: Target,
-    cold: bool = False,
-) -> None:
-    from regdiag.measure.probe import run_probe
+@dataclass(frozen=True)
+class Asked:
+    """What `regdiag probe NAME` was asked: the probe, its argv, and regdiag's own options of the run."""
 
+    name: str
+    args: list[str]
+    launches: int
+    timeout: float | None
+    no_snapshot: bool
+    output: Path | None
+    out_fmt: str
+    cold: bool
+
+    def run(self, host: Any, also: Path | None, on_event: Any) -> Any:
+        """The run on `host` (measure.probe.run_probe), its record also written to `also`."""
+        from regdiag.measure.probe import run_probe
+
+        opts = {"launches": self.launches, "timeout": self.timeout, "on_event": on_event}
+        return run_probe(
+            host, self.name, self.args, also=also, snapshot=not self.no_snapshot, warm=not self.cold, **opts
+        )
+
+
+def _run(asked: Asked, target: Target) -> None:
+    name, launches, output = asked.name, asked.launches, asked.output
     if launches < 1:
         raise BadInput("--launches must be >= 1")
     target = target.checked()
     if len(dict.fromkeys(target.hosts)) > 1:
-        _run_many(name, args, launches, timeout, no_snapshot, output, out_fmt, target, cold)
+        _run_many(asked, target)
         return
     host = target.open()
     progress = _progress()
@@ -199,10 +212,7 @@ def _run(
 
     try:
         with progress:
-            result = run_probe(
-                host, name, args, launches=launches, also=output, timeout=timeout, snapshot=not no_snapshot,
-                on_event=on_event, warm=not cold,
-            )  # fmt: skip
+            result = asked.run(host, output, on_event)
     except KeyboardInterrupt as e:
         # Said here, in one line: typer turns a KeyboardInterrupt into a silent exit 130.
         kept = f"; finished launches kept in {where['path']}" if "path" in where else ""
@@ -210,7 +220,7 @@ def _run(
         raise RegdiagError(f"{interrupts.describe(e)}{kept}", interrupts.exit_status(e)) from None
     finally:
         host.close()
-    show("probe", out_fmt, _summary(result, output))
+    show("probe", asked.out_fmt, _summary(result, output))
 
 
 def _summary(result: Any, copy: Path | None) -> dict[str, Any]:
@@ -224,21 +234,10 @@ def _summary(result: Any, copy: Path | None) -> dict[str, Any]:
     return summary
 
 
-def _run_many(
-    name: str,
-    args: list[str],
-    launches: int,
-    timeout: float | None,
-    no_snapshot: bool,
-    output: Path | None,
-    out_fmt: str,
-    target: Target,
-    cold: bool = False,
-) -> None:
+def _run_many(asked: Asked, target: Target) -> None:
     """The same probe on several hosts at once, one thread and one run record per host. A host that
     fails (cannot connect, a launch fails) does not stop the others; the exit status is the worst."""
-    from regdiag.measure.probe import run_probe
-
+    launches, output, out_fmt = asked.launches, asked.output, asked.out_fmt
     progress = _progress()
 
     def one(host: Any) -> dict[str, Any]:
@@ -255,10 +254,7 @@ def _run_many(
                 )
 
         out = output and output.with_name(f"{output.stem}.{_file_part(host.name)}{output.suffix}")
-        result = run_probe(
-            host, name, args, launches=launches, also=out, timeout=timeout, snapshot=not no_snapshot,
-            on_event=on_event, warm=not cold,
-        )  # fmt: skip
+        result = asked.run(host, out, on_event)
         return _summary(result, out)
 
     try:
