@@ -304,3 +304,17 @@ def test_one_table_of_throttle_reasons_named_as_the_nvml_bits() -> None:
     assert phantom.THROTTLE_REASONS == frozenset(check.THROTTLE_REASONS)
     assert set(check.THROTTLE_REASONS) <= bits and set(check.NOTE_REASONS) <= bits
     assert not set(check.THROTTLE_REASONS) & set(check.NOTE_REASONS)
+
+
+def test_a_name_used_by_another_module_is_public():
+    """A module imports only the public names of regdiag's others: what another module uses is part of
+    its interface, and says so by its name (compare/runs.py took 18 underscore names from its siblings)."""
+    found = [
+        f"{p.relative_to(ROOT)}:{n.lineno} {a.name}"
+        for p in _files("regdiag")
+        for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("regdiag")
+        for a in n.names
+        if a.name.startswith("_") and not a.name.startswith("__")
+    ]
+    assert found == []

@@ -92,7 +92,7 @@ def envs_dir() -> Path:
     return regdiag_home() / "envs"
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
     """The last non-empty line of a tool's output (where pip, git and uv say what went wrong), as one line."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
     return one_line(lines[-1] if lines else "")
@@ -259,7 +259,7 @@ class Builder:
                 [self.base_python, "-c", BASE_PACKAGES_SCRIPT], capture_output=True, text=True, timeout=120
             )
             if res.returncode != 0:
-                raise BuildFailed(f"{self.base_python}: cannot list its packages: {_last_line(res.stderr)}")
+                raise BuildFailed(f"{self.base_python}: cannot list its packages: {last_line(res.stderr)}")
             self._base_versions = {str(k): str(v) for k, v in json.loads(res.stdout).items()}
         return self._base_versions
 
@@ -355,7 +355,7 @@ class Builder:
             repo = git.Repo(self.repo)
             repo.git.worktree("add", "--detach", "--force", path, commit)
         except git.GitCommandError as e:
-            raise BuildFailed(f"git worktree add {commit[:10]}: {_last_line(str(e.stderr or e))}") from None
+            raise BuildFailed(f"git worktree add {commit[:10]}: {last_line(str(e.stderr or e))}") from None
         except (git.InvalidGitRepositoryError, git.NoSuchPathError):
             raise BuildFailed(f"{self.repo}: not a git repository") from None
         append_text(log, f"worktree {path} at {commit}\n")
@@ -364,7 +364,7 @@ class Builder:
         argv = venv_argv(self.installer, self.base_python, path)
         res = self._run(argv, log, "venv", timeout=300)
         if res.returncode != 0:
-            raise BuildFailed(f"creating the venv failed: {_last_line(res.stderr or res.stdout)}")
+            raise BuildFailed(f"creating the venv failed: {last_line(res.stderr or res.stdout)}")
         res = self._run(site_dirs_argv(self.base_python), log, "site directories", timeout=120)
         if res.returncode == 0:
             try:
@@ -373,7 +373,7 @@ class Builder:
                 raise BuildFailed(f"{self.base_python}: cannot list its site directories") from None
             res = self._run(layer_argv(os.path.join(path, "bin", "python"), dirs), log, "layer", timeout=120)
         if res.returncode != 0:
-            raise BuildFailed(f"layering the venv on {self.base_python} failed: {_last_line(res.stderr)}")
+            raise BuildFailed(f"layering the venv on {self.base_python} failed: {last_line(res.stderr)}")
 
     def _unmet(self, python: str, pins: Mapping[str, str], log: Path) -> tuple[str, ...]:
         res = self._run(unmet_argv(python, list(pins)), log, "requirements", timeout=120)
@@ -387,7 +387,7 @@ class Builder:
         argv = install_argv(self.installer, python, reqs, self.find_links, self.index_url)
         res = self._run(argv, log, "install", timeout=1800)
         if res.returncode != 0:
-            raise BuildFailed(f"installing {' '.join(reqs)} failed: {_last_line(res.stderr or res.stdout)}")
+            raise BuildFailed(f"installing {' '.join(reqs)} failed: {last_line(res.stderr or res.stdout)}")
 
     def _setup(self, built: Built, log: Path) -> None:
         env = dict(os.environ)
@@ -404,7 +404,7 @@ class Builder:
         if res.returncode == SKIP_EXIT:
             raise BuildFailed("setup exited 125 (this commit cannot be tested)")
         if res.returncode != 0:
-            tail = _last_line(res.stderr or res.stdout)
+            tail = last_line(res.stderr or res.stdout)
             raise BuildFailed(f"setup exited {res.returncode}" + (f": {tail}" if tail else ""))
 
     # -- housekeeping --------------------------------------------------------------------------

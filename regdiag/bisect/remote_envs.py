@@ -28,10 +28,10 @@ from regdiag.bisect.envs import (
     READY,
     SKIP_EXIT,
     Built,
-    _last_line,
     env_key,
     install_argv,
     json_line,
+    last_line,
     layer_argv,
     site_dirs_argv,
     unmet_argv,
@@ -163,7 +163,7 @@ class RemoteBuilder:
             res = self._run([self.base_python, "-c", BASE_PACKAGES_SCRIPT], 120)
             lines = [ln for ln in res.stdout.decode("utf-8", "replace").splitlines() if ln.startswith("{")]
             if not res.ok or not lines:
-                why = _last_line(res.stderr.decode("utf-8", "replace"))
+                why = last_line(res.stderr.decode("utf-8", "replace"))
                 raise BuildFailed(f"{self.host.name}: {self.base_python}: cannot list its packages: {why}")
             self._base_versions = {str(k): str(v) for k, v in json.loads(lines[-1]).items()}
         return self._base_versions
@@ -271,13 +271,13 @@ class RemoteBuilder:
             ["git", "-C", self.repo, "worktree", "add", "--detach", "--force", path, commit], 600, log=log
         )
         if not res.ok:
-            why = _last_line(res.stderr.decode("utf-8", "replace"))
+            why = last_line(res.stderr.decode("utf-8", "replace"))
             raise BuildFailed(f"git worktree add {commit[:10]}: {why}")
 
     def _venv(self, path: str, log: list[str]) -> None:
         res = self._run(venv_argv(self.installer, self.base_python, path), 300, log=log)
         if not res.ok:
-            why = _last_line((res.stderr or res.stdout).decode("utf-8", "replace"))
+            why = last_line((res.stderr or res.stdout).decode("utf-8", "replace"))
             raise BuildFailed(f"creating the venv failed: {why}")
         # Layered on the host's interpreter as a local overlay is (regdiag.bisect.envs).
         res = self._run(site_dirs_argv(self.base_python), 120, log=log)
@@ -290,7 +290,7 @@ class RemoteBuilder:
                 ) from None
             res = self._run(layer_argv(f"{path}/bin/python", dirs), 120, log=log)
         if not res.ok:
-            why = _last_line(res.stderr.decode("utf-8", "replace"))
+            why = last_line(res.stderr.decode("utf-8", "replace"))
             raise BuildFailed(f"layering the venv on {self.base_python} failed: {why}")
 
     def _unmet(self, python: str, pins: Mapping[str, str], log: list[str]) -> tuple[str, ...]:
@@ -305,7 +305,7 @@ class RemoteBuilder:
         argv = install_argv(self.installer, python, reqs, self.find_links, self.index_url)
         res = self._run(argv, 1800, log=log)
         if not res.ok:
-            why = _last_line((res.stderr or res.stdout).decode("utf-8", "replace"))
+            why = last_line((res.stderr or res.stdout).decode("utf-8", "replace"))
             raise BuildFailed(f"installing {' '.join(reqs)} failed: {why}")
 
     def _setup(self, d: str, built: Built, log: list[str]) -> None:
@@ -319,7 +319,7 @@ class RemoteBuilder:
         if res.returncode == SKIP_EXIT and not res.timed_out:
             raise BuildFailed("setup exited 125 (this commit cannot be tested)")
         if not res.ok:
-            tail = _last_line((res.stderr or res.stdout).decode("utf-8", "replace"))
+            tail = last_line((res.stderr or res.stdout).decode("utf-8", "replace"))
             what = "timed out" if res.timed_out else f"exited {res.returncode}"
             raise BuildFailed(f"setup {what}" + (f": {tail}" if tail else ""))
 

@@ -98,11 +98,11 @@ def ab(
 ) -> None:
     from regdiag.ab import AbRequest
     from regdiag.cli.common import build_fields, probe_args
-    from regdiag.cli.compare_cmd import _margin
+    from regdiag.cli.compare_cmd import parse_margin
 
     extra = probe_args(ctx, probe)
     build = build_fields(repo, setup, find_links, index_url, target.python, installer)
-    m = _margin(margin)
+    m = parse_margin(margin)
     chosen = pick_format("compare", fmt, json_out)  # before any launch
     req = AbRequest(
         a=a,

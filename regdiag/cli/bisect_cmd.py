@@ -210,7 +210,7 @@ def _request(ctx: typer.Context, o: dict[str, Any]) -> tuple[Request, Target]:
     """The bisect's Request from its options (with --resume and no --good/--bad: from the journal),
     and the Target it runs on (--python is the environments' interpreter as well as the host's)."""
     from regdiag.bisect.run import Request
-    from regdiag.cli.compare_cmd import _margin
+    from regdiag.cli.compare_cmd import parse_margin
 
     o["python"] = o["target"].python
     if o["resume"] and o["journal"] is None:
@@ -230,7 +230,7 @@ def _request(ctx: typer.Context, o: dict[str, Any]) -> tuple[Request, Target]:
         **{k: o[k] for k in same},
         **build,
         probe_args=extra,
-        margin=_margin(o["margin"]),
+        margin=parse_margin(o["margin"]),
         journal=str(o["journal"]) if o["journal"] else None,
         ignore=list(o["ignore"] or []),
         only=list(o["only"] or []),

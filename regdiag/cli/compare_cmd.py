@@ -40,7 +40,7 @@ COMPARE_HELP = (
 )
 
 
-def _margin(text: str) -> float:
+def parse_margin(text: str) -> float:
     """'2%' or '0.02' -> 0.02; a bare number >= 1 is ambiguous and refused."""
     t = text.strip()
     try:
@@ -126,7 +126,7 @@ def compare(
     from regdiag.compare import compare_runs
 
     chosen = pick_format("compare", fmt, json_out, markdown)
-    m = _margin(margin)
+    m = parse_margin(margin)
     if method not in ("welch", "bootstrap"):
         raise BadInput(f"--method {method!r}: use welch or bootstrap")
     from regdiag.compare.pool import pooled
