@@ -44,21 +44,27 @@ def load(name: str) -> ModuleType:
 
 def load_script(path: Path) -> ModuleType:
     """A probe script as a module, for what it declares without torch (its `build_parser`, `validate`):
-    a probe imports torch inside its run only. The script's own imports of its sibling modules
-    (`import _protocol`) are served from its directory while it loads and leave neither sys.path nor
-    sys.modules changed."""
+    a probe imports torch inside its run only. The script's imports of its sibling modules (`import
+    _protocol`) are served from its directory while it loads, each loaded once and kept under a private
+    name (as `load` keeps its tables); neither sys.path nor the names in sys.modules are changed."""
     key = f"_regdiag_probe_{path.stem}"
     if key in sys.modules:
         return sys.modules[key]
+    d = path.parent
+    siblings = [p.stem for p in d.glob("_*.py")]
     path_before, modules_before = list(sys.path), set(sys.modules)
-    sys.path.insert(0, str(path.parent))
+    sys.path.insert(0, str(d))
+    for name in siblings:  # those loaded already, by `load` or by another script
+        if f"_regdiag_probe{name}" in sys.modules and name not in sys.modules:
+            sys.modules[name] = sys.modules[f"_regdiag_probe{name}"]
     try:
         return _exec(key, path)
     finally:
         sys.path[:] = path_before
-        for name in set(sys.modules) - modules_before:
-            if "." not in name and (path.parent / f"{name}.py").is_file():
-                del sys.modules[name]  # a sibling, held by the script's module; not regdiag's to import
+        for name in siblings:
+            if name not in modules_before and name in sys.modules:
+                sys.modules.setdefault(f"_regdiag_probe{name}", sys.modules[name])
+                del sys.modules[name]
 
 
 def _exec(key: str, path: Path) -> ModuleType:
