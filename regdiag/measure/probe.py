@@ -46,10 +46,8 @@ def new_probe_run(name: str, host: Host, args: Sequence[str] | None = None) -> d
     values; a protocol-speaking --command is a cycle of unknown phases); `args`, the probe's own
     arguments, are kept redacted (`-- --hf-token X`: never kept in clear)."""
     info = probe_table().get(name, {"primary": "cycle", "phases": []})
-    run = new_run(
-        kind="probe", probe_name=name, probe_version="?", config={}, primary=info["primary"],
-        phases=list(info["phases"]), host=host.describe(),
-    )  # fmt: skip
+    shape = {"primary": info["primary"], "phases": list(info["phases"])}
+    run = new_run(kind="probe", probe_name=name, probe_version="?", config={}, host=host.describe(), **shape)
     if args is not None:
         run["probe"]["args"] = redact_argv(list(args))
     return run
