@@ -55,11 +55,11 @@ COLL_HELP = """All-reduce (or all-gather, reduce-scatter, all-to-all) latency an
 size, as nccl-tests.
 
 Per size, the loop of --iters calls timed eager (host launch cost included) and, on CUDA, the same
-loop captured in a CUDA graph (what decode and verify pay). On CUDA NCCL is called directly on the current stream, as SGLang and
-vLLM call it inside graphs (--api torch: through torch.distributed, which adds its own stream, events
-and bookkeeping per call). --sizes model:kimi-k2 sweeps the messages
-that preset's forwards send (hidden all-reduce, logits all-gather, and the all-to-all of an
-expert-parallel dispatch, at 1, 3, 4, 8 tokens).
+loop captured in a CUDA graph (what decode and verify pay). On CUDA NCCL is called directly on the
+current stream, as SGLang and vLLM call it inside graphs (--api torch: through torch.distributed, which
+adds its own stream, events and bookkeeping per call). --sizes model:kimi-k2 sweeps the messages that
+preset's forwards send (hidden all-reduce, logits all-gather, and the all-to-all of an expert-parallel
+dispatch, at 1, 3, 4, 8 tokens).
 busbw = algbw * 2(n-1)/n (all-reduce), (n-1)/n (the others). NCCL on GPUs, gloo on CPU (eager only);
 the NCCL_* variables each rank saw are recorded. Each size and mode is one metric of the run record
 (ar_1KiB eager, arg_1KiB graph; ag_, rs_, aa_ for the other ops, in microseconds; algbw_/busbw_ values in

@@ -25,7 +25,8 @@ import typer
 
 # The probe options regdiag sets on every launch itself (measure.probe: the launch's index).
 SET_BY_REGDIAG = frozenset({"launch_index"})
-# A command's `probe_args: list[str] = PROBE_ARGS` parameter: @probe_options fills it from the probe's options.
+# A command's `probe_args: list[str] = PROBE_ARGS` parameter: @probe_options fills it with the probe's
+# options as given.
 PROBE_ARGS: list[str] = []
 # Prefix of the parameters the decorator adds: a probe option never shadows a parameter of the command.
 _PREFIX = "probe__"

@@ -1,6 +1,7 @@
 """The probe table, read from the probe scripts themselves: a probe is a file in probes/ that declares
-`NAME`, `PRIMARY` and `PHASES` (and, where it knows them, `LOADS`: what it imports) as literals at its top. Nothing here is kept by hand, so a new probe is its
-script (plus its CLI command); the SSH bundle is sent the script's file name.
+`NAME`, `PRIMARY` and `PHASES` (and, where it knows them, `LOADS`: what it imports) as literals at its
+top. Nothing here is kept by hand, so a new probe is its script (plus its CLI command); the SSH bundle
+is sent the script's file name.
 
 The literals are read with `ast`, without running the script. A probe's options are read from the
 script's own argparse parser (`probe_parser`), loaded with its sibling modules but without torch, which
@@ -55,8 +56,8 @@ def _declared(path: Path) -> dict[str, Any] | None:
 
 @functools.lru_cache(maxsize=1)
 def probe_table() -> dict[str, dict[str, Any]]:
-    """name -> {"script", "primary", "phases", "loads"}: what a run record says before the first header arrives
-    (the header's own values replace these)."""
+    """name -> {"script", "primary", "phases", "loads"}: what a run record says before the first header
+    arrives (the header's own values replace these)."""
     d = probes_dir()
     table: dict[str, dict[str, Any]] = {}
     for path in sorted(d.glob("*.py")) if d else []:
@@ -86,9 +87,8 @@ def probe_script(name: str) -> Path:
         raise BadInput(f"unknown probe {name!r}; choose from {', '.join(table)}")
     d = probes_dir()
     if d is None or not (d / table[name]["script"]).is_file():
-        raise ProbeError(
-            f"probe script {table[name]['script']} not found (neither in regdiag.probes nor in the repository)"
-        )
+        where = "neither in regdiag.probes nor in the repository"
+        raise ProbeError(f"probe script {table[name]['script']} not found ({where})")
     return d / table[name]["script"]
 
 
