@@ -18,7 +18,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _presets  # noqa: E402
 from _dist import probe_main  # noqa: E402
-from _hooks import CRASH_ENV, HANG_ENV, SLOW_ENV, parse_crash, parse_hang, parse_slow  # noqa: E402
+from _hooks import (  # noqa: E402
+    CRASH_ENV,
+    EXTRA_OP_ENV,
+    HANG_ENV,
+    HOST_SLOW_ENV,
+    SLOW_ENV,
+    parse_crash,
+    parse_extra_op,
+    parse_hang,
+    parse_host_slow,
+    parse_slow,
+)
 from _protocol import (  # noqa: E402
     PROTOCOL,
     ProbeArgParser,
@@ -32,6 +43,7 @@ VERSION = "1"
 # What a run record says before the first header arrives (regdiag reads these literals: measure/probes.py).
 PRIMARY = "cycle"
 PHASES = ("draft", "verify", "extend")
+PROFILE_CYCLES = 3
 
 
 def build_parser() -> ProbeArgParser:
@@ -139,6 +151,22 @@ def build_parser() -> ProbeArgParser:
         help=f"test hook: this rank exits abruptly (also {CRASH_ENV}=R@L)",
     )
     p.add_argument("--crash-at-launch", type=int, default=0, help="test hook: ... in this launch (default 0)")
+    p.add_argument(
+        "--profile",
+        type=int,
+        nargs="?",
+        const=PROFILE_CYCLES,
+        default=0,
+        metavar="N",
+        help=f"after the measured window, N more cycles (default {PROFILE_CYCLES}) under torch.profiler, "
+        "read per phase: GPU busy and idle, host time, syncs, top kernels (rank 0; docs/probes.md)",
+    )
+    p.add_argument(
+        "--profile-trace",
+        default=None,
+        metavar="PATH",
+        help="with --profile: write the Chrome/Perfetto trace here (.gz: compressed); default: not kept",
+    )
     add_common_args(p)
     return p  # fmt: skip
 
@@ -178,6 +206,8 @@ def validate(a: Any) -> dict[str, Any]:
     hang = parse_hang(os.environ.get(HANG_ENV))
     if hang is not None and not 0 <= hang[0] < a.tp:
         raise UsageError(f"hang hook rank {hang[0]} is not a rank of --tp {a.tp}")
+    if not 0 <= a.profile <= 1000:
+        raise UsageError("--profile must be within 0..1000 cycles")
     if a.hang_timeout is not None and a.hang_timeout <= 0:
         raise UsageError("--hang-timeout must be > 0 seconds")
     if a.preset != "auto":
@@ -185,7 +215,13 @@ def validate(a: Any) -> dict[str, Any]:
             _presets.resolve_shape(a.preset, a.layers, a.tp_slice or a.tp, a.weights, a.draft)
         except ValueError as e:
             raise UsageError(f"{a.preset}: {e}") from None
-    return {"slow_ms": slow, "crash": list(crash) if crash else None, "hang": list(hang) if hang else None}
+    return {
+        "slow_ms": slow,
+        "crash": list(crash) if crash else None,
+        "hang": list(hang) if hang else None,
+        "host_slow_ms": parse_host_slow(os.environ.get(HOST_SLOW_ENV), phases_for(a.mode)),
+        "extra_op": parse_extra_op(os.environ.get(EXTRA_OP_ENV), phases_for(a.mode)),
+    }
 
 
 def accept_alpha(mean: float, n: int) -> float:

@@ -200,6 +200,17 @@ def _float(text: str) -> float | None:
     return x if math.isfinite(x) else None
 
 
+ProfileOpt = typer.Option(
+    False,
+    "--profile",
+    help="After each launch's measured window (its timing untouched), run --profile-cycles more cycles "
+    "under torch.profiler and record per phase: GPU busy and idle time, host time, syncs, the top "
+    "kernels; compare then splits a phase's change into GPU work and GPU idle. The first launch keeps a "
+    'Chrome/Perfetto trace beside the record (docs/probes.md, "Profile").',
+)
+ProfileCyclesOpt = typer.Option(
+    3, "--profile-cycles", callback=bounded(1, 1000), help="Cycles profiled per launch with --profile."
+)
 ColdOpt = typer.Option(
     False,
     "--cold",
@@ -235,6 +246,8 @@ def spec_decode(
     slow_phase: list[str] = typer.Option(None, "--slow-phase", callback=_slow_ms, help="Test hook: PHASE:MS adds MS of real busy work to PHASE (also REGDIAG_PROBE_SLOW)."),
     crash_rank: int = typer.Option(None, "--crash-rank", callback=bounded(0, 1023), help="Test hook: this rank exits abruptly ..."),
     crash_at_launch: int = typer.Option(None, "--crash-at-launch", callback=bounded(0, LAUNCHES[1]), help="Test hook: ... in this launch (default 0; also REGDIAG_PROBE_CRASH=R@L)."),
+    profile: bool = ProfileOpt,
+    profile_cycles: int = ProfileCyclesOpt,
     hang_timeout: float = HangOpt,
     allow_busy_gpu: bool = BusyOpt,
     timeout: float = TimeoutOpt,
@@ -262,6 +275,7 @@ def spec_decode(
         "naive_timer": naive_timer, "block": block, "device": device.value, "dtype": dtype.value,
         "moe_impl": moe_impl.value, "weights": weights.value, "draft": draft.value, "seed": seed, "slow_phase": slow_phase or None, "crash_rank": crash_rank,
         "crash_at_launch": crash_at_launch, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu,
+        "profile": profile_cycles if profile else None,
     }  # fmt: skip
     out_fmt = pick_format("probe", fmt, json_out)
     _run("spec-decode", options, launches, timeout, no_snapshot, output, out_fmt, target, cold)

@@ -111,6 +111,8 @@ class Comparison:
     sweep: str = ""
     # The metric the verdict is of, where --metric chose it (else the primary, or the sweep's sizes).
     judged_by: str | None = None
+    # --profile on both sides: each phase's change split into GPU work and GPU idle (compare/profile.py).
+    profile: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -152,5 +154,6 @@ class Comparison:
                 "host": self.host,
                 "sweep": self.sweep,
                 "judged_by": self.judged_by,
+                "profile": self.profile,
             }
         )

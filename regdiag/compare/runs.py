@@ -24,6 +24,7 @@ from regdiag.compare.checks import (
 from regdiag.compare.design import _design, _drift, _drift_verdict, _pair_if_interleaved
 from regdiag.compare.envdiff import _env_diff, _machine_diff
 from regdiag.compare.host import reads_host
+from regdiag.compare.profile import profile_split
 from regdiag.compare.result import Comparison, MetricResult, SideInfo
 from regdiag.compare.verdicts import _derived, _Method, _overall, _verdicts
 from regdiag.errors import BadInput
@@ -114,6 +115,7 @@ def compare_runs(
         drift=drift,
         verdict_note=verdict_note,
         machine_diff=_machine_diff(side_o, side_n, snap_o, snap_n, env),
+        profile=profile_split(lo_, ln_, list(phases)),
     )
 
 
