@@ -80,8 +80,7 @@ def compare_runs(
     batch = (_batch(po), _batch(pn))
     tput = _throughput(lo_, ln_, primary, units, how, batch)
 
-    side_o = _side_info(old, old_label, lo_, skip_o)
-    side_n = _side_info(new, new_label, ln_, skip_n)
+    side_o, side_n = _side_info(old, old_label, lo_, skip_o), _side_info(new, new_label, ln_, skip_n)
     snap_o, snap_n = old.get("snapshot_before"), new.get("snapshot_before")
     ph = _phantoms(side_o, side_n, snap_o, snap_n, results, primary, margin)
     warnings += phantom.machine_warnings(snap_o, snap_n)
