@@ -153,13 +153,15 @@ def build_parser() -> ProbeArgParser:
     p.add_argument("--crash-at-launch", type=int, default=0, help="test hook: ... in this launch (default 0)")
     p.add_argument(
         "--profile",
+        action="store_true",
+        help="after the measured window, --profile-cycles more cycles under torch.profiler, read per "
+        "phase: GPU busy and idle, host time, syncs, top kernels (rank 0; docs/probes.md, Profile)",
+    )
+    p.add_argument(
+        "--profile-cycles",
         type=int,
-        nargs="?",
-        const=PROFILE_CYCLES,
-        default=0,
-        metavar="N",
-        help=f"after the measured window, N more cycles (default {PROFILE_CYCLES}) under torch.profiler, "
-        "read per phase: GPU busy and idle, host time, syncs, top kernels (rank 0; docs/probes.md)",
+        default=PROFILE_CYCLES,
+        help=f"cycles profiled with --profile (default {PROFILE_CYCLES})",
     )
     p.add_argument(
         "--profile-trace",
@@ -206,8 +208,8 @@ def validate(a: Any) -> dict[str, Any]:
     hang = parse_hang(os.environ.get(HANG_ENV))
     if hang is not None and not 0 <= hang[0] < a.tp:
         raise UsageError(f"hang hook rank {hang[0]} is not a rank of --tp {a.tp}")
-    if not 0 <= a.profile <= 1000:
-        raise UsageError("--profile must be within 0..1000 cycles")
+    if not 1 <= a.profile_cycles <= 1000:
+        raise UsageError("--profile-cycles must be within 1..1000")
     if a.hang_timeout is not None and a.hang_timeout <= 0:
         raise UsageError("--hang-timeout must be > 0 seconds")
     if a.preset != "auto":

@@ -33,7 +33,7 @@ RUNNER_ONLY = {
     "--slurm-args",
 }
 # The probe's options regdiag sets itself.
-PROBE_ONLY = {"--launch-index"}
+PROBE_ONLY = {"--launch-index", "--profile-trace"}
 
 
 def _probe_parser(name: str) -> argparse.ArgumentParser:

@@ -29,7 +29,7 @@ sys.path.insert(0, str(PROBES))
 
 import _profile  # noqa: E402
 
-ARGS = [*TINY, "--profile", "2"]
+ARGS = [*TINY, "--profile", "--profile-cycles", "2"]
 
 
 def _run(tmp: Path, name: str, env: dict[str, str] | None = None) -> dict[str, Any]:

@@ -275,7 +275,7 @@ def spec_decode(
         "naive_timer": naive_timer, "block": block, "device": device.value, "dtype": dtype.value,
         "moe_impl": moe_impl.value, "weights": weights.value, "draft": draft.value, "seed": seed, "slow_phase": slow_phase or None, "crash_rank": crash_rank,
         "crash_at_launch": crash_at_launch, "hang_timeout": hang_timeout, "allow_busy_gpu": allow_busy_gpu,
-        "profile": profile_cycles if profile else None,
+        "profile": profile, "profile_cycles": profile_cycles if profile else None,
     }  # fmt: skip
     out_fmt = pick_format("probe", fmt, json_out)
     _run("spec-decode", options, launches, timeout, no_snapshot, output, out_fmt, target, cold)
