@@ -172,3 +172,21 @@ def test_the_split_names_syncs_and_leaves_unprofiled_runs_alone() -> None:
     assert split["phases"][0]["reading"]["text"] == "GPU idle, host syncs"
     assert "syncs +4" in split_lines(split)[1]
     assert profile_split(good, [{"samples": {}}], ["verify"]) is None
+
+
+@pytest.mark.cli
+@pytest.mark.launch
+@pytest.mark.slow
+def test_ab_with_profile_splits_the_change_and_keeps_each_sides_trace(cli: Any, tmp_path: Path) -> None:
+    prefix = tmp_path / "ab"
+    r = cli(
+        "ab", "--a", "", "--b", "REGDIAG_PROBE_HOST_SLOW=verify:40", "--probe", "spec-decode",
+        "--launches", "2", "--margin", "25%", "--no-snapshot", "-o", str(prefix), "--json", "--", *ARGS,
+        env={"REGDIAG_HOME": str(tmp_path / "home")},
+    )  # fmt: skip
+    assert r.returncode in (1, 3), r.stderr[-2000:]  # REGRESSED, or INCONCLUSIVE on 2 pairs
+    out = json.loads(r.stdout)
+    verify = next(p for p in out["profile"]["phases"] if p["phase"] == "verify")
+    assert verify["reading"]["text"] == "GPU idle, host-bound", verify["delta"]
+    traces = sorted((tmp_path / "home" / "runs").glob("*.profile-0.json.gz"))
+    assert len(traces) == 2  # pair 0 of each side keeps its trace, beside that side's stored record
