@@ -20,10 +20,10 @@ import pytest
 from probe_helpers import PROBES, TINY
 
 from regdiag.compare import compare_runs
-from regdiag.compare.profile import profile_split, short_name, split_lines
 from regdiag.hosts.local import LocalHost
 from regdiag.measure.probe import run_probe
 from regdiag.measure.summary import summarize_run
+from regdiag.profiles import profile_split, short_name, split_lines
 
 sys.path.insert(0, str(PROBES))
 
@@ -190,3 +190,13 @@ def test_ab_with_profile_splits_the_change_and_keeps_each_sides_trace(cli: Any, 
     assert verify["reading"]["text"] == "GPU idle, host-bound", verify["delta"]
     traces = sorted((tmp_path / "home" / "runs").glob("*.profile-0.json.gz"))
     assert len(traces) == 2  # pair 0 of each side keeps its trace, beside that side's stored record
+
+
+@pytest.mark.launch
+@pytest.mark.slow
+def test_explain_says_which_keeps_a_profiled_phase_off_its_floor(runs: dict[str, Any]) -> None:
+    from regdiag.explain import explain_run
+
+    verify = next(r for r in explain_run(runs["host"]).phases if r.phase == "verify")
+    assert verify.note.startswith("far from the floor: GPU idle") and "host-bound" in verify.note
+    assert verify.profile is not None and verify.profile["idle_ms"] > verify.profile["busy_ms"]

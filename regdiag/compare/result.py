@@ -111,7 +111,7 @@ class Comparison:
     sweep: str = ""
     # The metric the verdict is of, where --metric chose it (else the primary, or the sweep's sizes).
     judged_by: str | None = None
-    # --profile on both sides: each phase's change split into GPU work and GPU idle (compare/profile.py).
+    # --profile on both sides: each phase's change split into GPU work and GPU idle (profiles.py).
     profile: dict[str, Any] | None = None
 
     @property

@@ -24,10 +24,10 @@ from regdiag.compare.checks import (
 from regdiag.compare.design import _design, _drift, _drift_verdict, _pair_if_interleaved
 from regdiag.compare.envdiff import _env_diff, _machine_diff
 from regdiag.compare.host import reads_host
-from regdiag.compare.profile import profile_split
 from regdiag.compare.result import Comparison, MetricResult, SideInfo
 from regdiag.compare.verdicts import _derived, _Method, _overall, _verdicts
 from regdiag.errors import BadInput
+from regdiag.profiles import profile_split
 from regdiag.sizes import ordered, size_rows, sweep, sweep_verdict
 
 

@@ -87,7 +87,7 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
     ]
     clock = _clock(clocks) if clocks else None
     from regdiag.comm import comm_shares
-    from regdiag.compare.profile import profile_summary
+    from regdiag.profiles import profile_summary
 
     prof = profile_summary(run, ok)
     return {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from regdiag.attribution import fmt_share
 from regdiag.compare import Comparison
-from regdiag.compare.profile import split_lines
+from regdiag.profiles import split_lines
 from regdiag.report import text as T
 from regdiag.report.registry import Out
 

@@ -107,7 +107,7 @@ def profile_lines(p: dict[str, Any] | None) -> list[str]:
     """--profile: per phase GPU busy / idle, host time, syncs and the top kernel; the cost; the trace."""
     if not p:
         return []
-    from regdiag.compare.profile import CPU_NOTE
+    from regdiag.profiles import CPU_NOTE
 
     cost = p.get("cost_s_per_launch")
     slower = p.get("cycle_under_profiler_x")

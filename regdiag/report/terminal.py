@@ -11,7 +11,7 @@ from rich.text import Text
 
 from regdiag import stats
 from regdiag.compare import Comparison
-from regdiag.compare.profile import split_lines
+from regdiag.profiles import split_lines
 from regdiag.report import layout as L
 from regdiag.report import text as T
 from regdiag.report.registry import Out

@@ -190,6 +190,35 @@ def split_lines(split: dict[str, Any] | None) -> list[str]:
     return out
 
 
+SMALL_KERNEL_US = 20.0  # kernels shorter than this on average: launch and tail costs dominate them
+
+
+def profile_reason(f: dict[str, Any]) -> str | None:
+    """Why a phase sits far from its roofline floor, from its --profile figures: the GPU idle (waiting
+    on the host's dispatch, or on syncs) or busy (with many small kernels, or with the slow ones)."""
+    wall = float(f.get("wall_ms") or 0.0)
+    if wall <= 0:
+        return None
+    idle, busy, n = float(f.get("idle_ms") or 0), float(f.get("busy_ms") or 0), float(f.get("kernels") or 0)
+    syncs = float(f.get("syncs") or 0)
+    if idle >= busy:
+        waits = float(f.get("sync_wait_ms") or 0) >= 0.5 * idle
+        what = f"host syncs ({syncs:.3g} per cycle)" if syncs and waits else "host-bound (dispatch)"
+        return (
+            f"GPU idle {100 * idle / wall:.0f} % of it: {what}, {n:.4g} kernels, {syncs:.3g} syncs (profiled)"
+        )
+    mean_us = busy / n * 1e3 if n else 0.0
+    top = (f.get("top") or {}) if isinstance(f.get("top"), dict) else {}
+    first = max(top, key=lambda k: top[k].get("total_ms", 0), default=None)
+    if n and mean_us < SMALL_KERNEL_US:
+        return (
+            f"GPU busy {100 * busy / wall:.0f} % with {n:.4g} small kernels ({mean_us:.3g} us each, profiled)"
+        )
+    return f"GPU busy {100 * busy / wall:.0f} %, {n:.4g} kernels" + (
+        f", most in {short_name(first)}" if first else ""
+    )
+
+
 def profile_summary(run: dict[str, Any], launches: list[dict[str, Any]]) -> dict[str, Any] | None:
     """A run's profile for the probe summary: per phase busy / idle / host / syncs, the top kernels,
     what profiling cost, and where the trace lies."""
