@@ -344,12 +344,14 @@ def plant_host_slow(runner: Callable[[], None], ms: float, graph: bool) -> Calla
         return after
 
     state = {"calls": 0, "counted": 0}
+    points = 32  # the spin is cut into this many pieces, spread evenly over the phase's calls
 
     class Slow(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             state["calls"] += 1
-            if state["counted"]:
-                spin(ms / 1e3 / state["counted"])
+            n = state["counted"]
+            if n and state["calls"] % max(1, n // points) == 0:
+                spin(ms / 1e3 / min(n, points))
             return func(*args, **(kwargs or {}))
 
     def slowed() -> None:

@@ -200,3 +200,22 @@ def test_explain_says_which_keeps_a_profiled_phase_off_its_floor(runs: dict[str,
     verify = next(r for r in explain_run(runs["host"]).phases if r.phase == "verify")
     assert verify.note.startswith("far from the floor: GPU idle") and "host-bound" in verify.note
     assert verify.profile is not None and verify.profile["idle_ms"] > verify.profile["busy_ms"]
+
+
+@pytest.mark.launch
+@pytest.mark.slow
+def test_bisect_with_profile_names_the_culprit_and_splits_its_change(tmp_path: Path) -> None:
+    from regdiag.bisect import Request, run_bisect
+    from regdiag.report.bisect import to_markdown
+
+    req = Request(
+        good="-REGDIAG_PROBE_HOST_SLOW", bad="REGDIAG_PROBE_HOST_SLOW=verify:40", probe="spec-decode",
+        probe_args=ARGS, journal=str(tmp_path / "journal.jsonl"), launches=2, max_launches=3, margin=0.25,
+    )  # fmt: skip
+    r = run_bisect(req)
+    assert r["verdict"] == "CULPRIT", r["statement"]
+    [c] = r["culprits"]
+    assert [f["name"] for f in c["factors"]] == ["REGDIAG_PROBE_HOST_SLOW"]
+    verify = next(p for p in c["profile"]["phases"] if p["phase"] == "verify")
+    assert verify["reading"]["text"] == "GPU idle, host-bound", verify["delta"]
+    assert "-> GPU idle, host-bound" in to_markdown(r)
