@@ -79,31 +79,24 @@ def run_profiled(
     measured_cycle_ms: float | None = None,
 ) -> dict[str, Any]:
     """Run `cycles` cycles (`one_cycle(ranges)` returns [cycle_ms, phase_ms...] as the events timed
-    them) under the profiler; return the footer's "profile" object."""
+    them) under the profiler; return the footer's "profile" object. A profiler that fails never costs
+    the launch its measurement: the cycles still run (the other ranks wait in them) and the profile
+    says {"error": why}."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     t0 = time.perf_counter()
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    ranges = Ranges()
-    rows = []
-    with profile(activities=acts) as prof:
-        for _ in range(cycles):
-            rows.append(one_cycle(ranges))
+    prof, why = _start(cuda)
+    rows = [one_cycle(Ranges() if prof is not None else None) for _ in range(cycles)]
     if cuda:
         torch.cuda.synchronize()
     t_run = time.perf_counter() - t0
-    fd, tmp = tempfile.mkstemp(prefix="regdiag-trace-", suffix=".json")
-    os.close(fd)
     try:
-        prof.export_chrome_trace(tmp)
-        with open(tmp, encoding="utf-8") as f:
-            trace = json.load(f)
-        out = analyze(trace, phases, cuda, cycles)
-        out["trace"] = _keep(tmp, trace_path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        if prof is None:
+            raise RuntimeError(why)
+        prof.__exit__(None, None, None)
+        out = _read(prof, phases, cuda, cycles, trace_path)
+    except Exception as e:  # noqa: BLE001 - the measured window is done: keep it, say why
+        out = {"error": " ".join(f"{type(e).__name__}: {e}".split())[:300], "cycles": cycles}
     event_ms = sorted(r[0] for r in rows)
     out["events_ms"] = {
         "cycle": round(event_ms[len(event_ms) // 2], 5),
@@ -117,6 +110,35 @@ def run_profiled(
         "window": "after the measured window: the measured cycles are not profiled",
     }
     return out
+
+
+def _start(cuda: bool) -> tuple[Any, str]:
+    """The profiler, started (CPU activities, and CUDA's where the cycles run on CUDA), or None and why."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        prof = profile(activities=acts)
+        prof.__enter__()
+        return prof, ""
+    except Exception as e:  # noqa: BLE001 - no profiler here: the cycles run unprofiled
+        return None, f"the profiler did not start: {type(e).__name__}: {e}"
+
+
+def _read(prof: Any, phases: list[str], cuda: bool, cycles: int, trace_path: str | None) -> dict[str, Any]:
+    """The exported trace read per phase (analyze), and kept where --profile-trace says."""
+    fd, tmp = tempfile.mkstemp(prefix="regdiag-trace-", suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(tmp)
+        with open(tmp, encoding="utf-8") as f:
+            trace = json.load(f)
+        out = analyze(trace, phases, cuda, cycles)
+        out["trace"] = _keep(tmp, trace_path)
+        return out
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _keep(tmp: str, path: str | None) -> dict[str, Any] | None:

@@ -224,7 +224,10 @@ def profile_summary(run: dict[str, Any], launches: list[dict[str, Any]]) -> dict
     what profiling cost, and where the trace lies."""
     side = side_profile(launches)
     if side is None:
-        return None
+        errors = [
+            p["error"] for la in launches if isinstance(p := la.get("profile"), dict) and p.get("error")
+        ]
+        return {"error": str(errors[0]), "launches": len(errors)} if errors else None
     profs = _profiles(launches)
     costs = [p.get("cost") or {} for p in profs]
     cost_s = [float(c["profile_s"]) for c in costs if isinstance(c.get("profile_s"), (int, float))]

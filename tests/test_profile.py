@@ -219,3 +219,20 @@ def test_bisect_with_profile_names_the_culprit_and_splits_its_change(tmp_path: P
     verify = next(p for p in c["profile"]["phases"] if p["phase"] == "verify")
     assert verify["reading"]["text"] == "GPU idle, host-bound", verify["delta"]
     assert "-> GPU idle, host-bound" in to_markdown(r)
+
+
+def test_a_profiler_that_fails_keeps_the_cycles_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.profiler
+
+    def broken(**kw: Any) -> Any:
+        raise RuntimeError("no Kineto here")
+
+    monkeypatch.setattr(torch.profiler, "profile", broken)
+    ran: list[Any] = []
+    out = _profile.run_profiled(2, False, lambda r: ran.append(r) or [2.0, 1.0], ["verify"], None, 1.5)
+    assert ran == [None, None]  # the cycles still ran (other ranks wait in them), without ranges
+    assert out["error"].startswith("RuntimeError: the profiler did not start") and "phases" not in out
+    assert out["events_ms"] == {"cycle": 2.0, "verify": 1.0} and out["cost"]["cycle_ms_measured"] == 1.5
+    assert summarize_run({"launches": [{"status": "ok", "samples": {"cycle": [1.0]}, "profile": out}]})[
+        "profile"
+    ] == {"error": out["error"], "launches": 1}

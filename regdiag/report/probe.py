@@ -107,6 +107,8 @@ def profile_lines(p: dict[str, Any] | None) -> list[str]:
     """--profile: per phase GPU busy / idle, host time, syncs and the top kernel; the cost; the trace."""
     if not p:
         return []
+    if p.get("error"):
+        return [f"  profile: none, the profiler failed in {p['launches']} launches ({p['error']})"]
     from regdiag.profiles import CPU_NOTE
 
     cost = p.get("cost_s_per_launch")
