@@ -36,10 +36,10 @@ from collections.abc import Callable
 from typing import Any
 
 TOP = 12  # kernels kept per phase
-SYNC_CALLS = {
-    "cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-    "cuStreamSynchronize", "cuCtxSynchronize", "cuEventSynchronize", "cuMemcpyDtoH_v2",
-}  # fmt: skip
+SYNC_CALLS = set(
+    "cudaStreamSynchronize cudaDeviceSynchronize cudaEventSynchronize cudaMemcpy cuStreamSynchronize "
+    "cuCtxSynchronize cuEventSynchronize cuMemcpyDtoH_v2".split()
+)
 LAUNCH_CALLS = (
     "cudaLaunchKernel",
     "cuLaunchKernel",
@@ -186,10 +186,9 @@ def analyze(trace: dict[str, Any], phases: list[str], cuda: bool, cycles: int) -
 
 
 def _blank() -> dict[str, Any]:
-    return {
-        "wall": 0.0, "busy": 0.0, "host": 0.0, "sync_wait": 0.0, "syncs": 0, "dtoh": 0, "launches": 0,
-        "kernels": 0, "graph_launches": 0, "graph_kernels": 0, "k": {},
-    }  # fmt: skip
+    acc: dict[str, Any] = dict.fromkeys(("wall", "busy", "host", "sync_wait"), 0.0)
+    acc.update(dict.fromkeys(("syncs", "dtoh", "launches", "kernels", "graph_launches", "graph_kernels"), 0))
+    return {**acc, "k": {}}
 
 
 def _per_cycle(a: dict[str, Any], n: int) -> dict[str, Any]:
@@ -215,7 +214,7 @@ def _per_cycle(a: dict[str, Any], n: int) -> dict[str, Any]:
                 "total_ms": round(t / n / 1e3, 5),
                 "mean_us": round(t / c, 3) if c else None,
                 "share": round(t / a["wall"], 4) if a["wall"] else None,
-            }  # fmt: skip
+            }
             for name, (c, t) in top
         ],
     }

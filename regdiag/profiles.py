@@ -17,7 +17,17 @@ import re
 import statistics
 from typing import Any
 
-FIGURES = ("wall_ms", "busy_ms", "idle_ms", "host_ms", "dispatch_ms", "sync_wait_ms", "syncs", "kernels")
+FIGURES = (
+    "wall_ms",
+    "busy_ms",
+    "idle_ms",
+    "host_ms",
+    "dispatch_ms",
+    "sync_wait_ms",
+    "syncs",
+    "kernels",
+    "graph_launches",
+)
 MOVED = 0.05  # a phase whose wall time moved by this fraction gets a line
 KERNELS_SHOWN = 4
 KERNELS_KEPT = 20
@@ -92,7 +102,7 @@ def profile_split(
                 "new": {k: n[k] for k in FIGURES},
                 "delta": d,
                 "moved": abs(d["wall_ms"]) >= MOVED * max(o["wall_ms"], 1e-9),
-                "reading": _reading(d, kernels),
+                "reading": _reading(d, kernels) if not (_hidden(o) or _hidden(n)) else HIDDEN,
                 "kernels": kernels[:KERNELS_KEPT],
             }
         )
@@ -123,6 +133,14 @@ def _kernels(o: dict[str, Any], n: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda k: -abs(k["delta_ms"]))
 
 
+HIDDEN = {"kind": "unknown", "text": "not split: the kernels inside its CUDA graph replays were not traced"}
+
+
+def _hidden(f: dict[str, Any]) -> bool:
+    """A graph phase whose replays' kernels the trace does not show: its busy time reads 0, not idle."""
+    return f.get("graph_launches", 0) > 0 and not f.get("kernels")
+
+
 def _reading(d: dict[str, float], kernels: list[dict[str, Any]]) -> dict[str, Any]:
     """Which side of the split the change is: GPU work (and the kernel that moved most that way) or
     GPU idle (host-bound, or host syncs when syncs or the time waiting in them grew)."""
@@ -151,7 +169,7 @@ def phase_line(r: dict[str, Any]) -> str:
     moved = [k for k in r["kernels"] if abs(k["delta_ms"]) >= 0.001][:2]
     kern = ", ".join(f"{k['short']} {_ms(k['delta_ms'])}" for k in moved) or "none moved"
     syncs = f"{d['syncs']:+.3g}"
-    bound = "host syncs" if d["syncs"] > 0 or d["sync_wait_ms"] > 0.5 * max(d["idle_ms"], 0) else "host-bound"
+    bound = r["reading"].get("bound") or ("host syncs" if d["syncs"] > 0 else "host-bound")
     return (
         f"{r['phase']} {_ms(d['wall_ms'])}: GPU work {_ms(d['busy_ms'])} (kernels {kern}), "
         f"GPU idle {_ms(d['idle_ms'])} ({bound}: dispatch {_ms(d['dispatch_ms'])}, syncs {syncs}) "

@@ -172,6 +172,9 @@ def test_the_split_names_syncs_and_leaves_unprofiled_runs_alone() -> None:
     assert split["phases"][0]["reading"]["text"] == "GPU idle, host syncs"
     assert "syncs +4" in split_lines(split)[1]
     assert profile_split(good, [{"samples": {}}], ["verify"]) is None
+    # a graph phase whose replays' kernels were not traced reads busy 0: not split, and said so
+    hidden = [_launch(verify={**synced, "kernels": 0, "graph_launches": 1, "top": []})] * 2
+    assert profile_split(good, hidden, ["verify"])["phases"][0]["reading"]["kind"] == "unknown"
 
 
 @pytest.mark.cli
@@ -179,11 +182,10 @@ def test_the_split_names_syncs_and_leaves_unprofiled_runs_alone() -> None:
 @pytest.mark.slow
 def test_ab_with_profile_splits_the_change_and_keeps_each_sides_trace(cli: Any, tmp_path: Path) -> None:
     prefix = tmp_path / "ab"
-    r = cli(
-        "ab", "--a", "", "--b", "REGDIAG_PROBE_HOST_SLOW=verify:40", "--probe", "spec-decode",
-        "--launches", "2", "--margin", "25%", "--no-snapshot", "-o", str(prefix), "--json", "--", *ARGS,
-        env={"REGDIAG_HOME": str(tmp_path / "home")},
-    )  # fmt: skip
+    opts = "ab --probe spec-decode --launches 2 --margin 25% --no-snapshot --json".split()
+    side_b = "REGDIAG_PROBE_HOST_SLOW=verify:40"
+    home = {"REGDIAG_HOME": str(tmp_path / "home")}
+    r = cli(*opts, "--a", "", "--b", side_b, "-o", str(prefix), "--", *ARGS, env=home)
     assert r.returncode in (1, 3), r.stderr[-2000:]  # REGRESSED, or INCONCLUSIVE on 2 pairs
     out = json.loads(r.stdout)
     verify = next(p for p in out["profile"]["phases"] if p["phase"] == "verify")
@@ -209,9 +211,15 @@ def test_bisect_with_profile_names_the_culprit_and_splits_its_change(tmp_path: P
     from regdiag.report.bisect import to_markdown
 
     req = Request(
-        good="-REGDIAG_PROBE_HOST_SLOW", bad="REGDIAG_PROBE_HOST_SLOW=verify:40", probe="spec-decode",
-        probe_args=ARGS, journal=str(tmp_path / "journal.jsonl"), launches=2, max_launches=3, margin=0.25,
-    )  # fmt: skip
+        good="-REGDIAG_PROBE_HOST_SLOW",
+        bad="REGDIAG_PROBE_HOST_SLOW=verify:40",
+        probe="spec-decode",
+        probe_args=ARGS,
+        journal=str(tmp_path / "journal.jsonl"),
+        launches=2,
+        max_launches=3,
+        margin=0.25,
+    )
     r = run_bisect(req)
     assert r["verdict"] == "CULPRIT", r["statement"]
     [c] = r["culprits"]
