@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-TOP = 12  # kernels kept per phase
+TOP = 24  # kernels kept per phase
 SYNC_CALLS = set(
     "cudaStreamSynchronize cudaDeviceSynchronize cudaEventSynchronize cudaMemcpy cuStreamSynchronize "
     "cuCtxSynchronize cuEventSynchronize cuMemcpyDtoH_v2".split()

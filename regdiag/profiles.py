@@ -128,9 +128,11 @@ def _kernels(o: dict[str, Any], n: dict[str, Any]) -> list[dict[str, Any]]:
                 "count": [a["count"], b["count"]],
                 "total_ms": [a["total_ms"], b["total_ms"]],
                 "delta_ms": b["total_ms"] - a["total_ms"],
+                "listed": [name in o, name in n],  # false: not among that side's top kernels (0 shown)
             }
         )
-    return sorted(out, key=lambda k: -abs(k["delta_ms"]))
+    # kernels listed on both sides first: one outside a side's top list only seems to appear or vanish
+    return sorted(out, key=lambda k: (not all(k["listed"]), -abs(k["delta_ms"])))
 
 
 HIDDEN = {"kind": "unknown", "text": "not split: the kernels inside its CUDA graph replays were not traced"}
@@ -182,8 +184,11 @@ def kernel_lines(r: dict[str, Any]) -> list[str]:
     out = []
     for k in [k for k in r["kernels"] if abs(k["delta_ms"]) >= 0.001][:KERNELS_SHOWN]:
         (co, cn), (to, tn) = k["count"], k["total_ms"]
+        lo, ln = k.get("listed", [True, True])
+        calls = (f"{co:.4g}" if lo else "-", f"{cn:.4g}" if ln else "-")
+        times = (f"{to:.4g}" if lo else "-", f"{tn:.4g}" if ln else "-")
         out.append(
-            f"{k['short']}: {co:.4g} -> {cn:.4g} calls, {to:.4g} -> {tn:.4g} ms ({_ms(k['delta_ms'])})"
+            f"{k['short']}: {calls[0]} -> {calls[1]} calls, {times[0]} -> {times[1]} ms ({_ms(k['delta_ms'])})"
         )
     return out
 
@@ -193,11 +198,11 @@ def split_lines(split: dict[str, Any] | None) -> list[str]:
     if not split:
         return []
     cyc = split["cycles"]
-    head = f"profile ({split['device']}, {cyc[0]} vs {cyc[1]} cycles per launch after the window)"
+    head = f"profile ({split['device']}, {cyc[0]} vs {cyc[1]} profiled cycles per launch)"
     moved = [r for r in split["phases"] if r["moved"]]
     if not moved:
         return [f"{head}: no phase's profiled wall time moved {100 * MOVED:.0f} % or more"]
-    out = [f"{head}:"]
+    out = [f"{head}; '-': not among that side's top kernels:"]
     for r in moved:
         out.append("  " + phase_line(r))
         out += ["    " + k for k in kernel_lines(r)]

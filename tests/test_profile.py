@@ -244,3 +244,17 @@ def test_a_profiler_that_fails_keeps_the_cycles_and_says_why(monkeypatch: pytest
     assert summarize_run({"launches": [{"status": "ok", "samples": {"cycle": [1.0]}, "profile": out}]})[
         "profile"
     ] == {"error": out["error"], "launches": 1}
+
+
+@pytest.mark.launch
+@pytest.mark.slow
+def test_two_trace_files_compare_with_the_same_split(runs: dict[str, Any]) -> None:
+    from regdiag.importers import load_run
+
+    tmp = runs["tmp"]
+    good, extra = (load_run(tmp / f"{name}.profile-0.json.gz") for name in ("good", "extra"))
+    assert good["probe"]["name"] == "torch-trace" and set(good["phases"] or good["units"]) >= {"verify"}
+    c = compare_runs(good, extra, host_reading=False)
+    verify = next(r for r in c.profile["phases"] if r["phase"] == "verify")
+    assert verify["reading"]["kind"] == "gpu-work" and verify["reading"]["kernel"] == "aten::mm"
+    assert c.metric("verify").new_centers[0] > c.metric("verify").old_centers[0]
