@@ -8,7 +8,7 @@
 #      "GPU work, kernel <the GEMM's>".
 # Reports each run's profile cost and trace size, and whether the kernels inside graph replays were
 # traced (graph_kernels_visible). Then nothing of ours on the GPU.
-#   OUT=/some/dir bash bench/gpu_profile.sh        (~5 minutes)
+#   OUT=/some/dir bash bench/gpu_profile.sh        (~3 minutes; each run at most 2)
 set -u
 OUT=${OUT:?set OUT to a directory}
 mkdir -p "$OUT"
@@ -17,13 +17,14 @@ export PYTHONPATH=. PYTHONUNBUFFERED=1 REGDIAG_HOME=$HOME_DIR
 R=$OUT/report.txt
 : >"$R"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw --format=csv,noheader >>"$R"
-COMMON=(--preset kimi-k2 --tp-slice 8 --layers 8 --cycles 30 --launches 3 --no-snapshot --profile --profile-cycles 3)
+COMMON=(--preset kimi-k2 --tp-slice 8 --layers 8 --cycles 30 --launches 3 --no-snapshot
+  --profile --profile-cycles 3)
 
 run() { # run TAG [ENV=VALUE] -- ARGS...: one run of the probe, its summary in TAG.summary.json
   local tag=$1 envv=$2
   shift 2
   local t0=$SECONDS
-  env $envv timeout 200 python3 -m regdiag probe spec-decode "${COMMON[@]}" "$@" -o "$OUT/$tag.json" --json \
+  env $envv timeout 120 python3 -m regdiag probe spec-decode "${COMMON[@]}" "$@" -o "$OUT/$tag.json" --json \
     >"$HOME_DIR/$tag.summary.json" 2>>"$OUT/err.txt"
   echo "=== run $tag ($envv $*): exit $?, $((SECONDS - t0)) s" >>"$R"
   python3 - "$HOME_DIR/$tag.summary.json" >>"$R" 2>&1 <<'EOF'
@@ -31,13 +32,15 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 p = s.get("profile") or {}
 print("cycle run median ms:", next((m["run"] for m in s["metrics"] if m["metric"] == "cycle"), None))
-print("profile cost s/launch:", p.get("cost_s_per_launch"), "cycle under profiler x", p.get("cycle_under_profiler_x"))
+print("profile cost s/launch:", p.get("cost_s_per_launch"),
+      "cycle under profiler x", p.get("cycle_under_profiler_x"))
 print("graph kernels visible:", p.get("graph_kernels_visible"))
 for t in p.get("traces") or []:
     print("trace:", t["path"], f"{t['bytes'] / 1e6:.2f} MB")
 for ph, f in (p.get("phases") or {}).items():
-    print(f"  {ph}: wall {f['wall_ms']:.3f} busy {f['busy_ms']:.3f} idle {f['idle_ms']:.3f} host {f['host_ms']:.3f}"
-          f" syncs {f['syncs']} kernels {f['kernels']} top {[k['short'] for k in f['top']]}")
+    print(f"  {ph}: wall {f['wall_ms']:.3f} busy {f['busy_ms']:.3f} idle {f['idle_ms']:.3f}"
+          f" host {f['host_ms']:.3f} syncs {f['syncs']} kernels {f['kernels']}")
+    print("    top:", ", ".join(f"{k['short']} {k['total_ms']:.3f} ms/{k['count']:g}" for k in f["top"]))
 EOF
 }
 

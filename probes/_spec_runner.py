@@ -446,8 +446,9 @@ def _one_cycle(
 def profile(
     s: Setup, m: Model, hooks: dict[str, Any], inputs: torch.Tensor, got: Measured, progress: Progress
 ) -> dict[str, Any] | None:
-    """--profile: --profile-cycles N instrumented cycles after the measured window, under torch.profiler on rank 0
-    (probes/_profile.py); the other ranks run the same cycles unprofiled. None on ranks other than 0."""
+    """--profile: --profile-cycles N instrumented cycles after the measured window, under torch.profiler
+    on rank 0 (probes/_profile.py); the other ranks run the same cycles unprofiled. None on ranks other
+    than 0."""
     order, cuda, n = list(m.fns), s.cuda, s.a.profile_cycles
     slow = _slow(hooks, cuda)
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(order) + 3)] if cuda else []

@@ -187,9 +187,8 @@ def kernel_lines(r: dict[str, Any]) -> list[str]:
         lo, ln = k.get("listed", [True, True])
         calls = (f"{co:.4g}" if lo else "-", f"{cn:.4g}" if ln else "-")
         times = (f"{to:.4g}" if lo else "-", f"{tn:.4g}" if ln else "-")
-        out.append(
-            f"{k['short']}: {calls[0]} -> {calls[1]} calls, {times[0]} -> {times[1]} ms ({_ms(k['delta_ms'])})"
-        )
+        moved = _ms(k["delta_ms"])
+        out.append(f"{k['short']}: {calls[0]} -> {calls[1]} calls, {times[0]} -> {times[1]} ms ({moved})")
     return out
 
 

@@ -118,7 +118,10 @@ def _cuda_trace() -> dict[str, Any]:
     """One cycle as Kineto writes it on CUDA: draft a graph replay (its two kernels carry the launch's
     correlation id), verify eager with two kernels, a blocking device-to-host copy and a sync; the host
     sits 300 us between verify's launches (GPU idle there)."""
-    k = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"
+    k = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+        "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"
+    )
     return {
         "traceEvents": [
             _x("user_annotation", "cycle", 0, 1000),
