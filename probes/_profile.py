@@ -285,7 +285,7 @@ def _gpu(evs: list[dict[str, Any]], ranges: list[dict[str, Any]], acc: dict[str,
         for r in ranges:
             if _within(call, r):
                 owner[id(r)].append(g)
-                if call["name"] in ("cudaGraphLaunch", "cuGraphLaunch"):
+                if _base(call["name"]) in ("cudaGraphLaunch", "cuGraphLaunch"):
                     acc[r["name"]]["graph_kernels"] += 1
                 break
     for r in ranges:
@@ -300,7 +300,7 @@ def _gpu(evs: list[dict[str, Any]], ranges: list[dict[str, Any]], acc: dict[str,
         a["busy"] += busy
         a["host"] += ce - cs
         for call in calls[id(r)]:
-            name = call.get("name", "")
+            name = _base(call.get("name", ""))
             if name in SYNC_CALLS:
                 a["syncs"] += 1
                 a["sync_wait"] += float(call.get("dur", 0))
@@ -314,6 +314,12 @@ def _gpu(evs: list[dict[str, Any]], ranges: list[dict[str, Any]], acc: dict[str,
             a["kernels"] += g.get("cat") == "kernel"
             c, tot = a["k"].get(g["name"], (0, 0.0))
             a["k"][g["name"]] = (c + 1, tot + float(g.get("dur", 0)))
+
+
+def _base(name: str) -> str:
+    """A runtime call's name without CUPTI's version suffix (`cudaGraphLaunch_v10000`)."""
+    head, sep, tail = name.rpartition("_v")
+    return head if sep and tail.isdigit() else name
 
 
 def _launched_before(g: dict[str, Any], by_corr: dict[Any, dict[str, Any]], t: float) -> bool:

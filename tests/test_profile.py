@@ -126,7 +126,7 @@ def _cuda_trace() -> dict[str, Any]:
         "traceEvents": [
             _x("user_annotation", "cycle", 0, 1000),
             _x("user_annotation", "draft", 10, 40),
-            _x("cuda_runtime", "cudaGraphLaunch", 20, 10, correlation=1),
+            _x("cuda_runtime", "cudaGraphLaunch_v10000", 20, 10, correlation=1),
             _x("kernel", "graph_kernel_a", 40, 50, tid=7, correlation=1),
             _x("kernel", "graph_kernel_b", 90, 30, tid=7, correlation=1),
             _x("user_annotation", "verify", 60, 600),
