@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch.profiler  # imported once at collection, as the probe kit's tests do (not inside a unit test)
 from probe_helpers import PROBES, TINY
 
 from regdiag.compare import compare_runs
@@ -233,8 +234,6 @@ def test_bisect_with_profile_names_the_culprit_and_splits_its_change(tmp_path: P
 
 
 def test_a_profiler_that_fails_keeps_the_cycles_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
-    import torch.profiler
-
     def broken(**kw: Any) -> Any:
         raise RuntimeError("no Kineto here")
 
