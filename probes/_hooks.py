@@ -63,3 +63,50 @@ def hang_here(hang: tuple[int, str] | None, rank: int, stage: str) -> None:
         sys.stderr.flush()
         while True:
             time.sleep(3600)
+
+
+HOST_SLOW_ENV = "REGDIAG_PROBE_HOST_SLOW"  # "verify:5" = 5 ms of busy host work spread between verify's ops
+EXTRA_OP_ENV = "REGDIAG_PROBE_EXTRA_OP"  # "verify:20" or "verify:20x1024" = 20 extra square matmuls in verify
+
+
+def parse_phase_values(env_name: str, env: str | None, phases: list[str]) -> dict[str, str]:
+    """'verify:5,draft:1' -> {'verify': '5', 'draft': '1'} (values checked by the caller)."""
+    out: dict[str, str] = {}
+    for spec in (env or "").split(","):
+        if not spec.strip():
+            continue
+        name, _, val = spec.strip().partition(":")
+        if name not in phases:
+            raise UsageError(f"{env_name} {spec!r}: phase must be one of {', '.join(phases)}")
+        out[name] = val
+    return out
+
+
+def parse_host_slow(env: str | None, phases: list[str]) -> dict[str, float]:
+    """REGDIAG_PROBE_HOST_SLOW='verify:5' -> {'verify': 5.0}: ms of host busy work in the phase."""
+    out = {}
+    for ph, val in parse_phase_values(HOST_SLOW_ENV, env, phases).items():
+        try:
+            ms = float(val)
+        except ValueError:
+            ms = -1.0
+        if not 0 <= ms <= 10_000:
+            raise UsageError(f"{HOST_SLOW_ENV} {ph}:{val}: expected PHASE:MS with MS within 0..10000")
+        out[ph] = ms
+    return out
+
+
+def parse_extra_op(env: str | None, phases: list[str]) -> dict[str, list[int]]:
+    """REGDIAG_PROBE_EXTRA_OP='verify:20x512' -> {'verify': [20, 512]}: N extra square matmuls of SIZE
+    (default 512) in the phase, real work on its device."""
+    out = {}
+    for ph, val in parse_phase_values(EXTRA_OP_ENV, env, phases).items():
+        n, _, size = val.partition("x")
+        try:
+            nums = [int(n), int(size or 512)]
+        except ValueError:
+            nums = [0, 0]
+        if not (1 <= nums[0] <= 10_000 and 1 <= nums[1] <= 16_384):
+            raise UsageError(f"{EXTRA_OP_ENV} {ph}:{val}: expected PHASE:N or PHASE:NxSIZE (N 1..10000)")
+        out[ph] = nums
+    return out

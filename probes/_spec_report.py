@@ -31,10 +31,13 @@ class Report:
     kept: dict[str, list[float]] = field(default_factory=dict)
     naive_kept: dict[str, list[float]] = field(default_factory=dict)
 
-    def emit(self) -> None:
+    def emit(self, profile: dict[str, Any] | None = None) -> None:
         em = Emitter()
         stats = self._cycle_lines(em)
-        em.emit(self._footer(*stats))
+        footer = self._footer(*stats)
+        if profile is not None:  # --profile: per-phase figures of the profiled cycles (probes/_profile.py)
+            footer["profile"] = profile
+        em.emit(footer)
 
     def _cycle_lines(self, em: Emitter) -> tuple[list[float], list[float], list[float]]:
         a, P = self.s.a, len(self.order)

@@ -26,6 +26,7 @@ import _presets
 import torch
 from _dist import barrier, device_info, max_over_ranks, nccl_version, teardown
 from _hooks import hang_here
+from _profile import plant_extra_op, plant_host_slow, run_profiled
 from _protocol import Emitter, Progress
 from _spec_model import MTP, Comm, Draft, Init, Pos, Target, rope_tables, simulate_accept_len
 from _spec_report import Report
@@ -50,6 +51,13 @@ def _gpu_sleep_ms(ms: float) -> Callable[[], None]:
     ev1.synchronize()
     cycles = max(1, int(2_000_000 * ms / max(ev0.elapsed_time(ev1), 1e-3)))
     return lambda: torch.cuda._sleep(cycles)  # a spinning kernel on the compute stream
+
+
+def _slow(hooks: dict[str, Any], cuda: bool) -> dict[str, Callable[[], None]]:
+    """The --slow-phase hook: per phase, MS of busy work (a spinning kernel on CUDA, the host on CPU)."""
+    return {
+        ph: (_gpu_sleep_ms(ms) if cuda else _spin_ms(ms)) for ph, ms in hooks["slow_ms"].items() if ms > 0
+    }
 
 
 # ------------------------------------------------------------------------------------------ build
@@ -141,7 +149,7 @@ def _collective_table(log: list[tuple[str, int]]) -> list[dict[str, Any]]:
     return [{"op": op, "bytes": b, "count": n} for (op, b), n in out.items()]
 
 
-def build(s: Setup, progress: Progress) -> Model:
+def build(s: Setup, progress: Progress, hooks: dict[str, Any] | None = None) -> Model:
     a, shape = s.a, s.shape
     t_build = time.time()
     torch.manual_seed(a.seed * 7919 + s.rank)
@@ -170,6 +178,7 @@ def build(s: Setup, progress: Progress) -> Model:
         fns = _eagle_fns(s, target, draft, inp)
     else:
         fns = _decode_fns(s, target, inp)
+    plant_extra_op(fns, (hooks or {}).get("extra_op") or {}, s.device, s.dtype)
     # One eager pass per phase: warms kernels and NCCL, and logs the collectives each phase issues.
     collectives = {}
     for ph, fn in fns.items():
@@ -192,6 +201,11 @@ def build(s: Setup, progress: Progress) -> Model:
             m.runners_nocomm[ph] = _without_comm(comm, fn, pool if use_graph else None)
         progress("capture", len(m.runners), len(fns))
     _sync(s.cuda)
+    for ph, ms in ((hooks or {}).get("host_slow_ms") or {}).items():
+        if ms > 0 and ph in m.runners:
+            m.runners[ph] = plant_host_slow(m.runners[ph], ms, m.graphs[ph])
+            if ph in m.runners_nocomm:
+                m.runners_nocomm[ph] = plant_host_slow(m.runners_nocomm[ph], ms, m.graphs[ph])
     m.build_s = round(time.time() - t_build, 3)
     return m
 
@@ -338,9 +352,7 @@ class Measured:
 def measure(s: Setup, m: Model, hooks: dict[str, Any], inputs: torch.Tensor, progress: Progress) -> Measured:
     a, cuda = s.a, s.cuda
     order = list(m.fns)
-    slow = {
-        ph: (_gpu_sleep_ms(ms) if cuda else _spin_ms(ms)) for ph, ms in hooks["slow_ms"].items() if ms > 0
-    }
+    slow = _slow(hooks, cuda)
     crash = hooks["crash"]
     crash_here = crash is not None and crash[0] == s.rank and crash[1] == a.launch_index
     out = Measured(make_schedule(a.warmup, a.cycles, a.block, s.comm_off))
@@ -431,6 +443,36 @@ def _one_cycle(
     return [cyc, *ph_ms], naive
 
 
+def profile(
+    s: Setup, m: Model, hooks: dict[str, Any], inputs: torch.Tensor, got: Measured, progress: Progress
+) -> dict[str, Any] | None:
+    """--profile: --profile-cycles N instrumented cycles after the measured window, under torch.profiler
+    on rank 0 (probes/_profile.py); the other ranks run the same cycles unprofiled. None on ranks other
+    than 0."""
+    order, cuda, n = list(m.fns), s.cuda, s.a.profile_cycles
+    slow = _slow(hooks, cuda)
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(order) + 3)] if cuda else []
+    measured = [i for i, k in enumerate(got.schedule) if k == "i"] or [0]
+    done = [0]
+
+    def one(ranges: Any) -> list[float]:
+        ci = measured[done[0] % len(measured)]
+        row, _ = _one_cycle(order, m.runners, slow, ev, m.inp, inputs[ci], inst=True, cuda=cuda, nvtx=ranges)
+        done[0] += 1
+        progress("profile", done[0], n)
+        return row
+
+    progress("profile", 0, n, force=True)
+    barrier(s.group, s.world, s.device)
+    if s.rank != 0:
+        for _ in range(n):
+            one(None)
+        return None
+    cyc = sorted(r[0] for r in got.rows[s.a.warmup :]) or [0.0]
+    trace = s.a.profile_trace
+    return run_profiled(n, cuda, one, order, trace, round(cyc[len(cyc) // 2], 5))
+
+
 # ------------------------------------------------------------------------------------------ rank
 
 
@@ -443,7 +485,7 @@ def run_rank(
     s = setup(a, progress)
     progress("build", force=True)
     hang_here(hooks.get("hang"), s.rank, "build")
-    m = build(s, progress)
+    m = build(s, progress, hooks)
     ndt = a.num_draft_tokens if s.eagle else 1
     alpha = accept_alpha(a.accept_mean, ndt) if s.eagle else 0.0
     # Inputs of every cycle drawn up front (same on every rank: TP ranks must see the same tokens).
@@ -456,6 +498,7 @@ def run_rank(
     if s.rank == 0:
         Emitter().emit(header(s, m, meta, hooks, alpha))
     got = measure(s, m, hooks, inputs, progress)
+    prof = profile(s, m, hooks, inputs, got, progress) if a.profile else None
     progress("gather", force=True)
     order = list(m.fns)
     n_cols = 1 + len(order) + ((len(order) + 1) if a.naive_timer else 0)
@@ -475,7 +518,7 @@ def run_rank(
             acc_len=acc_len,
             window=(got.t_measure - t0, got.t_end - t0),
         )
-        report.emit()
+        report.emit(prof)
     progress("teardown", force=True)
     hang_here(hooks.get("hang"), s.rank, "teardown")
     teardown(s.world, s.cuda, release=m.release)

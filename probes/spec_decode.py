@@ -18,7 +18,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _presets  # noqa: E402
 from _dist import probe_main  # noqa: E402
-from _hooks import CRASH_ENV, HANG_ENV, SLOW_ENV, parse_crash, parse_hang, parse_slow  # noqa: E402
+from _hooks import (  # noqa: E402
+    CRASH_ENV,
+    EXTRA_OP_ENV,
+    HANG_ENV,
+    HOST_SLOW_ENV,
+    SLOW_ENV,
+    parse_crash,
+    parse_extra_op,
+    parse_hang,
+    parse_host_slow,
+    parse_slow,
+)
 from _protocol import (  # noqa: E402
     MAX_COUNT,
     MAX_RANKS,
@@ -38,6 +49,7 @@ PRIMARY = "cycle"
 PHASES = ("draft", "verify", "extend")
 # What its processes import beyond the standard library (a bisect loads these before any launch).
 LOADS = ("torch", "torch.distributed")
+PROFILE_CYCLES = 3
 
 
 def build_parser() -> ProbeArgParser:
@@ -159,6 +171,24 @@ def build_parser() -> ProbeArgParser:
         help=f"test hook: this rank exits abruptly (also {CRASH_ENV}=R@L)",
     )
     p.add_argument("--crash-at-launch", type=int, default=0, help="test hook: ... in this launch (default 0)")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the measured window, --profile-cycles more cycles under torch.profiler, read per "
+        "phase: GPU busy and idle, host time, syncs, top kernels (rank 0; docs/probes.md, Profile)",
+    )
+    p.add_argument(
+        "--profile-cycles",
+        type=int,
+        default=PROFILE_CYCLES,
+        help=f"cycles profiled with --profile (default {PROFILE_CYCLES})",
+    )
+    p.add_argument(
+        "--profile-trace",
+        default=None,
+        metavar="PATH",
+        help="with --profile: write the Chrome/Perfetto trace here (.gz: compressed); default: not kept",
+    )
     add_common_args(p)
     return p  # fmt: skip
 
@@ -184,6 +214,7 @@ def validate(a: Any) -> dict[str, Any]:
         seed=(0, 2**31 - 1),
         crash_at_launch=(0, MAX_COUNT),
         hang_timeout=(0.001, MAX_SECONDS),
+        profile_cycles=(1, 1000),
     )
     if a.tp_slice is not None and a.tp != 1:
         raise UsageError("--tp-slice N needs --tp 1 (it builds one rank's shapes of TP=N on one device)")
@@ -208,7 +239,13 @@ def validate(a: Any) -> dict[str, Any]:
             _presets.resolve_shape(a.preset, a.layers, a.tp_slice or a.tp, a.weights, a.draft)
         except ValueError as e:
             raise UsageError(f"{a.preset}: {e}") from None
-    return {"slow_ms": slow, "crash": list(crash) if crash else None, "hang": list(hang) if hang else None}
+    return {
+        "slow_ms": slow,
+        "crash": list(crash) if crash else None,
+        "hang": list(hang) if hang else None,
+        "host_slow_ms": parse_host_slow(os.environ.get(HOST_SLOW_ENV), phases_for(a.mode)),
+        "extra_op": parse_extra_op(os.environ.get(EXTRA_OP_ENV), phases_for(a.mode)),
+    }
 
 
 def accept_alpha(mean: float, n: int) -> float:

@@ -41,7 +41,7 @@ from regdiag.errors import BadInput, ProbeError
 from regdiag.hosts.base import CommandResult, Host
 from regdiag.measure.launch import UsageAbort, launch, measure_launch
 from regdiag.measure.nodes import NodeFailed
-from regdiag.measure.probe import new_probe_run
+from regdiag.measure.probe import new_probe_run, trace_args
 from regdiag.measure.session import Session, warn
 from regdiag.measure.stream import LaunchStream, adopt_header, env_for_record
 from regdiag.runs import RunWriter
@@ -371,6 +371,7 @@ class Pairs:
         env["REGDIAG_LAUNCH_INDEX"] = str(index)
         unset = [k for k, v in variables.items() if v is None]
         argv, own = self.argv_for(built, index), getattr(self.argv_for, "regdiag_code", False)
+        argv = [*argv, *trace_args(self.req.probe_args, Path(self.writers[s.label].path), index, node)]
         return launch(
             node,
             argv,

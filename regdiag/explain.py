@@ -32,6 +32,7 @@ from regdiag.collective_costs import Latencies
 from regdiag.comm import CommShare, comm_shares
 from regdiag.errors import BadInput
 from regdiag.models import DTYPE_BYTES, preset_shape, shape_from_dict
+from regdiag.profiles import side_profile
 from regdiag.records import EXPLANATION, RUN, RecordError, check_record, schema_id
 from regdiag.roofline import PhaseRoofline, add_comm, bytes_ratio, roofline
 from regdiag.run_view import usable
@@ -509,6 +510,9 @@ def _rooflines(
         row = roofline(ph, shape, config, elt, bandwidth, _median_center(launches, ph), graphs.get(ph))
         if row is not None:
             rows.append(row)
+    prof = side_profile(launches)  # --profile: which of kernels and idle time keeps a phase off its floor
+    for row in rows:
+        row.profile = (prof or {}).get("phases", {}).get(row.phase)
     if baseline is not None and "decode" not in phases:
         bl = _ok_launches(baseline)
         bh = _header(bl)

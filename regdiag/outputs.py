@@ -187,6 +187,9 @@ class ProbeSummary(_Run, total=False):
     sizes: D[list[Any], "collectives: per message size"]
     comm: D[dict[str, Any], "the communication facts of the run (docs/probes.md)"]
     copy: D[str, "the -o file: a copy of the record, kept as current as the stored one (only with -o)"]
+    profile: D[
+        dict[str, Any] | None, "--profile: per phase busy, idle, host, syncs, top kernels; cost, traces"
+    ]
 
 
 class ProbeHost(TypedDict, total=False):
@@ -313,6 +316,10 @@ class Comparison(_ComparisonExtras):
     machine_diff: D[Any, "differences between the machines"]
     sweep: D[str, "a sweep judged per size: the sizes that moved, in one sentence; empty otherwise"]
     judged_by: D[str | None, "the metric --metric named, or null"]
+    profile: D[
+        dict[str, Any] | None,
+        "--profile on both sides: per phase the change as GPU work and GPU idle, the kernels that moved",
+    ]
 
 
 class Explanation(TypedDict, total=False):

@@ -9,6 +9,7 @@ from typing import Any
 
 from regdiag.collective_costs import SAMPLING_BROADCASTS, Latencies, count, phase_collectives
 from regdiag.models import DTYPE_BYTES, touched_experts
+from regdiag.profiles import profile_reason
 
 LAUNCH_BOUND_FRACTION = 0.5  # an eager phase below this share of its floor is launch-bound
 FAR_FROM_FLOOR = 0.15
@@ -27,6 +28,7 @@ class PhaseRoofline:
     bytes_floor_ms: float = 0.0
     comm_ms: float | None = None  # count x measured latency of the phase's collectives
     collectives: int | None = None  # per phase (all its forwards), as the engine issues them
+    profile: dict[str, Any] | None = None  # --profile's figures of the phase (regdiag/profiles.py)
 
     @property
     def achieved(self) -> float | None:
@@ -44,12 +46,13 @@ class PhaseRoofline:
         a = self.achieved
         if a is None:
             return "not measured in this run"
+        why = profile_reason(self.profile) if self.profile else None
         if self.launch_bound:
-            return "launch-bound: eager kernel launches, not bytes, set its time"
+            return "launch-bound: " + (why or "eager kernel launches, not bytes, set its time")
         if a > 1.05:
             return "faster than the floor: the bandwidth or the byte model is wrong for this run"
         if a < FAR_FROM_FLOOR:
-            return "far from the floor: small kernels, syncs or communication dominate"
+            return "far from the floor: " + (why or "small kernels, syncs or communication dominate")
         return ""
 
     def to_dict(self) -> dict[str, Any]:

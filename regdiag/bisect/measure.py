@@ -52,6 +52,9 @@ class Launch:
     # None when it did not say (a --command of the user's, an old journal).
     loaded: list[dict[str, str]] | None = None
     placement: dict[str, Any] | None = None  # where it ran beyond the host (Slurm: node, allocation)
+    profile: dict[str, Any] | None = (
+        None  # `-- --profile`: the probe's per-phase profile (probes/_profile.py)
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +68,7 @@ class Launch:
             "better": self.better,
             "loaded": self.loaded,
             **({"placement": self.placement} if self.placement else {}),
+            **({"profile": self.profile} if self.profile else {}),
         }
 
     def failed(self) -> StepFailed | None:
@@ -88,6 +92,7 @@ class Launch:
             better=d.get("better"),
             loaded=loaded_list(d.get("loaded")),
             placement=d.get("placement") if isinstance(d.get("placement"), dict) else None,
+            profile=d.get("profile") if isinstance(d.get("profile"), dict) else None,
         )
 
 
@@ -123,7 +128,8 @@ def run_launch(
         host, argv, stream, env=env, unset=unset, cwd=cwd, timeout=timeout, regdiag_code=regdiag_code
     )
     took = time.monotonic() - t0
-    samples = stream.to_launch()["samples"]
+    got = stream.to_launch()
+    samples = got["samples"]
     meds = medians(samples)
     n = len(samples.get(metric, []))
     rc = res.returncode
@@ -139,4 +145,5 @@ def run_launch(
         why = f"no metric {metric!r} in the output (has {have})"
         return Launch("error", meds, 0, took, rc, why, MetricMissing.kind)
     loaded = loaded_list((stream.footer or {}).get("loaded"))
-    return Launch("ok", meds, n, took, rc, better=direction.of_header(metric, stream.header), loaded=loaded)
+    better = direction.of_header(metric, stream.header)
+    return Launch("ok", meds, n, took, rc, better=better, loaded=loaded, profile=got.get("profile"))

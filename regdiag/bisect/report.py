@@ -17,6 +17,7 @@ import numpy as np
 from regdiag import stats
 from regdiag.bisect.lab import Lab, Point
 from regdiag.bisect.search import Culprit, Outcome
+from regdiag.profiles import profile_split
 from regdiag.records import BISECT_REPORT, schema_id
 
 REPORT_KIND = schema_id(BISECT_REPORT)
@@ -105,7 +106,15 @@ def _culprit(c: Culprit, lab: Lab, metric: str, total: dict[str, float]) -> dict
         "to": lab.label(c.hi),
         "skipped": c.skipped,
         "exact": not c.skipped,
+        "profile": _split(lab, c.lo, c.hi),
     }
+
+
+def _split(lab: Lab, lo: Point, hi: Point) -> dict[str, Any] | None:
+    """`-- --profile`: the culprit's change per phase as GPU work and GPU idle (regdiag/profiles.py),
+    from the profiles of the launches of the two points that bracket it; None where either has none."""
+    side = [[{"profile": la.profile} for la in lab.launches(p) if la.profile] for p in (lo, hi)]
+    return profile_split(side[0], side[1], []) if all(side) else None
 
 
 def _cost(lab: Lab, wall_s: float) -> dict[str, Any]:

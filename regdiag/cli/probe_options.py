@@ -23,8 +23,8 @@ from typing import Any, Literal
 
 import typer
 
-# The probe options regdiag sets on every launch itself (measure.probe: the launch's index).
-SET_BY_REGDIAG = frozenset({"launch_index"})
+# The probe options regdiag sets itself (measure.probe: the launch's index, where a profile's trace goes).
+SET_BY_REGDIAG = frozenset({"launch_index", "profile_trace"})
 # A command's `probe_args: list[str] = PROBE_ARGS` parameter: @probe_options fills it with the probe's
 # options as given.
 PROBE_ARGS: list[str] = []

@@ -163,6 +163,7 @@ def usable_launches(run: dict[str, Any], label: str) -> tuple[list[dict[str, Any
                 "span": _span(la),
                 "host": la.get("host") if isinstance(la.get("host"), dict) else None,
                 "clocks_window_s": la.get("clocks_window_s"),
+                "profile": la.get("profile") if isinstance(la.get("profile"), dict) else None,
             }
         )
     return used, skipped

@@ -113,6 +113,8 @@ class Comparison:
     judged_by: str | None = None
     # Records from several nodes: the node-as-block reading (regdiag.blocks.FleetResult), else None.
     fleet: Any = None
+    # --profile on both sides: each phase's change split into GPU work and GPU idle (profiles.py).
+    profile: dict[str, Any] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -155,5 +157,6 @@ class Comparison:
                 "sweep": self.sweep,
                 "judged_by": self.judged_by,
                 **({"fleet": self.fleet.to_dict()} if self.fleet is not None else {}),
+                "profile": self.profile,
             }
         )

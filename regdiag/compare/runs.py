@@ -28,6 +28,7 @@ from regdiag.compare.host import with_host
 from regdiag.compare.result import Comparison, MetricResult, SideInfo
 from regdiag.compare.verdicts import Method, derived_metrics, metric_verdicts, overall_verdict
 from regdiag.errors import BadInput
+from regdiag.profiles import profile_split
 from regdiag.sizes import ordered, size_rows, sweep, sweep_verdict
 
 
@@ -105,8 +106,7 @@ def compared(
     batch = (_batch(po), _batch(pn))
     tput = _throughput(lo_, ln_, primary, units, how, batch)
 
-    side_o = _side_info(old, old_label, lo_, skip_o)
-    side_n = _side_info(new, new_label, ln_, skip_n)
+    side_o, side_n = _side_info(old, old_label, lo_, skip_o), _side_info(new, new_label, ln_, skip_n)
     snap_o, snap_n = old.get("snapshot_before"), new.get("snapshot_before")
     ph = _phantoms(side_o, side_n, snap_o, snap_n, results, primary, margin)
     warnings += phantom.machine_warnings(snap_o, snap_n)
@@ -140,6 +140,7 @@ def compared(
         drift=drift,
         verdict_note=verdict_note,
         machine_diff=machine_diff_of(side_o, side_n, snap_o, snap_n, env),
+        profile=profile_split(lo_, ln_, list(phases)),
     )
 
 

@@ -54,6 +54,7 @@ IMPORTERS: dict[str, str] = {
     "nsys": "regdiag.importers.nsys",
     "vllm-bench": "regdiag.importers.vllm_bench",
     "sglang-bench": "regdiag.importers.sglang_bench",
+    "torch-trace": "regdiag.importers.torch_trace",
 }
 
 IMPORT_KIND = "import"

@@ -155,7 +155,7 @@ def _launches(
         def start(
             stream: LaunchStream, i: int = i, limit: float = limit, node: Host = node, how: str = how
         ) -> CommandResult:
-            these = [*args, "--launch-index", str(i)]
+            these = [*args, "--launch-index", str(i), *trace_args(args, writer.path, i, node)]
             forked = warm.launch_argv(these) if how == "warm" and warm is not None else None
             return run_probe_on(node, name, these, stream, env, limit, argv=forked)
 
@@ -166,6 +166,8 @@ def _launches(
 
         progress = _progress_to(emit, i)
         launch, stream, why = measure_launch(i, start, limit, keep, progress, node.placement())
+        if isinstance(trace := (launch.get("profile") or {}).get("trace"), dict):
+            trace.update(host=node.name, here=node.builds_here)  # here: a path on this machine
         kind = (stream.error or {}).get("kind")
         if why is not None and i == 0 and kind == "usage":
             raise UsageAbort(why)
@@ -179,6 +181,17 @@ def _launches(
         if why is not None:
             kept = sum(1 for la in writer.run["launches"] if la["status"] == "ok")
             raise ProbeError(f"launch {i} failed: {why} ({kept} earlier launch(es) kept in {writer.path})")
+
+
+def trace_args(args: Sequence[str], record: Path, index: int, host: Host) -> list[str]:
+    """--profile: where launch `index` writes its trace. The first launch of a run keeps one, beside the
+    record where the host shares this machine's files (`<record>.profile-0.json.gz`), else in
+    ~/.regdiag/traces/ on the host (the launch record names the host and the path)."""
+    if index != 0 or not any(a == "--profile" or a.startswith("--profile=") for a in args):
+        return []
+    name = f"{record.name.removesuffix('.json')}.profile-{index}.json.gz"
+    path = str(record.with_name(name)) if host.builds_here else f"~/.regdiag/traces/{name}"
+    return ["--profile-trace", path]
 
 
 def _progress_to(emit: EventCallback, index: int) -> Callable[[dict[str, Any]], None]:

@@ -123,6 +123,7 @@ class LaunchStream:
         clocks = footer.pop("clocks", []) if footer else []
         loaded = footer.pop("loaded", None) if footer else None
         host = footer.pop("host", None) if footer else None
+        profile = footer.pop("profile", None) if footer else None
         launch: dict[str, Any] = {
             "header": redacted_header(self.header),
             "warmup_dropped": (footer or {}).get("warmup_dropped", warm),
@@ -135,6 +136,8 @@ class LaunchStream:
         }
         if host is not None:  # what the host's CPUs did beside the ranks (probes/_hoststat.py)
             launch["host"] = scrub_host(host)
+        if isinstance(profile, dict):  # --profile: per-phase figures after the window (probes/_profile.py)
+            launch["profile"] = profile
         if naive:
             launch["naive_samples"] = naive
         if bare:

@@ -87,8 +87,11 @@ def summarize_run(run: dict[str, Any]) -> dict[str, Any]:
     ]
     clock = _clock(clocks) if clocks else None
     from regdiag.comm import comm_shares
+    from regdiag.profiles import profile_summary
 
+    prof = profile_summary(run, ok)
     return {
+        **({"profile": prof} if prof is not None else {}),
         "comm": {c.phase: c.to_dict() for c in comm_shares(run)},
         "id": run.get("id"),
         "status": run.get("status"),

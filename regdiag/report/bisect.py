@@ -71,6 +71,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         cells = " | ".join(_ms(rest.get(n)) for n in names)
         lines.append(f"| unexplained rest | {cells} | {_pct(report['unexplained_share'])} |")
         lines.append("")
+    lines += [f"    {x}" for x in profile_lines(report)]
     for s in report["skipped"]:
         lines.append(f"- SKIP {s['point']}: {s['reason']}")
     for u in report["unresolved"]:
@@ -92,6 +93,8 @@ def render(report: dict[str, Any], console: Any) -> None:
     names = _phases(report)
     if report["culprits"]:
         console.print(_culprits(report, names, console.width), crop=False)
+    for line in profile_lines(report):
+        console.print(e(line), highlight=False, crop=False)
     for s in report["skipped"]:
         console.print(f"[yellow]SKIP[/] {e(s['point'])}: {e(s['reason'])}")
     for u in report["unresolved"]:
@@ -146,3 +149,14 @@ def terminal(report: dict[str, Any], out: Out) -> None:
 
 def markdown(report: dict[str, Any], out: Out) -> None:
     out.text(to_markdown(report) + "\n")
+
+
+def profile_lines(report: dict[str, Any]) -> list[str]:
+    """`-- --profile`: each culprit's change per phase as GPU work and GPU idle (regdiag/profiles.py)."""
+    from regdiag.profiles import split_lines
+
+    out = []
+    for c in report.get("culprits") or []:
+        if lines := split_lines(c.get("profile")):
+            out += [f"{c['change']}: {lines[0]}", *lines[1:]]
+    return out

@@ -11,6 +11,7 @@ from typing import Any
 
 from regdiag.compare import Comparison
 from regdiag.compare.checks import usable_launches
+from regdiag.profiles import split_lines
 from regdiag.report import svg
 from regdiag.report import text as T
 from regdiag.report.registry import Out
@@ -40,6 +41,11 @@ def render(
     parts = _head(c, old_name, new_name)
     parts += _sizes_table(c) + _metrics_table(c) + _context_table(c)
     parts += _attribution(c)
+    if lines := split_lines(c.profile):  # --profile on both sides: GPU work against GPU idle
+        parts += [
+            "<h2>What the milliseconds are made of (--profile)</h2>",
+            f"<pre>{escape(chr(10).join(lines))}</pre>",
+        ]
     parts += _plots(c, old_run, new_run)
     parts += _environment(c)
     parts.append(f"<p class='dim'>regdiag {escape(__version__)}; {escape(T.method_txt(c))}.</p>")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from regdiag.attribution import fmt_share
 from regdiag.compare import Comparison
+from regdiag.profiles import split_lines
 from regdiag.report import text as T
 from regdiag.report.registry import Out
 
@@ -28,6 +29,8 @@ def render(c: Comparison, old_name: str = "", new_name: str = "") -> str:
     ]
     out += _sizes(c) + _metrics(c) + _context(c)
     out += _attribution(c)
+    if lines := split_lines(c.profile):  # --profile on both sides: GPU work against GPU idle
+        out += ["```", *lines, "```", ""]
     if c.throughput is not None:
         out.append("- " + T.throughput_line(c.throughput))
         if cc := T.crosscheck_line(c.throughput):

@@ -68,6 +68,8 @@ def terminal(s: dict[str, Any], out: Out) -> None:
             + ", ".join(f"{c['phase']} {100 * c['share']:.1f} % ({c['comm_ms']:.3g} ms)" for c in comm),
             highlight=False,
         )
+    for line in profile_lines(s.get("profile")):
+        console.print(line, highlight=False, crop=False)
     for w in s.get("warnings", []):
         console.print(f"  [yellow]warning:[/yellow] {w}")
     for i, why in (s.get("host_flags") or {}).items():  # launches whose host stood out (docs/statistics.md)
@@ -99,3 +101,33 @@ def _render_sizes(rows: list[dict[str, Any]], console: Any) -> None:
     console.print(
         L.fit(cols, cells, console.width, title="per message (median over launches)", gap=2), crop=False
     )
+
+
+def profile_lines(p: dict[str, Any] | None) -> list[str]:
+    """--profile: per phase GPU busy / idle, host time, syncs and the top kernel; the cost; the trace."""
+    if not p:
+        return []
+    if p.get("error"):
+        return [f"  profile: none, the profiler failed in {p['launches']} launches ({p['error']})"]
+    from regdiag.profiles import CPU_NOTE
+
+    cost = p.get("cost_s_per_launch")
+    slower = p.get("cycle_under_profiler_x")
+    out = [
+        f"  profile ({p['device']}, {p['cycles']} cycles after the window, {p['launches']} launches): "
+        + (f"cost {cost:g} s per launch" if cost is not None else "cost unknown")
+        + (f", a cycle x{slower:.3g} under the profiler" if slower else "")
+        + "; the measured cycles are not profiled"
+    ]
+    for ph, f in p["phases"].items():
+        top = ", ".join(f"{k['short']} {k['total_ms']:.3g} ms/{k['count']:.4g}" for k in f["top"])
+        out.append(
+            f"    {ph}: {f['wall_ms']:.4g} ms = busy {f['busy_ms']:.4g} + idle {f['idle_ms']:.4g}; "
+            f"host {f['host_ms']:.4g} ms, syncs {f['syncs']:.3g}, kernels {f['kernels']:.4g}; top: {top}"
+        )
+    if p["device"] == "cpu":
+        out.append(f"    ({CPU_NOTE})")
+    for t in p.get("traces") or []:
+        where = t["path"] if t.get("here", True) else f"{t.get('host')}:{t['path']} (on that host)"
+        out.append(f"  trace: {where} ({t.get('bytes', 0) / 1e6:.2f} MB; Perfetto or chrome://tracing)")
+    return out

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from regdiag import stats
 from regdiag.compare import Comparison
+from regdiag.profiles import split_lines
 from regdiag.report import layout as L
 from regdiag.report import text as T
 from regdiag.report.registry import Out
@@ -143,6 +144,8 @@ def _details(c: Comparison, console: Console) -> None:
     """Under the table: attribution, noise, clocks, the environment, warnings, notes and the method."""
     if c.attribution is not None:
         console.print("attribution: " + T.attribution_line(c.attribution), highlight=False)
+    for line in split_lines(c.profile):  # --profile on both sides: GPU work against GPU idle
+        console.print(line, highlight=False, crop=False)
     if c.throughput is not None and (cc := T.crosscheck_line(c.throughput)):
         console.print(cc, style="dim")
     if nl := T.noise_line(c):

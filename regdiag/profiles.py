@@ -1,0 +1,276 @@
+"""What a phase's milliseconds are made of, good against bad: the `--profile` figures of two runs
+(probes/_profile.py, one "profile" per launch) split into GPU work and GPU idle.
+
+    split = profile_split(old_launches, new_launches, phases)   # None unless both sides were profiled
+    for line in split_lines(split): print(line)
+
+Per phase, each side's figure is the median over its profiled launches. A change of the phase's wall
+time is GPU work (busy: kernels, copies) plus GPU idle (the GPU waiting: on the host's dispatch, or on
+syncs). The side that moved more names it: "GPU work, kernel X" (the kernel whose time moved most) or
+"GPU idle, host-bound" / "GPU idle, host syncs". Kernels are matched by name, shown with template
+arguments and parameter lists cut (`short_name`), kept whole in the JSON. On CPU the "GPU" is the aten
+ops: work is the time inside ops, idle the host time between them (the record says so)."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from typing import Any
+
+FIGURES = (
+    "wall_ms",
+    "busy_ms",
+    "idle_ms",
+    "host_ms",
+    "dispatch_ms",
+    "sync_wait_ms",
+    "syncs",
+    "kernels",
+    "graph_launches",
+)
+MOVED = 0.05  # a phase whose wall time moved by this fraction gets a line
+KERNELS_SHOWN = 4
+KERNELS_KEPT = 20
+CPU_NOTE = "on CPU, GPU work is the time inside aten ops and GPU idle the host time between them"
+
+
+def short_name(name: str, limit: int = 60) -> str:
+    """A kernel's name for display: template arguments and parameter lists cut, `void ` dropped."""
+    s = name.removeprefix("void ")
+    for _ in range(8):  # innermost first, until none is left
+        cut = re.sub(r"<[^<>]*>", "", s)
+        if cut == s:
+            break
+        s = cut
+    s = re.sub(r"\([^()]*\)", "", s).strip() or name
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _profiles(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        p for la in launches if isinstance(p := la.get("profile"), dict) and isinstance(p.get("phases"), dict)
+    ]
+
+
+def side_profile(launches: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One side's profile: per phase the median over launches of each figure, and per kernel name the
+    median of its count and total time (0 where a launch did not list it among its top kernels)."""
+    profs = _profiles(launches)
+    if not profs:
+        return None
+    phases: dict[str, Any] = {}
+    for ph in dict.fromkeys(ph for p in profs for ph in p["phases"]):
+        rows = [p["phases"][ph] for p in profs if isinstance(p["phases"].get(ph), dict)]
+        fig = {k: statistics.median(float(r.get(k) or 0.0) for r in rows) for k in FIGURES}
+        names = dict.fromkeys(k["name"] for r in rows for k in r.get("top") or [] if isinstance(k, dict))
+        kern = {}
+        for name in names:
+            got = [next((k for k in r.get("top") or [] if k.get("name") == name), {}) for r in rows]
+            kern[name] = {
+                "count": statistics.median(float(k.get("count") or 0) for k in got),
+                "total_ms": statistics.median(float(k.get("total_ms") or 0) for k in got),
+            }
+        phases[ph] = {**fig, "top": kern}
+    return {
+        "launches": len(profs),
+        "cycles": profs[0].get("cycles"),
+        "device": profs[0].get("device"),
+        "graph_kernels_visible": profs[0].get("graph_kernels_visible"),
+        "phases": phases,
+    }
+
+
+def profile_split(
+    old: list[dict[str, Any]], new: list[dict[str, Any]], phases: list[str]
+) -> dict[str, Any] | None:
+    """Per phase both sides hold: the change of its wall time as GPU work and GPU idle, the host's
+    dispatch and syncs, and the kernels that moved (module docstring). None unless both were profiled."""
+    po, pn = side_profile(old), side_profile(new)
+    if po is None or pn is None:
+        return None
+    rows = []
+    for ph in [p for p in phases if p in po["phases"] and p in pn["phases"]] or list(po["phases"]):
+        if ph not in pn["phases"]:
+            continue
+        o, n = po["phases"][ph], pn["phases"][ph]
+        d = {k: n[k] - o[k] for k in FIGURES}
+        kernels = _kernels(o["top"], n["top"])
+        rows.append(
+            {
+                "phase": ph,
+                "old": {k: o[k] for k in FIGURES},
+                "new": {k: n[k] for k in FIGURES},
+                "delta": d,
+                "moved": abs(d["wall_ms"]) >= MOVED * max(o["wall_ms"], 1e-9),
+                "reading": _reading(d, kernels) if not (_hidden(o) or _hidden(n)) else HIDDEN,
+                "kernels": kernels[:KERNELS_KEPT],
+            }
+        )
+    device = po["device"] if po["device"] == pn["device"] else f"{po['device']} vs {pn['device']}"
+    return {
+        "device": device,
+        "launches": [po["launches"], pn["launches"]],
+        "cycles": [po["cycles"], pn["cycles"]],
+        "graph_kernels_visible": [po["graph_kernels_visible"], pn["graph_kernels_visible"]],
+        "note": CPU_NOTE if "cpu" in str(device) else "",
+        "phases": rows,
+    }
+
+
+def _kernels(o: dict[str, Any], n: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for name in dict.fromkeys([*o, *n]):
+        a, b = o.get(name, {"count": 0.0, "total_ms": 0.0}), n.get(name, {"count": 0.0, "total_ms": 0.0})
+        out.append(
+            {
+                "name": name,
+                "short": short_name(name),
+                "count": [a["count"], b["count"]],
+                "total_ms": [a["total_ms"], b["total_ms"]],
+                "delta_ms": b["total_ms"] - a["total_ms"],
+                "listed": [name in o, name in n],  # false: not among that side's top kernels (0 shown)
+            }
+        )
+    # kernels listed on both sides first: one outside a side's top list only seems to appear or vanish
+    return sorted(out, key=lambda k: (not all(k["listed"]), -abs(k["delta_ms"])))
+
+
+HIDDEN = {"kind": "unknown", "text": "not split: the kernels inside its CUDA graph replays were not traced"}
+
+
+def _hidden(f: dict[str, Any]) -> bool:
+    """A graph phase whose replays' kernels the trace does not show: its busy time reads 0, not idle."""
+    return f.get("graph_launches", 0) > 0 and not f.get("kernels")
+
+
+def _reading(d: dict[str, float], kernels: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which side of the split the change is: GPU work (and the kernel that moved most that way) or
+    GPU idle (host-bound, or host syncs when syncs or the time waiting in them grew)."""
+    if abs(d["busy_ms"]) >= abs(d["idle_ms"]):
+        sign = 1 if d["busy_ms"] >= 0 else -1
+        k = next((k for k in kernels if k["delta_ms"] * sign > 0), None)
+        return {
+            "kind": "gpu-work",
+            "kernel": k["name"] if k else None,
+            "text": "GPU work" + (f", kernel {k['short']}" if k else ""),
+        }
+    syncs = d["syncs"] * (1 if d["idle_ms"] >= 0 else -1) >= 0.5
+    waits = abs(d["sync_wait_ms"]) >= 0.5 * abs(d["idle_ms"])
+    bound = "host syncs" if syncs or waits else "host-bound"
+    return {"kind": "gpu-idle", "bound": bound, "text": f"GPU idle, {bound}"}
+
+
+def _ms(x: float) -> str:
+    return f"{x:+.3g} ms" if abs(x) < 100 else f"{x:+.0f} ms"
+
+
+def phase_line(r: dict[str, Any]) -> str:
+    """`verify +20.1 ms: GPU idle +19.9 ms (host-bound: dispatch +19.8 ms, syncs +0), GPU work +0.2 ms
+    (kernels aten::mm +0.1 ms) -> GPU idle, host-bound`."""
+    d = r["delta"]
+    moved = [k for k in r["kernels"] if abs(k["delta_ms"]) >= 0.001][:2]
+    kern = ", ".join(f"{k['short']} {_ms(k['delta_ms'])}" for k in moved) or "none moved"
+    syncs = f"{d['syncs']:+.3g}"
+    bound = r["reading"].get("bound") or ("host syncs" if d["syncs"] > 0 else "host-bound")
+    return (
+        f"{r['phase']} {_ms(d['wall_ms'])}: GPU work {_ms(d['busy_ms'])} (kernels {kern}), "
+        f"GPU idle {_ms(d['idle_ms'])} ({bound}: dispatch {_ms(d['dispatch_ms'])}, syncs {syncs}) "
+        f"-> {r['reading']['text']}"
+    )
+
+
+def kernel_lines(r: dict[str, Any]) -> list[str]:
+    """The kernels that moved in one phase, old against new, per cycle."""
+    out = []
+    for k in [k for k in r["kernels"] if abs(k["delta_ms"]) >= 0.001][:KERNELS_SHOWN]:
+        (co, cn), (to, tn) = k["count"], k["total_ms"]
+        lo, ln = k.get("listed", [True, True])
+        calls = (f"{co:.4g}" if lo else "-", f"{cn:.4g}" if ln else "-")
+        times = (f"{to:.4g}" if lo else "-", f"{tn:.4g}" if ln else "-")
+        moved = _ms(k["delta_ms"])
+        out.append(f"{k['short']}: {calls[0]} -> {calls[1]} calls, {times[0]} -> {times[1]} ms ({moved})")
+    return out
+
+
+def split_lines(split: dict[str, Any] | None) -> list[str]:
+    """The split as text: one line per phase that moved (all phases' figures are in the JSON)."""
+    if not split:
+        return []
+    cyc = split["cycles"]
+    head = f"profile ({split['device']}, {cyc[0]} vs {cyc[1]} profiled cycles per launch)"
+    moved = [r for r in split["phases"] if r["moved"]]
+    if not moved:
+        return [f"{head}: no phase's profiled wall time moved {100 * MOVED:.0f} % or more"]
+    out = [f"{head}; '-': not among that side's top kernels:"]
+    for r in moved:
+        out.append("  " + phase_line(r))
+        out += ["    " + k for k in kernel_lines(r)]
+    if split.get("note"):
+        out.append(f"  ({split['note']})")
+    if any(v is False for v in split.get("graph_kernels_visible") or []):
+        out.append("  (the kernels inside CUDA graph replays were not traced: a graph shows as its launch)")
+    return out
+
+
+SMALL_KERNEL_US = 20.0  # kernels shorter than this on average: launch and tail costs dominate them
+
+
+def profile_reason(f: dict[str, Any]) -> str | None:
+    """Why a phase sits far from its roofline floor, from its --profile figures: the GPU idle (waiting
+    on the host's dispatch, or on syncs) or busy (with many small kernels, or with the slow ones)."""
+    wall = float(f.get("wall_ms") or 0.0)
+    if wall <= 0:
+        return None
+    idle, busy, n = float(f.get("idle_ms") or 0), float(f.get("busy_ms") or 0), float(f.get("kernels") or 0)
+    syncs = float(f.get("syncs") or 0)
+    if idle >= busy:
+        waits = float(f.get("sync_wait_ms") or 0) >= 0.5 * idle
+        what = f"host syncs ({syncs:.3g} per cycle)" if syncs and waits else "host-bound (dispatch)"
+        return (
+            f"GPU idle {100 * idle / wall:.0f} % of it: {what}, {n:.4g} kernels, {syncs:.3g} syncs (profiled)"
+        )
+    mean_us = busy / n * 1e3 if n else 0.0
+    top = (f.get("top") or {}) if isinstance(f.get("top"), dict) else {}
+    first = max(top, key=lambda k: top[k].get("total_ms", 0), default=None)
+    if n and mean_us < SMALL_KERNEL_US:
+        return (
+            f"GPU busy {100 * busy / wall:.0f} % with {n:.4g} small kernels ({mean_us:.3g} us each, profiled)"
+        )
+    return f"GPU busy {100 * busy / wall:.0f} %, {n:.4g} kernels" + (
+        f", most in {short_name(first)}" if first else ""
+    )
+
+
+def profile_summary(run: dict[str, Any], launches: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A run's profile for the probe summary: per phase busy / idle / host / syncs, the top kernels,
+    what profiling cost, and where the trace lies."""
+    side = side_profile(launches)
+    if side is None:
+        errors = [
+            p["error"] for la in launches if isinstance(p := la.get("profile"), dict) and p.get("error")
+        ]
+        return {"error": str(errors[0]), "launches": len(errors)} if errors else None
+    profs = _profiles(launches)
+    costs = [p.get("cost") or {} for p in profs]
+    cost_s = [float(c["profile_s"]) for c in costs if isinstance(c.get("profile_s"), (int, float))]
+    traces = [p["trace"] for p in profs if isinstance(p.get("trace"), dict)]
+    ratio = [
+        c["cycle_ms_profiled"] / c["cycle_ms_measured"]
+        for c in costs
+        if isinstance(c.get("cycle_ms_profiled"), (int, float)) and c.get("cycle_ms_measured")
+    ]
+    return {
+        **side,
+        "phases": {
+            ph: {**{k: round(v, 5) for k, v in f.items() if k != "top"}, "top": _top(f["top"])}
+            for ph, f in side["phases"].items()
+        },
+        "cost_s_per_launch": round(statistics.median(cost_s), 3) if cost_s else None,
+        "cycle_under_profiler_x": round(statistics.median(ratio), 3) if ratio else None,
+        "traces": traces,
+    }
+
+
+def _top(kern: dict[str, Any], n: int = 3) -> list[dict[str, Any]]:
+    items = sorted(kern.items(), key=lambda kv: -kv[1]["total_ms"])[:n]
+    return [{"name": k, "short": short_name(k), **v} for k, v in items]
