@@ -4,9 +4,12 @@ launch to launch as cold ones do (the statistics rely on that spread being sampl
     python bench/bench_launch.py --runs 2 --launches 8 -- --preset tiny --cycles 5        # 2 CPU cores
     python bench/bench_launch.py --runs 2 --launches 8 --out DIR -- --preset kimi-k2 --tp-slice 8 \
         --layers 8 --cycles 30                                                              # one H200
+    git worktree add /tmp/before HEAD~3
+    python bench/bench_launch.py --baseline /tmp/before --runs 3 --launches 8 -- --preset tiny --cycles 5
 
 Runs alternate warm, cold, warm, cold... (`regdiag probe spec-decode ARGS -L N`, each run a record),
-so drift hits both alike. Per launch, from its record: the wall time regdiag saw (`duration_s`) and
+so drift hits both alike; with --baseline DIR, warm launches of the regdiag in DIR (an older commit's
+tree: `before`) alternate with this tree's warm and cold ones, so a change is measured side by side. Per launch, from its record: the wall time regdiag saw (`duration_s`) and
 its stages: `start` (interpreter start, import torch and CUDA init up to the build: for warm, the fork),
 `build`, `capture+warmup`, `measure`, `gather`, `teardown`, and regdiag's own share (the rest).
 Then per mode: the launch-to-launch spread of the cycle median (coefficient of variation, with a
@@ -30,11 +33,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _probe(out: Path, launches: int, cold: bool, args: list[str]) -> dict[str, Any]:
+def _probe(out: Path, launches: int, cold: bool, args: list[str], root: Path = ROOT) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "regdiag", "probe", "spec-decode", *args, "--launches", str(launches),
            "--no-snapshot", "-o", str(out), "--format", "json"] + (["--cold"] if cold else [])  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(root)}  # that tree's regdiag, and its probes
     t0 = time.monotonic()
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    res = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
     wall = time.monotonic() - t0
     if res.returncode != 0:
         sys.exit(f"bench_launch: {' '.join(cmd)} failed (exit {res.returncode}): {res.stderr[-800:]}")
@@ -93,20 +97,29 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2, help="runs per mode (default 2)")
     ap.add_argument("--launches", type=int, default=8, help="launches per run (default 8)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/bench-launch")))
+    ap.add_argument("--baseline", type=Path, help="also warm launches of the regdiag tree in this directory")
+    ap.add_argument("--no-cold", action="store_true", help="leave out the cold runs")
     ap.add_argument("args", nargs="*", help="the probe's arguments, after --")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    records: dict[str, list[Path]] = {"warm": [], "cold": []}
-    runs: dict[str, list[dict[str, Any]]] = {"warm": [], "cold": []}
+    modes = {"warm": (False, ROOT), "cold": (True, ROOT)}
+    if a.no_cold:
+        del modes["cold"]
+    if a.baseline is not None:
+        modes = {"before": (False, a.baseline.resolve()), **modes}
+    records: dict[str, list[Path]] = {m: [] for m in modes}
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for i in range(a.runs):
-        for mode in ("warm", "cold"):
+        for mode, (cold, root) in modes.items():
             path = a.out / f"{mode}-{i}.json"
-            got = _probe(path, a.launches, mode == "cold", a.args)
+            got = _probe(path, a.launches, cold, a.args, root)
             records[mode].append(path)
             runs[mode].append(got)
             print(f"run {i} {mode}: {got['wall_s']:.2f} s for {a.launches} launches", file=sys.stderr)
     report: dict[str, Any] = {"args": a.args, "launches": a.launches, "runs": a.runs, "modes": {}}
-    for mode in ("warm", "cold"):
+    if a.baseline is not None:
+        report["baseline"] = str(a.baseline)
+    for mode in modes:
         las = [la for r in runs[mode] for la in r["run"]["launches"]]
         st = [stages(la) for la in las]
         med = {k: statistics.median(s[k] for s in st) for k in st[0]}
@@ -129,19 +142,22 @@ def main() -> None:
 
 def _markdown(report: dict[str, Any]) -> None:
     modes = report["modes"]
-    keys = list(modes["warm"]["stage_medians_s"])
+    names = list(modes)
+    keys = list(modes[names[0]]["stage_medians_s"])
     print(
-        f"probe spec-decode {' '.join(report['args'])}, {report['runs']} runs x {report['launches']} launches per mode\n"
+        f"probe spec-decode {' '.join(report['args'])}, {report['runs']} runs x {report['launches']} launches per mode"
+        + (f"; before: {report['baseline']}" if report.get("baseline") else "")
+        + "\n"
     )
-    print("| stage (median s) | warm | cold |")
-    print("|---|---:|---:|")
+    print("| stage (median s) | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
     for k in keys:
-        print(
-            f"| {k} | {modes['warm']['stage_medians_s'][k]:.3f} | {modes['cold']['stage_medians_s'][k]:.3f} |"
-        )
-    w, c = modes["warm"]["stage_medians_s"]["launch"], modes["cold"]["stage_medians_s"]["launch"]
-    print(f"\nlaunch cost, cold / warm: {c / w:.2f}x\n")
-    print("| mode | run wall s | warm start (s) | cycle CV per run [95 % CI] | A/A verdicts |")
+        print(f"| {k} | " + " | ".join(f"{modes[m]['stage_medians_s'][k]:.3f}" for m in names) + " |")
+    w = modes["warm"]["stage_medians_s"]["launch"]
+    for m in names:
+        if m != "warm":
+            print(f"\nlaunch cost, {m} / warm: {modes[m]['stage_medians_s']['launch'] / w:.2f}x")
+    print("\n| mode | run wall s | warm start (s) | cycle CV per run [95 % CI] | A/A verdicts |")
     print("|---|---|---|---|---|")
     for mode, m in modes.items():
         ws = ", ".join(str(s.get("warm_start_s", "-")) for s in m["start"])

@@ -30,9 +30,19 @@ READY_TIMEOUT_S = 600.0  # `import torch` on a loaded or cold host can take minu
 
 class WarmInterpreter:
     def __init__(
-        self, host: Host, script: str, env: Mapping[str, str] | None = None, python: str | None = None
+        self,
+        host: Host,
+        script: str,
+        env: Mapping[str, str] | None = None,
+        python: str | None = None,
+        *,
+        unset: Sequence[str] = (),
+        cwd: str | None = None,
     ) -> None:
         self.host, self.script, self.env, self.python = host, script, dict(env or {}), python
+        self.unset, self.cwd = list(unset), cwd
+        self.teardowns = 0  # launches torn down after their footer ...
+        self.forced: list[dict[str, Any]] = []  # ... and those whose ranks had to be killed
         self.ready = False
         self.why: str | None = None
         self.facts: dict[str, Any] = {}
@@ -48,7 +58,12 @@ class WarmInterpreter:
             msg = json.loads(line)
         except ValueError:
             msg = None
-        if isinstance(msg, dict) and msg.get("warm") in ("ready", "failed"):
+        if isinstance(msg, dict) and msg.get("warm") == "teardown":
+            # a launch that returned at its footer, torn down since (probes/_warm.py, detach)
+            self.teardowns += 1
+            if msg.get("forced"):
+                self.forced.append({k: msg.get(k) for k in ("s", "ranks", "where")})
+        elif isinstance(msg, dict) and msg.get("warm") in ("ready", "failed"):
             self.ready = msg["warm"] == "ready"
             self.why = None if self.ready else str(msg.get("error"))
             self.facts = {k: v for k, v in msg.items() if k.endswith("_s")}
@@ -59,7 +74,9 @@ class WarmInterpreter:
 
     def _serve(self, argv: list[str]) -> None:
         try:
-            res = launch(self.host, argv, self, env=self.env, regdiag_code=True)
+            res = launch(
+                self.host, argv, self, env=self.env, unset=self.unset, cwd=self.cwd, regdiag_code=True
+            )
             if not self._said.is_set():
                 self.why = (
                     f"exited {res.returncode} before it was ready: {' | '.join(self._tail) or 'no output'}"
@@ -92,7 +109,7 @@ class WarmInterpreter:
             return
         if self._thread.is_alive():
             self.host.run(self.host.regdiag_argv(["warm", "stop", self._sock], self.python), timeout=60)
-            self._thread.join(30.0)
+            self._thread.join(60.0)  # the last launches' teardowns first (probes/_warm.py)
         self._thread = None
         self.ready = False
         if self._tmp is not None:
