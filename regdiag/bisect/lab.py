@@ -26,10 +26,11 @@ from regdiag.bisect.factors import Factor
 from regdiag.bisect.failures import BuildFailed, MetricMissing, StepFailed
 from regdiag.bisect.journal import Journal
 from regdiag.bisect.kinds import BuildPlan, LaunchSetup, kind_of
-from regdiag.bisect.measure import Launch, run_launch
+from regdiag.bisect.measure import Launch, launch_argv, run_launch
 from regdiag.bisect.remote_envs import RemoteBuilder
 from regdiag.errors import BadInput, RegdiagError
 from regdiag.hosts.base import Host
+from regdiag.measure.warm import WarmPool
 
 Point = tuple[str | None, ...]  # one value per factor, in factor order
 ArgvFor = Callable[[Built, int], list[str]]  # (environment, launch index) -> argv
@@ -108,6 +109,9 @@ class Lab:
         # that the measurement loads every package factor (regdiag.bisect.loaded) raises there.
         self.on_endpoint = on_endpoint
         self.built: dict[str, Built] = {}
+        # Each point's warm parent, its launches forked from it (measure/warm.py); None: all cold.
+        # Whoever makes the Lab closes it (run_bisect: on every way out).
+        self.warm: WarmPool | None = None
         self.launches_run = 0
         self.points_used: set[str] = set()
         # A remote builder names its interpreter by host and path (a path there means nothing here).
@@ -237,17 +241,22 @@ class Lab:
         )
         self.progress({"event": "skip", "label": self.label(p), "reason": str(why)})
 
-    def _run_launch(self, built: Built, index: int, env: dict[str, str], unset: list[str]) -> Launch:
-        """Launch `index` of a point in its environment `built`, timed, on the node it runs on."""
-        t0 = time.monotonic()
+    def _run_launch(
+        self, key: str, built: Built, index: int, env: dict[str, str], unset: list[str]
+    ) -> Launch:
+        """Launch `index` of point `key` in its environment `built`, timed, on the node it runs on:
+        forked from the point's warm parent where it has one (the warm parent's start is not timed)."""
         node = self.host.for_launch(index)  # launch i of every point on one node: a block
-        argv, cwd, timeout = self.argv_for(built, index), built.worktree, self.launch_timeout
+        argv, how = launch_argv(self.warm, self.argv_for, key, node, built, index, env, unset)
+        t0 = time.monotonic()
+        cwd, timeout = built.worktree, self.launch_timeout
         own = getattr(self.argv_for, "regdiag_code", False)  # a regdiag probe (bisect.run.ProbeArgv)
         launch = run_launch(
             node, argv, self.metric, env=env, unset=unset, cwd=cwd, timeout=timeout, regdiag_code=own
         )
         launch.duration_s = time.monotonic() - t0
         launch.placement = node.placement()
+        launch.start = how
         return launch
 
     def _launch_one(self, p: Point, key: str, again: bool = False) -> None:
@@ -275,7 +284,7 @@ class Lab:
                     kind_of(f).apply(f, v, setup)
                 env.update({k: v for k, v in setup.variables.items() if v is not None})
                 unset = [k for k, v in setup.variables.items() if v is None]
-                launch = self._run_launch(built, index, env, unset)
+                launch = self._run_launch(key, built, index, env, unset)
         except StepFailed as e:
             self._skip_point(p, key, e)
             return

@@ -185,6 +185,12 @@ def bisect(
     resume: bool = typer.Option(False, "--resume", help="Continue the bisect recorded in --journal."),
     allow_unloaded: bool = AllowUnloadedOpt,
     allow_code_from_record: bool = AllowCodeOpt,
+    cold: bool = typer.Option(
+        False,
+        "--cold",
+        help="Start every launch as a fresh interpreter instead of forking a probe's launches from one warm "
+        'interpreter per point (docs/probes.md, "Warm launches"). Default: warm.',
+    ),
     json_out: bool = JsonOpt,
     markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown on stdout."),
     fmt: str = format_opt("bisect"),
@@ -228,7 +234,7 @@ def _request(ctx: typer.Context, o: dict[str, Any]) -> tuple[Request, Target]:
         min_share=o["min_share"], launch_timeout=o["launch_timeout"],
         journal=str(o["journal"]) if o["journal"] else None, resume=o["resume"],
         allow_code_from_record=o["allow_code_from_record"], allow_unloaded=o["allow_unloaded"],
-        ignore=list(o["ignore"] or []), only=list(o["only"] or []),
+        ignore=list(o["ignore"] or []), only=list(o["only"] or []), cold=o["cold"],
     )  # fmt: skip
     return req, replace(o["target"], python=o["python"])
 

@@ -121,3 +121,94 @@ class WarmInterpreter:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# Variables that differ from launch to launch of one environment: a launch has them, its parent not.
+PER_LAUNCH = ("REGDIAG_LAUNCH_INDEX",)
+
+
+class WarmPool:
+    """The warm interpreters of several environments (a bisect's points, an A/B run's sides): one per
+    environment and host, started at its first launch, with that environment's interpreter, variables
+    and directory (a cold launch's, less what differs per launch: PER_LAUNCH), and kept for its later
+    launches. At most `keep` run at once (the one used least recently stops first: the points a search
+    has moved on from). `close` stops them all and is called on every way out (a `with` block).
+
+        with WarmPool() as pool:
+            argv, how = pool.argv(key, host, "spec_decode.py", args, env=env, unset=unset, cwd=wt, python=py)
+
+    `starts` says per environment how its parent started (costs) or why its launches run cold."""
+
+    def __init__(self, keep: int = 3, enabled: bool = True) -> None:
+        self.keep, self.enabled = keep, enabled
+        self.warm: dict[tuple[str, str], WarmInterpreter] = {}  # in order of last use
+        self.starts: dict[str, dict[str, Any]] = {}
+        self._env: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._lock = threading.Lock()  # the lanes of several nodes ask from their own threads
+
+    def argv(
+        self,
+        key: str,
+        host: Host,
+        script: str,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        unset: Sequence[str] = (),
+        cwd: str | None = None,
+        python: str | None = None,
+    ) -> tuple[list[str] | None, str]:
+        """The argv of one launch of `script` with `args` forked from environment `key`'s warm parent
+        on `host` (started now if need be), and "warm"; or (None, "cold") where there is none (--cold,
+        a host whose launches are job steps, a parent that did not start: `starts` says why)."""
+        with self._lock:
+            return self._argv(key, host, script, args, env, unset, cwd, python)
+
+    def _argv(
+        self,
+        key: str,
+        host: Host,
+        script: str,
+        args: Sequence[str],
+        env: Mapping[str, str],
+        unset: Sequence[str],
+        cwd: str | None,
+        python: str | None,
+    ) -> tuple[list[str] | None, str]:
+        if not self.enabled or not host.keeps_warm:
+            self.starts.setdefault(key, {"mode": "cold", "why": "--cold" if not self.enabled else
+                                         f"launches on {host.via} start cold (a job step each)"})  # fmt: skip
+            return None, "cold"
+        slot = (key, host.name)
+        parent_env = {k: v for k, v in env.items() if k not in PER_LAUNCH}
+        same = (script, sorted(parent_env.items()), sorted(unset), cwd, python)
+        w = self.warm.pop(slot, None)
+        if w is not None and self._env.get(slot) != same:  # a new environment under an old name
+            w.stop()
+            w = None
+        if w is None:
+            while len(self.warm) >= self.keep:
+                self.warm.pop(next(iter(self.warm))).stop()
+            w = WarmInterpreter(host, script, parent_env, python, unset=unset, cwd=cwd)
+            ready = w.start()
+            self.starts[key] = {"mode": "warm", **w.facts} if ready else {"mode": "cold", "why": w.why}
+            self._env[slot] = same
+        self.warm[slot] = w
+        if not w.ready:
+            return None, "cold"
+        return w.launch_argv(args), "warm"
+
+    def close(self) -> None:
+        """Stop every warm parent (each lets its last launch finish tearing down)."""
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        while self.warm:
+            self.warm.pop(next(iter(self.warm))).stop()
+
+    def __enter__(self) -> WarmPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
