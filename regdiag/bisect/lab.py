@@ -188,6 +188,7 @@ class Lab:
                     pending.append((p, n))
             if not pending:
                 return
+            self._prestart([p for p, _ in pending])
             for p, n in pending:
                 key = self.key(p)
                 if len(self.journal.launches.get(key, [])) < n and self._failure(key, n) is None:
@@ -259,6 +260,41 @@ class Lab:
         launch.start = how
         return launch
 
+    def _env(self, key: str, built: Built, index: int) -> dict[str, str]:
+        """Launch `index` of point `key`'s variables, before its factors' own."""
+        env = dict(built.process_env(self._base_path()))
+        if "PATH" not in env and os.path.dirname(built.python):
+            # `python` in a --command means the environment's interpreter, the base one included.
+            env["PATH"] = os.pathsep.join([os.path.dirname(built.python), self._base_path()])
+        env["REGDIAG_BISECT_POINT"] = key
+        env["REGDIAG_LAUNCH_INDEX"] = str(index)
+        if built.worktree:
+            env["REGDIAG_BISECT_WORKTREE"] = built.worktree
+        return env
+
+    def _prestart(self, points: Sequence[Point]) -> None:
+        """The warm parents of points measured in turn, started side by side before their launches
+        (each imports torch once; in parallel that wait is paid once). A factor of a kind other than
+        env sets its variables at the launch; should they differ, the pool starts that parent again."""
+        script = getattr(self.argv_for, "script", None)
+        if self.warm is None or script is None or len(points) < 2:
+            return
+        wanted = []
+        for p in points:
+            key = self.key(p)
+            built = self._environment(p, key)
+            if built is None:
+                continue
+            index = len(self.journal.launches.get(key, []))
+            variables = dict(self.fixed_env)
+            variables.update({f.name: v for f, v in zip(self.factors, p, strict=True) if f.kind == "env"})
+            env = {**self._env(key, built, index), **{k: v for k, v in variables.items() if v is not None}}
+            unset = [k for k, v in variables.items() if v is None]
+            node = self.host.for_launch(index)
+            wanted.append({"key": key, "host": node, "script": script, "env": env, "unset": unset,
+                           "cwd": built.worktree, "python": built.python})  # fmt: skip
+        self.warm.prestart(wanted)
+
     def _launch_one(self, p: Point, key: str, again: bool = False) -> None:
         built = self._environment(p, key)
         if built is None:
@@ -269,14 +305,7 @@ class Lab:
             self._rebuild(p, key, built)
             return
         index = len(self.journal.launches.get(key, []))
-        env = dict(built.process_env(self._base_path()))
-        if "PATH" not in env and os.path.dirname(built.python):
-            # `python` in a --command means the environment's interpreter, the base one included.
-            env["PATH"] = os.pathsep.join([os.path.dirname(built.python), self._base_path()])
-        env["REGDIAG_BISECT_POINT"] = key
-        env["REGDIAG_LAUNCH_INDEX"] = str(index)
-        if built.worktree:
-            env["REGDIAG_BISECT_WORKTREE"] = built.worktree
+        env = self._env(key, built, index)
         self.progress({"event": "launch", "label": self.label(p), "index": index, "run": self.launches_run})
         try:
             with LaunchSetup(dict(self.fixed_env)) as setup:

@@ -129,17 +129,18 @@ PER_LAUNCH = ("REGDIAG_LAUNCH_INDEX",)
 
 class WarmPool:
     """The warm interpreters of several environments (a bisect's points, an A/B run's sides): one per
-    environment and host, started at its first launch, with that environment's interpreter, variables
-    and directory (a cold launch's, less what differs per launch: PER_LAUNCH), and kept for its later
-    launches. At most `keep` run at once (the one used least recently stops first: the points a search
-    has moved on from). `close` stops them all and is called on every way out (a `with` block).
+    environment and host, started at its first launch (or before: `prestart`), with that environment's
+    interpreter, variables and directory (a cold launch's, less what differs per launch: PER_LAUNCH),
+    and kept for its later launches. At most `keep` run at once (the one used least recently stops
+    first: the points a search has moved on from). `close` stops them all and is called on every way
+    out (a `with` block).
 
         with WarmPool() as pool:
             argv, how = pool.argv(key, host, "spec_decode.py", args, env=env, unset=unset, cwd=wt, python=py)
 
     `starts` says per environment how its parent started (costs) or why its launches run cold."""
 
-    def __init__(self, keep: int = 3, enabled: bool = True) -> None:
+    def __init__(self, keep: int = 6, enabled: bool = True) -> None:
         self.keep, self.enabled = keep, enabled
         self.warm: dict[tuple[str, str], WarmInterpreter] = {}  # in order of last use
         self.starts: dict[str, dict[str, Any]] = {}
@@ -162,23 +163,47 @@ class WarmPool:
         on `host` (started now if need be), and "warm"; or (None, "cold") where there is none (--cold,
         a host whose launches are job steps, a parent that did not start: `starts` says why)."""
         with self._lock:
-            return self._argv(key, host, script, args, env, unset, cwd, python)
+            w, fresh = self._parent(key, host, script, env, unset, cwd, python)
+            if fresh and w is not None:
+                self._start(key, w)
+        if w is None or not w.ready:
+            return None, "cold"
+        return w.launch_argv(args), "warm"
 
-    def _argv(
+    def prestart(self, wanted: Sequence[Mapping[str, Any]]) -> None:
+        """Start the parents of environments about to be measured in turn (each a mapping of argv's
+        keywords but args), side by side: their imports run in parallel, before any of their launches."""
+        with self._lock:
+            fresh = []
+            for want in list(wanted)[: self.keep]:
+                w, new = self._parent(
+                    want["key"], want["host"], want["script"], want["env"],
+                    want.get("unset", ()), want.get("cwd"), want.get("python"),
+                )  # fmt: skip
+                if new and w is not None:
+                    fresh.append((want["key"], w))
+            threads = [threading.Thread(target=self._start, args=kw, daemon=True) for kw in fresh]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+    def _parent(
         self,
         key: str,
         host: Host,
         script: str,
-        args: Sequence[str],
         env: Mapping[str, str],
         unset: Sequence[str],
         cwd: str | None,
         python: str | None,
-    ) -> tuple[list[str] | None, str]:
+    ) -> tuple[WarmInterpreter | None, bool]:
+        """Environment `key`'s parent on `host` (None: its launches run cold), and whether it is new
+        (not started yet)."""
         if not self.enabled or not host.keeps_warm:
             self.starts.setdefault(key, {"mode": "cold", "why": "--cold" if not self.enabled else
                                          f"launches on {host.via} start cold (a job step each)"})  # fmt: skip
-            return None, "cold"
+            return None, False
         slot = (key, host.name)
         parent_env = {k: v for k, v in env.items() if k not in PER_LAUNCH}
         same = (script, sorted(parent_env.items()), sorted(unset), cwd, python)
@@ -186,26 +211,24 @@ class WarmPool:
         if w is not None and self._env.get(slot) != same:  # a new environment under an old name
             w.stop()
             w = None
+        fresh = w is None
         if w is None:
             while len(self.warm) >= self.keep:
                 self.warm.pop(next(iter(self.warm))).stop()
             w = WarmInterpreter(host, script, parent_env, python, unset=unset, cwd=cwd)
-            ready = w.start()
-            self.starts[key] = {"mode": "warm", **w.facts} if ready else {"mode": "cold", "why": w.why}
             self._env[slot] = same
         self.warm[slot] = w
-        if not w.ready:
-            return None, "cold"
-        return w.launch_argv(args), "warm"
+        return w, fresh
+
+    def _start(self, key: str, w: WarmInterpreter) -> None:
+        ready = w.start()
+        self.starts[key] = {"mode": "warm", **w.facts} if ready else {"mode": "cold", "why": w.why}
 
     def close(self) -> None:
         """Stop every warm parent (each lets its last launch finish tearing down)."""
         with self._lock:
-            self._close()
-
-    def _close(self) -> None:
-        while self.warm:
-            self.warm.pop(next(iter(self.warm))).stop()
+            while self.warm:
+                self.warm.pop(next(iter(self.warm))).stop()
 
     def __enter__(self) -> WarmPool:
         return self
