@@ -31,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from regdiag.measure.launch import stages as launch_stages  # noqa: E402
 
 
 def _probe(out: Path, launches: int, cold: bool, args: list[str], root: Path = ROOT) -> dict[str, Any]:
@@ -47,29 +50,9 @@ def _probe(out: Path, launches: int, cold: bool, args: list[str], root: Path = R
 
 
 def stages(la: dict[str, Any]) -> dict[str, float]:
-    """One launch's stages in seconds, from its record (docs/probes.md: the footer's times run from the
-    supervisor's start)."""
-    foot = la.get("footer") or {}
-    header = la.get("header") or {}
-    w0, w1 = (foot.get("measure_window_s") or [0.0, 0.0])[:2]
-    wall = float(foot.get("launch_wall_s") or w1)
-    build = float(header.get("build_s") or 0.0)
-    tear = float((la.get("teardown") or {}).get("s") or 0.0)
-    cycles = [c for c in (la.get("samples") or {}).get("cycle", [])]
-    measure = sum(cycles) / 1000.0 if cycles else w1 - w0
-    warm_and_capture = max(0.0, w1 - w0 - measure)
-    start = max(0.0, w0 - build)
-    total = float(la["duration_s"])
-    return {
-        "launch": total,
-        "start": start,
-        "build": build,
-        "capture+warmup": warm_and_capture,
-        "measure": measure,
-        "gather": max(0.0, wall - w1),
-        "teardown": tear,
-        "regdiag": max(0.0, total - wall - tear),
-    }
+    """One launch's stages in seconds: its record's `stages_s`, or (a record from before it had them)
+    the same reckoning from its footer and header (regdiag.measure.launch.stages)."""
+    return dict(la.get("stages_s") or launch_stages(la))
 
 
 def spread(medians: list[float], reps: int = 2000) -> dict[str, float]:
