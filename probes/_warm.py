@@ -105,8 +105,12 @@ def _preload(script: str) -> tuple[Any, dict[str, float]]:
 
     t1 = time.monotonic()
     module = runpy.run_path(script, run_name="regdiag_warm_probe")
-    for name in module.get("WARM_IMPORTS", ()):
-        importlib.import_module(name)
+    # every probe's supervisor (and NVML's bindings, imported, not initialised), and the rank's modules
+    for name in ("_supervisor", "pynvml", *module.get("WARM_IMPORTS", ())):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a launch imports it then (and says why it cannot), as a cold one does
+            pass
     t2 = time.monotonic()
     try:  # what the environment has installed, which every launch's footer names (probes/_loaded.py)
         import _loaded

@@ -32,6 +32,7 @@ VERSION = "1"
 # What a run record says before the first header arrives (regdiag reads these literals: measure/probes.py).
 PRIMARY = "cycle"
 PHASES = ("draft", "verify", "extend")
+WARM_IMPORTS = ("_spec_runner",)  # what a rank imports: a warm interpreter imports it once (_warm.py)
 
 
 def build_parser() -> ProbeArgParser:
