@@ -275,7 +275,8 @@ class Lab:
     def _prestart(self, points: Sequence[Point]) -> None:
         """The warm parents of points measured in turn, started side by side before their launches
         (each imports torch once; in parallel that wait is paid once). A factor of a kind other than
-        env sets its variables at the launch; should they differ, the pool starts that parent again."""
+        `variables_only` applies at the launch; should its variables differ, the pool starts that parent
+        again."""
         script = getattr(self.argv_for, "script", None)
         if self.warm is None or script is None or len(points) < 2:
             return
@@ -286,8 +287,11 @@ class Lab:
             if built is None:
                 continue
             index = len(self.journal.launches.get(key, []))
-            variables = dict(self.fixed_env)
-            variables.update({f.name: v for f, v in zip(self.factors, p, strict=True) if f.kind == "env"})
+            with LaunchSetup(dict(self.fixed_env)) as setup:
+                for f, v in zip(self.factors, p, strict=True):
+                    if kind_of(f).variables_only:
+                        kind_of(f).apply(f, v, setup)
+            variables = setup.variables
             env = {**self._env(key, built, index), **{k: v for k, v in variables.items() if v is not None}}
             unset = [k for k, v in variables.items() if v is None]
             node = self.host.for_launch(index)
