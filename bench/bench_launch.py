@@ -4,12 +4,13 @@ launch to launch as cold ones do (the statistics rely on that spread being sampl
     python bench/bench_launch.py --runs 2 --launches 8 -- --preset tiny --cycles 5        # 2 CPU cores
     python bench/bench_launch.py --runs 2 --launches 8 --out DIR -- --preset kimi-k2 --tp-slice 8 \
         --layers 8 --cycles 30                                                              # one H200
-    git worktree add /tmp/before HEAD~3
+    mkdir /tmp/before && git archive OLD_COMMIT | tar -x -C /tmp/before
     python bench/bench_launch.py --baseline /tmp/before --runs 3 --launches 8 -- --preset tiny --cycles 5
 
 Runs alternate warm, cold, warm, cold... (`regdiag probe spec-decode ARGS -L N`, each run a record),
 so drift hits both alike; with --baseline DIR, warm launches of the regdiag in DIR (an older commit's
-tree: `before`) alternate with this tree's warm and cold ones, so a change is measured side by side. Per launch, from its record: the wall time regdiag saw (`duration_s`) and
+tree: `before`) alternate with this tree's warm and cold ones, so a change is measured side by side.
+Per launch, from its record: the wall time regdiag saw (`duration_s`) and
 its stages: `start` (interpreter start, import torch and CUDA init up to the build: for warm, the fork),
 `build`, `capture+warmup`, `measure`, `gather`, `teardown`, and regdiag's own share (the rest).
 Then per mode: the launch-to-launch spread of the cycle median (coefficient of variation, with a
@@ -128,7 +129,8 @@ def _markdown(report: dict[str, Any]) -> None:
     names = list(modes)
     keys = list(modes[names[0]]["stage_medians_s"])
     print(
-        f"probe spec-decode {' '.join(report['args'])}, {report['runs']} runs x {report['launches']} launches per mode"
+        f"probe spec-decode {' '.join(report['args'])}, "
+        f"{report['runs']} runs x {report['launches']} launches per mode"
         + (f"; before: {report['baseline']}" if report.get("baseline") else "")
         + "\n"
     )
@@ -148,7 +150,8 @@ def _markdown(report: dict[str, Any]) -> None:
             f"{s['cv'] * 100:.1f} % [{s['lo'] * 100:.1f}, {s['hi'] * 100:.1f}]" for s in m["spread"]
         )
         print(
-            f"| {mode} | {', '.join(map(str, m['run_wall_s']))} | {ws} | {cvs} | {', '.join(m['aa_verdicts'])} |"
+            f"| {mode} | {', '.join(map(str, m['run_wall_s']))} | {ws} | {cvs} "
+            f"| {', '.join(m['aa_verdicts'])} |"
         )
 
 

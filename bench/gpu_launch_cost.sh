@@ -14,7 +14,8 @@ OUT=${OUT:?set OUT to a directory}
 TMP=$(mktemp -d /tmp/launch-cost.XXXXXX)
 export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 REGDIAG_HOME=$TMP/home COLUMNS=100
 log() { echo "== $(date +%T) $*"; }
-KIMI=${KIMI:-"--preset kimi-k2 --tp-slice 8 --layers 8 --cycles 30"}  # another probe: KIMI="--preset tiny ..."
+# KIMI="--preset tiny ..." runs the same script on a CPU
+KIMI=${KIMI:-"--preset kimi-k2 --tp-slice 8 --layers 8 --cycles 30"}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__)"

@@ -149,8 +149,9 @@ def test_an_ab_run_records_warm_launches_per_side_and_cold_on_request(tmp_path: 
     runs = {}
     for how in ("warm", "cold"):
         prefix = tmp_path / how
+        cold = ["--cold"] if how == "cold" else []
         p = _cmd("ab", "--a", "", "--b", SLOW, "--probe", "spec-decode", "-L", "2", "--no-snapshot",
-                 "-o", str(prefix), *(["--cold"] if how == "cold" else []), *PROBE_ARGS, "--cycles", "4")  # fmt: skip
+                 "-o", str(prefix), *cold, *PROBE_ARGS, "--cycles", "4")  # fmt: skip
         _, err = p.communicate(timeout=600)
         assert p.returncode in (0, 1, 3), err  # a verdict, whichever it is on a loaded box
         runs[how] = {s: load_record(Path(f"{prefix}-{s}.json"), "run") for s in "ab"}
