@@ -152,6 +152,24 @@ def _descends(pid: int, root: int, depth: int = 4) -> bool:
 OWN_WAIT_S = TEARDOWN_GRACE_S + STOP_GRACE_S + 10.0  # the longest a previous warm launch may tear down
 
 
+def _siblings(root: int) -> bool:
+    """Whether `root` has a child besides this process (Linux /proc): in a warm launch, an earlier
+    launch's supervisor still tearing down."""
+    me = os.getpid()
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit() and int(d) != me]
+    except OSError:
+        return False
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                if int(f.read().rpartition(")")[2].split()[1]) == root:
+                    return True
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
+
+
 def busy_gpus(world: int, own_root: int | None = None) -> str | None:
     """One line naming what holds memory on the GPUs this launch would use, or None (also when NVML
     cannot tell: then the launch runs and the header's clock sampler says why NVML was unavailable).
@@ -159,7 +177,9 @@ def busy_gpus(world: int, own_root: int | None = None) -> str | None:
     `own_root`: the warm parent of this launch (probes/_warm.py). The ranks of its earlier launches,
     still tearing down after their results went out, are ours, not another's: they do not count, and
     this launch starts beside them while the GPU has as much memory free as they hold (the next launch
-    of one environment needs about what the last one held); else it waits for them to leave."""
+    of one environment needs about what the last one held); else it waits for them to leave. Where NVML
+    names processes this namespace cannot see (a container), an earlier launch still tearing down may
+    be among them: the launch waits for it before it judges."""
     try:
         nv = _nvml.load()
     except Exception:
@@ -171,22 +191,24 @@ def busy_gpus(world: int, own_root: int | None = None) -> str | None:
             procs = _nvml.gpu_processes(nv, handles)
             ours = [p for p in procs if own_root is not None and _descends(p["pid"], own_root)]
             others = [p for p in procs if p not in ours]
-            if others:
-                return _nvml.describe_processes(others)
             held = {index: 0 for index, _ in handles}
             for p in ours:
                 held[p["gpu"]] = held.get(p["gpu"], 0) + int(p.get("used_bytes") or 0)
-            mems = {index: nv.nvmlDeviceGetMemoryInfo(h) for index, h in handles}
-            short = any(mems[i].free < held[i] for i in held if held[i])
-            if not short or time.monotonic() > end:
+            hidden = []
+            for index, h in handles:
+                mem = nv.nvmlDeviceGetMemoryInfo(h)
+                used = mem.used - held.get(index, 0)
+                if mem.total and mem.free < held.get(index, 0):
+                    hidden.append("")  # ours hold more than is free: wait for them
+                elif mem.total and used > BUSY_UNSEEN_FRACTION * mem.total:
+                    hidden.append(f"GPU {index}: {used / 2**30:.1f} GiB in use by processes not visible here")
+            unclear = (others or hidden) and own_root is not None and _siblings(own_root)
+            if not unclear and "" not in hidden or time.monotonic() > end:
                 break
             time.sleep(0.05)  # our last launch's teardown frees what this one needs
-        hidden = []
-        for index, mem in mems.items():
-            used = mem.used - held.get(index, 0)
-            if mem.total and used > BUSY_UNSEEN_FRACTION * mem.total:
-                hidden.append(f"GPU {index}: {used / 2**30:.1f} GiB in use by processes not visible here")
-        return "; ".join(hidden) or None
+        if others:
+            return _nvml.describe_processes(others)
+        return "; ".join(h for h in hidden if h) or None
     except Exception:
         return None
     finally:
