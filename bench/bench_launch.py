@@ -4,9 +4,13 @@ launch to launch as cold ones do (the statistics rely on that spread being sampl
     python bench/bench_launch.py --runs 2 --launches 8 -- --preset tiny --cycles 5        # 2 CPU cores
     python bench/bench_launch.py --runs 2 --launches 8 --out DIR -- --preset kimi-k2 --tp-slice 8 \
         --layers 8 --cycles 30                                                              # one H200
+    mkdir /tmp/before && git archive OLD_COMMIT | tar -x -C /tmp/before
+    python bench/bench_launch.py --baseline /tmp/before --runs 3 --launches 8 -- --preset tiny --cycles 5
 
 Runs alternate warm, cold, warm, cold... (`regdiag probe spec-decode ARGS -L N`, each run a record),
-so drift hits both alike. Per launch, from its record: the wall time regdiag saw (`duration_s`) and
+so drift hits both alike; with --baseline DIR, warm launches of the regdiag in DIR (an older commit's
+tree: `before`) alternate with this tree's warm and cold ones, so a change is measured side by side.
+Per launch, from its record: the wall time regdiag saw (`duration_s`) and
 its stages: `start` (interpreter start, import torch and CUDA init up to the build: for warm, the fork),
 `build`, `capture+warmup`, `measure`, `gather`, `teardown`, and regdiag's own share (the rest).
 Then per mode: the launch-to-launch spread of the cycle median (coefficient of variation, with a
@@ -28,13 +32,17 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from regdiag.measure.launch import stages as launch_stages  # noqa: E402
 
 
-def _probe(out: Path, launches: int, cold: bool, args: list[str]) -> dict[str, Any]:
+def _probe(out: Path, launches: int, cold: bool, args: list[str], root: Path = ROOT) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "regdiag", "probe", "spec-decode", *args, "--launches", str(launches),
            "--no-snapshot", "-o", str(out), "--format", "json"] + (["--cold"] if cold else [])  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(root)}  # that tree's regdiag, and its probes
     t0 = time.monotonic()
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    res = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
     wall = time.monotonic() - t0
     if res.returncode != 0:
         sys.exit(f"bench_launch: {' '.join(cmd)} failed (exit {res.returncode}): {res.stderr[-800:]}")
@@ -43,29 +51,9 @@ def _probe(out: Path, launches: int, cold: bool, args: list[str]) -> dict[str, A
 
 
 def stages(la: dict[str, Any]) -> dict[str, float]:
-    """One launch's stages in seconds, from its record (docs/probes.md: the footer's times run from the
-    supervisor's start)."""
-    foot = la.get("footer") or {}
-    header = la.get("header") or {}
-    w0, w1 = (foot.get("measure_window_s") or [0.0, 0.0])[:2]
-    wall = float(foot.get("launch_wall_s") or w1)
-    build = float(header.get("build_s") or 0.0)
-    tear = float((la.get("teardown") or {}).get("s") or 0.0)
-    cycles = [c for c in (la.get("samples") or {}).get("cycle", [])]
-    measure = sum(cycles) / 1000.0 if cycles else w1 - w0
-    warm_and_capture = max(0.0, w1 - w0 - measure)
-    start = max(0.0, w0 - build)
-    total = float(la["duration_s"])
-    return {
-        "launch": total,
-        "start": start,
-        "build": build,
-        "capture+warmup": warm_and_capture,
-        "measure": measure,
-        "gather": max(0.0, wall - w1),
-        "teardown": tear,
-        "regdiag": max(0.0, total - wall - tear),
-    }
+    """One launch's stages in seconds: its record's `stages_s`, or (a record from before it had them)
+    the same reckoning from its footer and header (regdiag.measure.launch.stages)."""
+    return dict(la.get("stages_s") or launch_stages(la))
 
 
 def spread(medians: list[float], reps: int = 2000) -> dict[str, float]:
@@ -93,20 +81,29 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2, help="runs per mode (default 2)")
     ap.add_argument("--launches", type=int, default=8, help="launches per run (default 8)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/bench-launch")))
+    ap.add_argument("--baseline", type=Path, help="also warm launches of the regdiag tree in this directory")
+    ap.add_argument("--no-cold", action="store_true", help="leave out the cold runs")
     ap.add_argument("args", nargs="*", help="the probe's arguments, after --")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    records: dict[str, list[Path]] = {"warm": [], "cold": []}
-    runs: dict[str, list[dict[str, Any]]] = {"warm": [], "cold": []}
+    modes = {"warm": (False, ROOT), "cold": (True, ROOT)}
+    if a.no_cold:
+        del modes["cold"]
+    if a.baseline is not None:
+        modes = {"before": (False, a.baseline.resolve()), **modes}
+    records: dict[str, list[Path]] = {m: [] for m in modes}
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for i in range(a.runs):
-        for mode in ("warm", "cold"):
+        for mode, (cold, root) in modes.items():
             path = a.out / f"{mode}-{i}.json"
-            got = _probe(path, a.launches, mode == "cold", a.args)
+            got = _probe(path, a.launches, cold, a.args, root)
             records[mode].append(path)
             runs[mode].append(got)
             print(f"run {i} {mode}: {got['wall_s']:.2f} s for {a.launches} launches", file=sys.stderr)
     report: dict[str, Any] = {"args": a.args, "launches": a.launches, "runs": a.runs, "modes": {}}
-    for mode in ("warm", "cold"):
+    if a.baseline is not None:
+        report["baseline"] = str(a.baseline)
+    for mode in modes:
         las = [la for r in runs[mode] for la in r["run"]["launches"]]
         st = [stages(la) for la in las]
         med = {k: statistics.median(s[k] for s in st) for k in st[0]}
@@ -129,19 +126,23 @@ def main() -> None:
 
 def _markdown(report: dict[str, Any]) -> None:
     modes = report["modes"]
-    keys = list(modes["warm"]["stage_medians_s"])
+    names = list(modes)
+    keys = list(modes[names[0]]["stage_medians_s"])
     print(
-        f"probe spec-decode {' '.join(report['args'])}, {report['runs']} runs x {report['launches']} launches per mode\n"
+        f"probe spec-decode {' '.join(report['args'])}, "
+        f"{report['runs']} runs x {report['launches']} launches per mode"
+        + (f"; before: {report['baseline']}" if report.get("baseline") else "")
+        + "\n"
     )
-    print("| stage (median s) | warm | cold |")
-    print("|---|---:|---:|")
+    print("| stage (median s) | " + " | ".join(names) + " |")
+    print("|---|" + "---:|" * len(names))
     for k in keys:
-        print(
-            f"| {k} | {modes['warm']['stage_medians_s'][k]:.3f} | {modes['cold']['stage_medians_s'][k]:.3f} |"
-        )
-    w, c = modes["warm"]["stage_medians_s"]["launch"], modes["cold"]["stage_medians_s"]["launch"]
-    print(f"\nlaunch cost, cold / warm: {c / w:.2f}x\n")
-    print("| mode | run wall s | warm start (s) | cycle CV per run [95 % CI] | A/A verdicts |")
+        print(f"| {k} | " + " | ".join(f"{modes[m]['stage_medians_s'][k]:.3f}" for m in names) + " |")
+    w = modes["warm"]["stage_medians_s"]["launch"]
+    for m in names:
+        if m != "warm":
+            print(f"\nlaunch cost, {m} / warm: {modes[m]['stage_medians_s']['launch'] / w:.2f}x")
+    print("\n| mode | run wall s | warm start (s) | cycle CV per run [95 % CI] | A/A verdicts |")
     print("|---|---|---|---|---|")
     for mode, m in modes.items():
         ws = ", ".join(str(s.get("warm_start_s", "-")) for s in m["start"])
@@ -149,7 +150,8 @@ def _markdown(report: dict[str, Any]) -> None:
             f"{s['cv'] * 100:.1f} % [{s['lo'] * 100:.1f}, {s['hi'] * 100:.1f}]" for s in m["spread"]
         )
         print(
-            f"| {mode} | {', '.join(map(str, m['run_wall_s']))} | {ws} | {cvs} | {', '.join(m['aa_verdicts'])} |"
+            f"| {mode} | {', '.join(map(str, m['run_wall_s']))} | {ws} | {cvs} "
+            f"| {', '.join(m['aa_verdicts'])} |"
         )
 
 

@@ -136,24 +136,79 @@ def _in_collective(stack: str) -> bool:
     return bool(frames) and "distributed" in frames[0]["file"]
 
 
-def busy_gpus(world: int) -> str | None:
+def _descends(pid: int, root: int, depth: int = 4) -> bool:
+    """Whether `root` is among `pid`'s ancestors (Linux /proc), up to `depth` generations."""
+    for _ in range(depth):
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                pid = int(f.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == root:
+            return True
+    return False
+
+
+OWN_WAIT_S = TEARDOWN_GRACE_S + STOP_GRACE_S + 10.0  # the longest a previous warm launch may tear down
+
+
+def _siblings(root: int) -> bool:
+    """Whether `root` has a child besides this process (Linux /proc): in a warm launch, an earlier
+    launch's supervisor still tearing down."""
+    me = os.getpid()
+    try:
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit() and int(d) != me]
+    except OSError:
+        return False
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+                if int(f.read().rpartition(")")[2].split()[1]) == root:
+                    return True
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
+
+
+def busy_gpus(world: int, own_root: int | None = None) -> str | None:
     """One line naming what holds memory on the GPUs this launch would use, or None (also when NVML
-    cannot tell: then the launch runs and the header's clock sampler says why NVML was unavailable)."""
+    cannot tell: then the launch runs and the header's clock sampler says why NVML was unavailable).
+
+    `own_root`: the warm parent of this launch (probes/_warm.py). The ranks of its earlier launches,
+    still tearing down after their results went out, are ours, not another's: they do not count, and
+    this launch starts beside them while the GPU has as much memory free as they hold (the next launch
+    of one environment needs about what the last one held); else it waits for them to leave. Where NVML
+    names processes this namespace cannot see (a container), an earlier launch still tearing down may
+    be among them: the launch waits for it before it judges."""
     try:
         nv = _nvml.load()
     except Exception:
         return None
     try:
         handles = _nvml.visible_handles(nv)[:world]
-        procs = _nvml.gpu_processes(nv, handles)
-        if procs:
-            return _nvml.describe_processes(procs)
-        hidden = []
-        for index, h in handles:
-            mem = nv.nvmlDeviceGetMemoryInfo(h)
-            if mem.total and mem.used > BUSY_UNSEEN_FRACTION * mem.total:
-                hidden.append(f"GPU {index}: {mem.used / 2**30:.1f} GiB in use by processes not visible here")
-        return "; ".join(hidden) or None
+        end = time.monotonic() + OWN_WAIT_S
+        while True:
+            procs = _nvml.gpu_processes(nv, handles)
+            ours = [p for p in procs if own_root is not None and _descends(p["pid"], own_root)]
+            others = [p for p in procs if p not in ours]
+            held = {index: 0 for index, _ in handles}
+            for p in ours:
+                held[p["gpu"]] = held.get(p["gpu"], 0) + int(p.get("used_bytes") or 0)
+            hidden = []
+            for index, h in handles:
+                mem = nv.nvmlDeviceGetMemoryInfo(h)
+                used = mem.used - held.get(index, 0)
+                if mem.total and mem.free < held.get(index, 0):
+                    hidden.append("")  # ours hold more than is free: wait for them
+                elif mem.total and used > BUSY_UNSEEN_FRACTION * mem.total:
+                    hidden.append(f"GPU {index}: {used / 2**30:.1f} GiB in use by processes not visible here")
+            unclear = (others or hidden) and own_root is not None and _siblings(own_root)
+            if not unclear and "" not in hidden or time.monotonic() > end:
+                break
+            time.sleep(0.05)  # our last launch's teardown frees what this one needs
+        if others:
+            return _nvml.describe_processes(others)
+        return "; ".join(h for h in hidden if h) or None
     except Exception:
         return None
     finally:
@@ -376,8 +431,16 @@ class Supervisor:
         return min(elsewhere, key=lambda rk: rk.last_active) if elsewhere else first
 
     def _finish_teardown(self) -> int:
-        """After the footer: wait for the ranks to leave; force the ones that do not, and say so."""
+        """After the footer: wait for the ranks to leave; force the ones that do not, and say so. A warm
+        launch returns here, its results being out (`detached` in its teardown line), and tears down
+        after its client has gone: the warm parent passes on how that went (probes/_warm.py)."""
         assert self.footer_at is not None
+        import _warm
+
+        detached = False
+        if not self.received and _warm.DETACH_FD is not None:
+            self.emitter.emit({"type": "teardown", "detached": True})
+            detached = _warm.detach(0)
         while any(rk.alive() for rk in self.ranks):
             if self.received or time.monotonic() - self.footer_at > (self.hang_timeout or TEARDOWN_GRACE_S):
                 break
@@ -392,12 +455,17 @@ class Supervisor:
             }
         self._stop_all()
         line["s"] = round(time.monotonic() - self.footer_at, 3)
-        self.emitter.emit(line)
+        if detached:
+            _warm.detached_report({k: v for k, v in line.items() if k != "type"})
+        else:
+            self.emitter.emit(line)
         return 128 + self.received[0] if self.received else 0
 
     def run(self) -> int:
         if self.check_busy:
-            busy = busy_gpus(self.world)
+            import _warm
+
+            busy = busy_gpus(self.world, os.getppid() if _warm.FORK_MAIN is not None else None)
             if busy:
                 emit_error(f"GPUs in use by other processes: {busy} (--allow-busy-gpu to run anyway)", "busy")
                 return 1

@@ -38,10 +38,13 @@ from typing import Any
 
 IDLE_S = float(os.environ.get("REGDIAG_WARM_IDLE_S", "900"))
 KILL_GRACE_S = 5.0
+DETACHED_GRACE_S = 30.0  # a launch's teardown after its footer (the supervisor forces it within 23 s)
 MAX_MSG = 1 << 20
 
 # Set in a forked supervisor: how its ranks start (fork_rank) instead of a fresh interpreter each.
 FORK_MAIN: Any = None
+# Set in a forked launch: the pipe on which it tells the parent that its results are out (detach).
+DETACH_FD: int | None = None
 
 
 # -- the launch client (stdlib only: it starts in milliseconds) -------------------------------------------
@@ -102,14 +105,26 @@ def _preload(script: str) -> tuple[Any, dict[str, float]]:
 
     t1 = time.monotonic()
     module = runpy.run_path(script, run_name="regdiag_warm_probe")
-    for name in module.get("WARM_IMPORTS", ()):
-        importlib.import_module(name)
+    # every probe's supervisor (and NVML's bindings, imported, not initialised), and the rank's modules
+    for name in ("_supervisor", "pynvml", *module.get("WARM_IMPORTS", ())):
+        try:
+            importlib.import_module(name)
+        except ImportError:  # a launch imports it then (and says why it cannot), as a cold one does
+            pass
+    t2 = time.monotonic()
+    try:  # what the environment has installed, which every launch's footer names (probes/_loaded.py)
+        import _loaded
+
+        _loaded.prime()
+    except Exception:  # a launch reads it then, as a cold one does
+        pass
     cuda = getattr(torch, "cuda", None)
     if cuda is not None and cuda.is_initialized():
         raise RuntimeError("the warm parent initialised CUDA while importing")
     return module["main"], {
         "import_torch_s": round(t1 - t0, 3),
-        "import_probe_s": round(time.monotonic() - t1, 3),
+        "import_probe_s": round(t2 - t1, 3),
+        "read_installed_s": round(time.monotonic() - t2, 3),
     }
 
 
@@ -172,9 +187,10 @@ def _run_child(main: Any, argv: list[str]) -> None:
 
 
 class _Child:
-    def __init__(self, pid: int, conn: socket.socket | None) -> None:
-        self.pid, self.conn = pid, conn
+    def __init__(self, pid: int, conn: socket.socket | None, done: int | None) -> None:
+        self.pid, self.conn, self.done = pid, conn, done
         self.killed_at: float | None = None
+        self.buf = b""
 
 
 class Parent:
@@ -192,6 +208,7 @@ class Parent:
         self.parent = os.getppid()
         self.last = time.monotonic()
         self.stopping = False
+        self.patient = False  # stopped on request: torn-down launches may finish their teardown first
 
     def serve(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
@@ -200,6 +217,8 @@ class Parent:
             for key, _ in self.sel.select(0.05):
                 if key.data is None:
                     self._accept()
+                elif isinstance(key.data, tuple):
+                    self._told(key.data[1])
                 else:
                     self._lost(key.data)
             self._reap()
@@ -215,11 +234,12 @@ class Parent:
         req, fds = _recv_request(conn)
         self.last = time.monotonic()
         if req.get("stop"):
-            self.stopping = True
+            self.stopping = self.patient = True
             conn.close()
             return
         sys.stdout.flush()
         sys.stderr.flush()
+        done_r, done_w = os.pipe()
         pid = os.fork()
         if pid == 0:  # the launch
             self.sel.close()
@@ -227,17 +247,68 @@ class Parent:
             for c in self.children.values():
                 if c.conn is not None:
                     c.conn.close()
+                if c.done is not None:
+                    os.close(c.done)
             conn.close()
-            global FORK_MAIN
+            os.close(done_r)
+            global FORK_MAIN, DETACH_FD
             FORK_MAIN = self.main  # the supervisor forks its ranks from here too
+            DETACH_FD = done_w
             argv = [str(a) for a in req.get("argv") or []]
             _become(dict(req.get("env") or {}), req.get("cwd"), fds, self.script, argv)
             _run_child(self.main, argv)
         for fd in fds:
             os.close(fd)
-        child = _Child(pid, conn)
+        os.close(done_w)
+        os.set_blocking(done_r, False)
+        child = _Child(pid, conn, done_r)
         self.children[pid] = child
         self.sel.register(conn, selectors.EVENT_READ, child)
+        self.sel.register(done_r, selectors.EVENT_READ, ("done", child))
+
+    def _told(self, child: _Child, last: bool = False) -> None:
+        """The launch spoke on its detach pipe: its results are out ({"exit": N}: answer the client
+        now, while it tears down), or how its teardown went ({"teardown": {...}}, kept on stdout).
+        `last`: it has exited; read what is left and close the pipe."""
+        while child.done is not None:
+            try:
+                data = os.read(child.done, 65536)
+            except BlockingIOError:
+                data = None
+            except OSError:
+                data = b""
+            if not data:
+                if data is None and not last:
+                    return
+                self.sel.unregister(child.done)
+                os.close(child.done)
+                child.done = None
+            else:
+                child.buf += data
+            if not last:
+                break
+        while b"\n" in child.buf:
+            line, child.buf = child.buf.split(b"\n", 1)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if "exit" in msg and child.conn is not None:
+                self._answer(child, int(msg["exit"]))
+            elif isinstance(msg.get("teardown"), dict):
+                sys.stdout.write(json.dumps({"warm": "teardown", "pid": child.pid, **msg["teardown"]}) + "\n")
+                sys.stdout.flush()
+
+    def _answer(self, child: _Child, code: int) -> None:
+        """The client's launch is over with `code` (it exits); what the child does next is ours."""
+        assert child.conn is not None
+        try:
+            _send(child.conn, {"exit": code})
+        except OSError:
+            pass
+        self.sel.unregister(child.conn)
+        child.conn.close()
+        child.conn = None
 
     def _lost(self, child: _Child) -> None:
         """The client spoke or went away; it only ever goes away (regdiag stopped the launch)."""
@@ -269,17 +340,17 @@ class Parent:
                 continue
             code = os.waitstatus_to_exitcode(status)
             code = 128 - code if code < 0 else code
+            self._told(child, last=True)  # what it said before it went
             if child.conn is not None:
-                try:
-                    _send(child.conn, {"exit": code})
-                except OSError:
-                    pass
-                self.sel.unregister(child.conn)
-                child.conn.close()
+                self._answer(child, code)
             del self.children[pid]
             self.last = time.monotonic()
 
     def _stop_children(self) -> None:
+        deadline = time.monotonic() + (DETACHED_GRACE_S if self.patient else 0.0)
+        while time.monotonic() < deadline and any(c.conn is None for c in self.children.values()):
+            self._reap()  # launches that returned at their footer, still tearing down
+            time.sleep(0.02)
         for child in self.children.values():
             self._signal(child, signal.SIGTERM)
         deadline = time.monotonic() + KILL_GRACE_S
@@ -311,6 +382,38 @@ def serve_main(sock_path: str, script: str) -> int:
             os.unlink(sock_path)
         except OSError:
             pass
+
+
+# -- a warm launch's supervisor ----------------------------------------------------------------------------
+
+
+def detach(code: int) -> bool:
+    """In a warm launch whose results are out (its footer written): its client returns `code` now, and
+    this process finishes the teardown with its output going nowhere (`detached_report` then says how
+    the teardown went). False in a cold launch, which keeps its stdout until it exits."""
+    if DETACH_FD is None:
+        return False
+    sys.stdout.flush()
+    sys.stderr.flush()
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+    os.write(DETACH_FD, json.dumps({"exit": code}).encode() + b"\n")
+    return True
+
+
+def detached_report(teardown: dict[str, Any]) -> None:
+    """How a detached launch's teardown went, for the warm parent to pass on (one line of its own)."""
+    global DETACH_FD
+    if DETACH_FD is None:
+        return
+    try:
+        os.write(DETACH_FD, json.dumps({"teardown": teardown}).encode() + b"\n")
+        os.close(DETACH_FD)
+    except OSError:
+        pass
+    DETACH_FD = None
 
 
 # -- the ranks of a warm launch -----------------------------------------------------------------------------
@@ -372,7 +475,7 @@ def fork_rank(argv: list[str], env: dict[str, str], want_stdout: bool) -> Forked
     pid = os.fork()
     if pid == 0:
         fds = [out_w if out_w is not None else os.open(os.devnull, os.O_WRONLY), err_w]
-        for fd in (out_r, err_r):
+        for fd in (out_r, err_r, DETACH_FD):
             if fd is not None:
                 os.close(fd)
         _become(env, None, fds, sys.argv[0], argv)

@@ -50,6 +50,7 @@ PHASES = ("draft", "verify", "extend")
 # What its processes import beyond the standard library (a bisect loads these before any launch).
 LOADS = ("torch", "torch.distributed")
 PROFILE_CYCLES = 3
+WARM_IMPORTS = ("_spec_runner",)  # what a rank imports: a warm interpreter imports it once (_warm.py)
 
 
 def build_parser() -> ProbeArgParser:

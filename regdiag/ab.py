@@ -35,6 +35,7 @@ from regdiag.bisect.factors import Factor, Spec, diff, load_side, select
 from regdiag.bisect.kinds import KINDS, BuildPlan, LaunchSetup, Where, kind_of
 from regdiag.bisect.lab import EnvBuilder, builder_for
 from regdiag.bisect.loaded import check_before, check_launch
+from regdiag.bisect.measure import launch_argv
 from regdiag.bisect.run import Request as BisectRequest
 from regdiag.bisect.run import argv_builder
 from regdiag.errors import BadInput, ProbeError
@@ -44,6 +45,7 @@ from regdiag.measure.nodes import NodeFailed
 from regdiag.measure.probe import new_probe_run, trace_args
 from regdiag.measure.session import Session, warn
 from regdiag.measure.stream import LaunchStream, adopt_header, env_for_record
+from regdiag.measure.warm import WarmPool
 from regdiag.runs import RunWriter
 from regdiag.snapshot.redact import scrub_text
 
@@ -71,6 +73,7 @@ class AbRequest:
     allow_unloaded: bool = False  # measure package factors the measurement never loads (bisect/loaded.py)
     ignore: list[str] = field(default_factory=list)  # --ignore PATTERN: differences set as A has them
     only: list[str] = field(default_factory=list)  # --only PATTERN: the differences measured
+    cold: bool = False  # --cold: every launch a fresh interpreter (else forked from its side's warm one)
 
 
 @dataclass
@@ -163,7 +166,13 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
         with Session(
             host, list(writers.values()), req.snapshot, lambda when: emit({"event": "snapshot", "when": when})
         ):
-            Pairs(req, host, plan, writers, argv_for, builder, emit).run()
+            with WarmPool(enabled=not req.cold) as pool:  # each side's warm parent, stopped on every way out
+                try:
+                    Pairs(req, host, plan, writers, argv_for, builder, emit, pool).run()
+                finally:
+                    for label, w in writers.items():
+                        if label in pool.starts:
+                            w.run["probe"]["start"] = pool.starts[label]
     except UsageAbort:
         for w in writers.values():
             w.discard()  # nothing was measured: leave no record behind
@@ -262,8 +271,11 @@ class Pairs:
         argv_for: Callable[[Built, int], list[str]],
         builder: EnvBuilder,
         emit: Progress,
+        pool: WarmPool | None = None,
     ) -> None:
         self.req, self.host, self.plan, self.writers = req, host, plan, writers
+        self.pool = pool
+        self.how: dict[tuple[str, int], str] = {}  # (side, pair) -> how its launch started
         self.argv_for, self.emit = argv_for, emit
         base_path = getattr(builder, "base_path", None)
         self.base_path: Callable[[], str] = base_path or (lambda: os.environ.get("PATH", ""))
@@ -324,6 +336,7 @@ class Pairs:
         def keep(la: dict[str, Any]) -> None:
             la["order"] = pos  # place in the whole A/B run, 0-based (the start order)
             la["pair"] = pair  # launch k of A and launch k of B ran back to back, on one node
+            la.setdefault("start", self.how.get((label, pair), "cold"))  # warm: forked (measure/warm.py)
             with self.lock:
                 w.add_launch(la)
 
@@ -332,8 +345,10 @@ class Pairs:
                 kind_of(f).apply(f, v, setup)
             self._record_env(w, setup.variables)
 
+            once = self._prepare(node, s, setup.variables, pair)  # a warm parent starts here, untimed
+
             def start(stream: LaunchStream) -> CommandResult:
-                return self._run_once(node, s, setup.variables, pair, stream)
+                return once(stream)
 
             launch, stream, why = measure_launch(pair, start, self.req.launch_timeout, keep, None, where)
         with self.lock:
@@ -357,9 +372,11 @@ class Pairs:
         with self.lock:
             w.run["env"] = env_for_record({k: v for k, v in variables.items() if v is not None})
 
-    def _run_once(
-        self, node: Host, s: Side, variables: dict[str, str | None], index: int, stream: LaunchStream
-    ) -> CommandResult:
+    def _prepare(
+        self, node: Host, s: Side, variables: dict[str, str | None], index: int
+    ) -> Callable[[LaunchStream], CommandResult]:
+        """Launch `index` of side `s` on `node`, ready to run: forked from the side's warm parent (started
+        now at its first launch) where the measurement is a regdiag probe, else a fresh process."""
         built = s.built
         assert built is not None
         env = dict(built.process_env(self.base_path()))
@@ -370,17 +387,13 @@ class Pairs:
         env["REGDIAG_AB_SIDE"] = s.label
         env["REGDIAG_LAUNCH_INDEX"] = str(index)
         unset = [k for k, v in variables.items() if v is None]
-        argv, own = self.argv_for(built, index), getattr(self.argv_for, "regdiag_code", False)
-        argv = [*argv, *trace_args(self.req.probe_args, Path(self.writers[s.label].path), index, node)]
-        return launch(
-            node,
-            argv,
-            stream,
-            env=env,
-            unset=unset,
-            cwd=built.worktree,
-            timeout=self.req.launch_timeout,
-            regdiag_code=own,
+        extra = trace_args(self.req.probe_args, Path(self.writers[s.label].path), index, node)
+        argv, how = launch_argv(self.pool, self.argv_for, s.label, node, built, index, env, unset, extra)
+        self.how[(s.label, index)] = how
+        own = getattr(self.argv_for, "regdiag_code", False)
+        cwd, timeout = built.worktree, self.req.launch_timeout
+        return lambda stream: launch(
+            node, argv, stream, env=env, unset=unset, cwd=cwd, timeout=timeout, regdiag_code=own
         )
 
 

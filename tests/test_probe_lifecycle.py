@@ -65,16 +65,25 @@ def test_a_hung_rank_ends_the_launch_named_with_its_stack(tmp_path):
     assert "hang_here" in la["hang"]["stacks"]["1"] and "all_reduce" in la["hang"]["stacks"]["0"]
 
 
-def test_a_rank_stuck_in_teardown_does_not_cost_the_measurement(tmp_path):
+@pytest.mark.parametrize("start", ["cold", "warm"])
+def test_a_rank_stuck_in_teardown_does_not_cost_the_measurement(tmp_path, start):
     out = tmp_path / "td.json"
     t0 = time.monotonic()
     r = run_cli("probe", "spec-decode", *SMALL, "--tp", "2", "--launches", "1", "--no-snapshot",
-                "--hang-timeout", "3", "-o", str(out), env={"REGDIAG_PROBE_HANG": "1@teardown"})  # fmt: skip
+                "--hang-timeout", "3", "-o", str(out), *(["--cold"] if start == "cold" else []),
+                env={"REGDIAG_PROBE_HANG": "1@teardown"})  # fmt: skip
     took = time.monotonic() - t0
     assert r.returncode == 0, r.stderr
-    la = load_record(out, "run")["launches"][0]
-    assert la["status"] == "ok" and la["samples"]["cycle"]
-    td = la["teardown"]
+    run = load_record(out, "run")
+    la = run["launches"][0]
+    assert la["status"] == "ok" and la["samples"]["cycle"] and la["start"] == start
+    if start == "cold":
+        td = la["teardown"]
+    else:  # a warm launch returned at its footer; its parent told how the teardown went after
+        assert la["teardown"] == {"detached": True}
+        [td] = run["probe"]["start"]["forced_teardowns"]
+        assert any("teardown" in w for w in run["warnings"])
+        td = {"forced": True, **td}
     assert td["forced"] is True and td["ranks"] == [1] and "hang_here" in td["where"]["1"]
     assert took < 120, f"a stuck teardown held the run for {took:.0f} s"
 

@@ -26,10 +26,11 @@ from regdiag.bisect.factors import Factor
 from regdiag.bisect.failures import BuildFailed, MetricMissing, StepFailed
 from regdiag.bisect.journal import Journal
 from regdiag.bisect.kinds import BuildPlan, LaunchSetup, kind_of
-from regdiag.bisect.measure import Launch, run_launch
+from regdiag.bisect.measure import Launch, launch_argv, run_launch
 from regdiag.bisect.remote_envs import RemoteBuilder
 from regdiag.errors import BadInput, RegdiagError
 from regdiag.hosts.base import Host
+from regdiag.measure.warm import WarmPool
 
 Point = tuple[str | None, ...]  # one value per factor, in factor order
 ArgvFor = Callable[[Built, int], list[str]]  # (environment, launch index) -> argv
@@ -108,6 +109,9 @@ class Lab:
         # that the measurement loads every package factor (regdiag.bisect.loaded) raises there.
         self.on_endpoint = on_endpoint
         self.built: dict[str, Built] = {}
+        # Each point's warm parent, its launches forked from it (measure/warm.py); None: all cold.
+        # Whoever makes the Lab closes it (run_bisect: on every way out).
+        self.warm: WarmPool | None = None
         self.launches_run = 0
         self.points_used: set[str] = set()
         # A remote builder names its interpreter by host and path (a path there means nothing here).
@@ -184,6 +188,7 @@ class Lab:
                     pending.append((p, n))
             if not pending:
                 return
+            self._prestart([p for p, _ in pending])
             for p, n in pending:
                 key = self.key(p)
                 if len(self.journal.launches.get(key, [])) < n and self._failure(key, n) is None:
@@ -237,18 +242,62 @@ class Lab:
         )
         self.progress({"event": "skip", "label": self.label(p), "reason": str(why)})
 
-    def _run_launch(self, built: Built, index: int, env: dict[str, str], unset: list[str]) -> Launch:
-        """Launch `index` of a point in its environment `built`, timed, on the node it runs on."""
-        t0 = time.monotonic()
+    def _run_launch(
+        self, key: str, built: Built, index: int, env: dict[str, str], unset: list[str]
+    ) -> Launch:
+        """Launch `index` of point `key` in its environment `built`, timed, on the node it runs on:
+        forked from the point's warm parent where it has one (the warm parent's start is not timed)."""
         node = self.host.for_launch(index)  # launch i of every point on one node: a block
-        argv, cwd, timeout = self.argv_for(built, index), built.worktree, self.launch_timeout
+        argv, how = launch_argv(self.warm, self.argv_for, key, node, built, index, env, unset)
+        t0 = time.monotonic()
+        cwd, timeout = built.worktree, self.launch_timeout
         own = getattr(self.argv_for, "regdiag_code", False)  # a regdiag probe (bisect.run.ProbeArgv)
         launch = run_launch(
             node, argv, self.metric, env=env, unset=unset, cwd=cwd, timeout=timeout, regdiag_code=own
         )
         launch.duration_s = time.monotonic() - t0
         launch.placement = node.placement()
+        launch.start = how
         return launch
+
+    def _env(self, key: str, built: Built, index: int) -> dict[str, str]:
+        """Launch `index` of point `key`'s variables, before its factors' own."""
+        env = dict(built.process_env(self._base_path()))
+        if "PATH" not in env and os.path.dirname(built.python):
+            # `python` in a --command means the environment's interpreter, the base one included.
+            env["PATH"] = os.pathsep.join([os.path.dirname(built.python), self._base_path()])
+        env["REGDIAG_BISECT_POINT"] = key
+        env["REGDIAG_LAUNCH_INDEX"] = str(index)
+        if built.worktree:
+            env["REGDIAG_BISECT_WORKTREE"] = built.worktree
+        return env
+
+    def _prestart(self, points: Sequence[Point]) -> None:
+        """The warm parents of points measured in turn, started side by side before their launches
+        (each imports torch once; in parallel that wait is paid once). A factor of a kind other than
+        `variables_only` applies at the launch; should its variables differ, the pool starts that parent
+        again."""
+        script = getattr(self.argv_for, "script", None)
+        if self.warm is None or script is None or len(points) < 2:
+            return
+        wanted = []
+        for p in points:
+            key = self.key(p)
+            built = self._environment(p, key)
+            if built is None:
+                continue
+            index = len(self.journal.launches.get(key, []))
+            with LaunchSetup(dict(self.fixed_env)) as setup:
+                for f, v in zip(self.factors, p, strict=True):
+                    if kind_of(f).variables_only:
+                        kind_of(f).apply(f, v, setup)
+            variables = setup.variables
+            env = {**self._env(key, built, index), **{k: v for k, v in variables.items() if v is not None}}
+            unset = [k for k, v in variables.items() if v is None]
+            node = self.host.for_launch(index)
+            where = {"cwd": built.worktree, "python": built.python}
+            wanted.append({"key": key, "host": node, "script": script, "env": env, "unset": unset, **where})
+        self.warm.prestart(wanted)
 
     def _launch_one(self, p: Point, key: str, again: bool = False) -> None:
         built = self._environment(p, key)
@@ -260,14 +309,7 @@ class Lab:
             self._rebuild(p, key, built)
             return
         index = len(self.journal.launches.get(key, []))
-        env = dict(built.process_env(self._base_path()))
-        if "PATH" not in env and os.path.dirname(built.python):
-            # `python` in a --command means the environment's interpreter, the base one included.
-            env["PATH"] = os.pathsep.join([os.path.dirname(built.python), self._base_path()])
-        env["REGDIAG_BISECT_POINT"] = key
-        env["REGDIAG_LAUNCH_INDEX"] = str(index)
-        if built.worktree:
-            env["REGDIAG_BISECT_WORKTREE"] = built.worktree
+        env = self._env(key, built, index)
         self.progress({"event": "launch", "label": self.label(p), "index": index, "run": self.launches_run})
         try:
             with LaunchSetup(dict(self.fixed_env)) as setup:
@@ -275,7 +317,7 @@ class Lab:
                     kind_of(f).apply(f, v, setup)
                 env.update({k: v for k, v in setup.variables.items() if v is not None})
                 unset = [k for k, v in setup.variables.items() if v is None]
-                launch = self._run_launch(built, index, env, unset)
+                launch = self._run_launch(key, built, index, env, unset)
         except StepFailed as e:
             self._skip_point(p, key, e)
             return

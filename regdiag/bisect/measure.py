@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from regdiag import direction
+from regdiag.bisect.envs import Built
 from regdiag.bisect.failures import (
     CannotTest,
     LaunchFailed,
@@ -30,6 +31,7 @@ from regdiag.bisect.failures import (
 from regdiag.hosts.base import Host
 from regdiag.measure.launch import launch
 from regdiag.measure.stream import LaunchStream
+from regdiag.measure.warm import WarmPool
 from regdiag.snapshot.redact import scrub_text
 
 SKIP_EXIT = 125
@@ -55,6 +57,7 @@ class Launch:
     profile: dict[str, Any] | None = (
         None  # `-- --profile`: the probe's per-phase profile (probes/_profile.py)
     )
+    start: str | None = None  # "warm" (forked from its environment's warm parent) or "cold"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +72,7 @@ class Launch:
             "loaded": self.loaded,
             **({"placement": self.placement} if self.placement else {}),
             **({"profile": self.profile} if self.profile else {}),
+            **({"start": self.start} if self.start else {}),
         }
 
     def failed(self) -> StepFailed | None:
@@ -93,6 +97,7 @@ class Launch:
             loaded=loaded_list(d.get("loaded")),
             placement=d.get("placement") if isinstance(d.get("placement"), dict) else None,
             profile=d.get("profile") if isinstance(d.get("profile"), dict) else None,
+            start=d.get("start") if d.get("start") in ("warm", "cold") else None,
         )
 
 
@@ -109,6 +114,32 @@ def loaded_list(value: Any) -> list[dict[str, str]] | None:
 
 def medians(samples: Mapping[str, Sequence[float]]) -> dict[str, float]:
     return {k: float(statistics.median(v)) for k, v in samples.items() if v}
+
+
+def launch_argv(
+    pool: WarmPool | None,
+    argv_for: Callable[[Built, int], list[str]],
+    key: str,
+    node: Host,
+    built: Built,
+    index: int,
+    env: Mapping[str, str],
+    unset: Sequence[str],
+    extra: Sequence[str] = (),
+) -> tuple[list[str], str]:
+    """The argv of launch `index` in environment `built` (named `key`) on `node`, and how it starts: a
+    regdiag probe (bisect.run.ProbeArgv) forks from the environment's warm parent in `pool` ("warm");
+    a --command, an engine, or a parent that could not start, runs as a fresh process ("cold"). `extra`:
+    options of this launch's own (where its profile's trace goes)."""
+    script = getattr(argv_for, "script", None)
+    if pool is not None and script is not None:
+        args = [*getattr(argv_for, "args", []), "--launch-index", str(index), *extra]
+        argv, how = pool.argv(
+            key, node, script, args, env=env, unset=unset, cwd=built.worktree, python=built.python
+        )
+        if argv is not None:
+            return argv, how
+    return [*argv_for(built, index), *extra], "cold"
 
 
 def run_launch(

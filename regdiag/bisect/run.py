@@ -28,6 +28,7 @@ from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 from regdiag.hosts.local import LocalHost
 from regdiag.measure.probes import probe_loads
+from regdiag.measure.warm import WarmPool
 from regdiag.run_view import usable
 from regdiag.snapshot.redact import redact_tree
 
@@ -61,6 +62,7 @@ class Request:
     seed_endpoints: dict[str, list[dict[str, Any]]] | None = None
     ignore: list[str] = field(default_factory=list)  # --ignore PATTERN: differences not bisected
     only: list[str] = field(default_factory=list)  # --only PATTERN: the differences bisected
+    cold: bool = False  # --cold: every launch a fresh interpreter (else forked from its point's warm one)
 
     def sides(self) -> dict[str, Any]:
         """What `--resume --journal J` alone reads back from the journal to make the same plan."""
@@ -277,7 +279,8 @@ def run_bisect(
         if req.seed_endpoints and not journal.resumed:
             _seed(lab, req.seed_endpoints)
         options = Options(req.launches, req.max_launches, req.margin, req.min_share)
-        outcome = Search(lab, options, lambda f: kind_of(f).values_between(f, plan.where)).run()
+        with WarmPool(enabled=not req.cold) as lab.warm:  # each point's warm parent, stopped on every way out
+            outcome = Search(lab, options, lambda f: kind_of(f).values_between(f, plan.where)).run()
         report = _final_report(outcome, lab, req.metric, notes, plan, time.monotonic() - t0)
         journal.end(report)
         return report

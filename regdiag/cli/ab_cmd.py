@@ -88,6 +88,12 @@ def ab(
     installer: str = InstallerOpt,
     launch_timeout: float = LaunchTimeoutOpt,
     no_snapshot: bool = typer.Option(False, "--no-snapshot", help="Skip the snapshots before and after."),
+    cold: bool = typer.Option(
+        False,
+        "--cold",
+        help="Start every launch as a fresh interpreter instead of forking a probe's launches from one warm "
+        'interpreter per side (docs/probes.md, "Warm launches"). Default: warm.',
+    ),
     allow_code_from_record: bool = AllowCodeOpt,
     allow_unloaded: bool = AllowUnloadedOpt,
     ignore: list[str] = IgnoreOpt,
@@ -119,6 +125,7 @@ def ab(
         allow_unloaded=allow_unloaded,
         ignore=list(ignore or []),
         only=list(only or []),
+        cold=cold,
     )
     result = _run(req, target.open())
     _show(result, m, chosen)

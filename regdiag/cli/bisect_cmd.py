@@ -185,6 +185,12 @@ def bisect(
     resume: bool = typer.Option(False, "--resume", help="Continue the bisect recorded in --journal."),
     allow_unloaded: bool = AllowUnloadedOpt,
     allow_code_from_record: bool = AllowCodeOpt,
+    cold: bool = typer.Option(
+        False,
+        "--cold",
+        help="Start every launch as a fresh interpreter instead of forking a probe's launches from one warm "
+        'interpreter per point (docs/probes.md, "Warm launches"). Default: warm.',
+    ),
     json_out: bool = JsonOpt,
     markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown on stdout."),
     fmt: str = format_opt("bisect"),
@@ -225,7 +231,11 @@ def _request(ctx: typer.Context, o: dict[str, Any]) -> tuple[Request, Target]:
     extra = probe_args(ctx, o["probe"]) or journal_args
     build = build_fields(o["repo"], o["setup"], o["find_links"], o["index_url"], o["python"], o["installer"])
     same = "good bad command probe metric launches max_launches min_share launch_timeout resume".split()
-    same += ["allow_code_from_record", "allow_unloaded"]  # the options that are the request's fields as given
+    same += [
+        "allow_code_from_record",
+        "allow_unloaded",
+        "cold",
+    ]  # the options that are the request's fields as given
     req = Request(
         **{k: o[k] for k in same},
         **build,

@@ -150,6 +150,34 @@ class BusyAbort(ProbeError):
     """The GPUs are held by other processes: nothing was measured, so no record is left behind."""
 
 
+def stages(la: Mapping[str, Any]) -> dict[str, float]:
+    """Where one launch's wall time went, in seconds, from its record (the footer's times run from the
+    supervisor's start): `start` (interpreter, import torch and CUDA initialisation, or the fork of a
+    warm launch, up to the build), `build`, `capture+warmup`, `measure`, `gather` (rank 0's report and
+    the supervisor's footer), `teardown` (0 for a warm launch, which returns at its footer) and
+    `regdiag`, the rest of `launch` (regdiag's own: starting the process, reading its output)."""
+    foot = la.get("footer") or {}
+    header = la.get("header") or {}
+    w0, w1 = (list(foot.get("measure_window_s") or []) + [0.0, 0.0])[:2]
+    wall = float(foot.get("launch_wall_s") or w1)
+    build = float(header.get("build_s") or 0.0)
+    tear = float((la.get("teardown") or {}).get("s") or 0.0)
+    cycles = (la.get("samples") or {}).get("cycle") or []
+    measure = sum(cycles) / 1000.0 if cycles else w1 - w0
+    total = float(la.get("duration_s") or 0.0)
+    out = {
+        "launch": total,
+        "start": max(0.0, w0 - build),
+        "build": build,
+        "capture+warmup": max(0.0, w1 - w0 - measure),
+        "measure": measure,
+        "gather": max(0.0, wall - w1),
+        "teardown": tear,
+        "regdiag": max(0.0, total - wall - tear),
+    }
+    return {k: round(v, 4) for k, v in out.items()}
+
+
 def finish_launch(
     stream: LaunchStream,
     index: int,
@@ -172,6 +200,8 @@ def finish_launch(
     }
     if status != "ok":
         launch["stderr_tail"] = list(stream.stderr_tail)[-8:]
+    elif launch["footer"]:
+        launch["stages_s"] = stages(launch)  # where its wall time went (bench/bench_launch.py: medians)
     return launch
 
 

@@ -131,6 +131,12 @@ def _warm_for(
         yield w
     finally:
         w.stop()
+        if w.teardowns:  # launches that returned at their footer and tore down after it
+            start = writer.run["probe"]["start"]
+            start["detached_teardowns"] = w.teardowns
+            if w.forced:
+                start["forced_teardowns"] = w.forced
+                warn(writer, f"{len(w.forced)} launch(es) had ranks killed after their footer (teardown)")
 
 
 def _launches(

@@ -30,9 +30,19 @@ READY_TIMEOUT_S = 600.0  # `import torch` on a loaded or cold host can take minu
 
 class WarmInterpreter:
     def __init__(
-        self, host: Host, script: str, env: Mapping[str, str] | None = None, python: str | None = None
+        self,
+        host: Host,
+        script: str,
+        env: Mapping[str, str] | None = None,
+        python: str | None = None,
+        *,
+        unset: Sequence[str] = (),
+        cwd: str | None = None,
     ) -> None:
         self.host, self.script, self.env, self.python = host, script, dict(env or {}), python
+        self.unset, self.cwd = list(unset), cwd
+        self.teardowns = 0  # launches torn down after their footer ...
+        self.forced: list[dict[str, Any]] = []  # ... and those whose ranks had to be killed
         self.ready = False
         self.why: str | None = None
         self.facts: dict[str, Any] = {}
@@ -48,7 +58,12 @@ class WarmInterpreter:
             msg = json.loads(line)
         except ValueError:
             msg = None
-        if isinstance(msg, dict) and msg.get("warm") in ("ready", "failed"):
+        if isinstance(msg, dict) and msg.get("warm") == "teardown":
+            # a launch that returned at its footer, torn down since (probes/_warm.py, detach)
+            self.teardowns += 1
+            if msg.get("forced"):
+                self.forced.append({k: msg.get(k) for k in ("s", "ranks", "where")})
+        elif isinstance(msg, dict) and msg.get("warm") in ("ready", "failed"):
             self.ready = msg["warm"] == "ready"
             self.why = None if self.ready else str(msg.get("error"))
             self.facts = {k: v for k, v in msg.items() if k.endswith("_s")}
@@ -59,7 +74,9 @@ class WarmInterpreter:
 
     def _serve(self, argv: list[str]) -> None:
         try:
-            res = launch(self.host, argv, self, env=self.env, regdiag_code=True)
+            res = launch(
+                self.host, argv, self, env=self.env, unset=self.unset, cwd=self.cwd, regdiag_code=True
+            )
             if not self._said.is_set():
                 self.why = (
                     f"exited {res.returncode} before it was ready: {' | '.join(self._tail) or 'no output'}"
@@ -92,7 +109,7 @@ class WarmInterpreter:
             return
         if self._thread.is_alive():
             command(self.host, self.host.regdiag_argv(["warm", "stop", self._sock], self.python), timeout=60)
-            self._thread.join(30.0)
+            self._thread.join(60.0)  # the last launches' teardowns first (probes/_warm.py)
         self._thread = None
         self.ready = False
         if self._tmp is not None:
@@ -104,3 +121,115 @@ class WarmInterpreter:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# Variables that differ from launch to launch of one environment: a launch has them, its parent not.
+PER_LAUNCH = ("REGDIAG_LAUNCH_INDEX",)
+
+
+class WarmPool:
+    """The warm interpreters of several environments (a bisect's points, an A/B run's sides): one per
+    environment and host, started at its first launch (or before: `prestart`), with that environment's
+    interpreter, variables and directory (a cold launch's, less what differs per launch: PER_LAUNCH),
+    and kept for its later launches. At most `keep` run at once (the one used least recently stops
+    first: the points a search has moved on from). `close` stops them all and is called on every way
+    out (a `with` block).
+
+        with WarmPool() as pool:
+            argv, how = pool.argv(key, host, "spec_decode.py", args, env=env, unset=unset, cwd=wt, python=py)
+
+    `starts` says per environment how its parent started (costs) or why its launches run cold."""
+
+    def __init__(self, keep: int = 6, enabled: bool = True) -> None:
+        self.keep, self.enabled = keep, enabled
+        self.warm: dict[tuple[str, str], WarmInterpreter] = {}  # in order of last use
+        self.starts: dict[str, dict[str, Any]] = {}
+        self._env: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._lock = threading.Lock()  # the lanes of several nodes ask from their own threads
+
+    def argv(
+        self,
+        key: str,
+        host: Host,
+        script: str,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        unset: Sequence[str] = (),
+        cwd: str | None = None,
+        python: str | None = None,
+    ) -> tuple[list[str] | None, str]:
+        """The argv of one launch of `script` with `args` forked from environment `key`'s warm parent
+        on `host` (started now if need be), and "warm"; or (None, "cold") where there is none (--cold,
+        a host whose launches are job steps, a parent that did not start: `starts` says why)."""
+        with self._lock:
+            w, fresh = self._parent(key, host, script, env, unset, cwd, python)
+            if fresh and w is not None:
+                self._start(key, w)
+        if w is None or not w.ready:
+            return None, "cold"
+        return w.launch_argv(args), "warm"
+
+    def prestart(self, wanted: Sequence[Mapping[str, Any]]) -> None:
+        """Start the parents of environments about to be measured in turn (each a mapping of argv's
+        keywords but args), side by side: their imports run in parallel, before any of their launches."""
+        with self._lock:
+            fresh = []
+            for want in list(wanted)[: self.keep]:
+                where = (want.get("unset", ()), want.get("cwd"), want.get("python"))
+                w, new = self._parent(want["key"], want["host"], want["script"], want["env"], *where)
+                if new and w is not None:
+                    fresh.append((want["key"], w))
+            threads = [threading.Thread(target=self._start, args=kw, daemon=True) for kw in fresh]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+
+    def _parent(
+        self,
+        key: str,
+        host: Host,
+        script: str,
+        env: Mapping[str, str],
+        unset: Sequence[str],
+        cwd: str | None,
+        python: str | None,
+    ) -> tuple[WarmInterpreter | None, bool]:
+        """Environment `key`'s parent on `host` (None: its launches run cold), and whether it is new
+        (not started yet)."""
+        if not self.enabled or not host.keeps_warm:
+            why = "--cold" if not self.enabled else f"launches on {host.via} start cold (a job step each)"
+            self.starts.setdefault(key, {"mode": "cold", "why": why})
+            return None, False
+        slot = (key, host.name)
+        parent_env = {k: v for k, v in env.items() if k not in PER_LAUNCH}
+        same = (script, sorted(parent_env.items()), sorted(unset), cwd, python)
+        w = self.warm.pop(slot, None)
+        if w is not None and self._env.get(slot) != same:  # a new environment under an old name
+            w.stop()
+            w = None
+        fresh = w is None
+        if w is None:
+            while len(self.warm) >= self.keep:
+                self.warm.pop(next(iter(self.warm))).stop()
+            w = WarmInterpreter(host, script, parent_env, python, unset=unset, cwd=cwd)
+            self._env[slot] = same
+        self.warm[slot] = w
+        return w, fresh
+
+    def _start(self, key: str, w: WarmInterpreter) -> None:
+        ready = w.start()
+        self.starts[key] = {"mode": "warm", **w.facts} if ready else {"mode": "cold", "why": w.why}
+
+    def close(self) -> None:
+        """Stop every warm parent (each lets its last launch finish tearing down)."""
+        with self._lock:
+            while self.warm:
+                self.warm.pop(next(iter(self.warm))).stop()
+
+    def __enter__(self) -> WarmPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -66,6 +66,9 @@ class Kind:
 
     name = ""
     ordered = False  # values between the endpoints exist (commits, versions): a range search refines it
+    # `apply` only sets the launch's variables, changing nothing else: a warm interpreter can be started
+    # with them before the launch (bisect/lab.py, _prestart)
+    variables_only = False
 
     def parse(self, token: str, spec: Spec) -> bool:
         """Claim a spec-string token (`NAME==VERSION`, `commit=REV`, ...) by recording it in `spec`."""

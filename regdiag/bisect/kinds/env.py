@@ -16,6 +16,7 @@ ENV = "env"
 
 class EnvKind(Kind):
     name = ENV
+    variables_only = True
 
     def differences(self, good: Spec, bad: Spec, notes: list[str]) -> list[Difference]:
         out: list[Difference] = []
