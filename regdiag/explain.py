@@ -26,15 +26,23 @@ from typing import Any
 
 import numpy as np
 
-from regdiag import stats, units
+from regdiag import units
 from regdiag.bandwidth import DEFAULT_BANDWIDTH, bandwidth_for
 from regdiag.collective_costs import Latencies
 from regdiag.comm import CommShare, comm_shares
 from regdiag.errors import BadInput
-from regdiag.models import DTYPE_BYTES, preset_shape, shape_from_dict
+from regdiag.explain_rows import (
+    _graph_note,
+    _graph_of,
+    _header,
+    _median_center,
+    _ok_launches,
+    _rooflines,
+    _shape,
+)
+from regdiag.models import preset_shape
 from regdiag.records import EXPLANATION, RUN, RecordError, check_record, schema_id
 from regdiag.roofline import PhaseRoofline, add_comm, bytes_ratio, roofline
-from regdiag.run_view import usable
 from regdiag.throughput import ThroughputModel, check_accept, check_given, check_per_position
 
 __all__ = [
@@ -60,20 +68,37 @@ class Explanation:
     comm: list[CommShare] = field(default_factory=list)  # measured at TP > 1 (regdiag.comm)
     bytes_ratio_verify_decode: float | None = None  # verify's bytes over a decode's, this model
 
+    def remainder(self) -> tuple[float, float, bool] | None:
+        """(verify's time not explained by bytes in ms, the bytes ratio, collectives priced). With the
+        collectives priced, a decode's own collectives are taken out before its time is scaled by the
+        bytes ratio (they do not grow with the bytes) and verify's are added: v - [(d - d_comm) x ratio
+        + v_comm]; without, v - d x ratio."""
+        by = {p.phase: p for p in self.phases}
+        v, d = by.get("verify"), by.get("decode")
+        if not v or not d or not v.measured_ms or not d.measured_ms or d.bytes <= 0:
+            return None
+        ratio = v.bytes / d.bytes
+        if v.comm_ms is not None and d.comm_ms is not None:
+            return v.measured_ms - ((d.measured_ms - d.comm_ms) * ratio + v.comm_ms), ratio, True
+        return v.measured_ms - d.measured_ms * ratio, ratio, False
+
     def physics_line(self) -> str | None:
         """verify vs decode: how much of the extra cost the bytes explain."""
         by = {p.phase: p for p in self.phases}
         v, d = by.get("verify"), by.get("decode")
-        if not v or not d or not v.measured_ms or not d.measured_ms:
+        rem = self.remainder()
+        if rem is None or v is None or d is None or not v.measured_ms or not d.measured_ms:
             return None
+        rest, ratio, priced = rem
         line = (
             f"verify costs {v.measured_ms / d.measured_ms:.2f}x a decode; its bytes account for "
-            f"{v.bytes / d.bytes:.2f}x ({v.touched_experts or 0:.1f} vs {d.touched_experts or 0:.1f} experts touched "
-            f"per layer); the rest, {v.measured_ms - d.measured_ms * v.bytes / d.bytes:+.3g} ms, is not explained by bytes"
+            f"{ratio:.2f}x ({v.touched_experts or 0:.1f} vs {d.touched_experts or 0:.1f} experts touched "
+            f"per layer); the rest, {rest:+.3g} ms, is not explained by bytes"
         )
-        if v.comm_ms is not None and d.comm_ms is not None:
+        if priced:
             line += (
-                f"; collectives add {v.comm_ms:.3g} ms to verify's floor and {d.comm_ms:.3g} ms to a decode's"
+                f" or collectives (verify's {v.comm_ms:.3g} ms added, a decode's {d.comm_ms:.3g} ms "
+                "not scaled by the bytes)"
             )
         return line
 
@@ -88,6 +113,7 @@ class Explanation:
             "bandwidth_source": self.bandwidth_source,
             "model": self.model,
             "physics": self.physics_line(),
+            "physics_remainder_ms": None if (r := self.remainder()) is None else r[0],
             "communication": [c.to_dict() for c in self.comm],
             "notes": self.notes,
         }
@@ -110,8 +136,12 @@ class Given:
     sampling: bool = False  # temperature > 0: the engine's sampling broadcasts per cycle
     engine: str = "sglang"
     per_position: list[float] | None = None  # an acceptance curve, draft position 1, 2, ...
+    verify_ms: float | None = None  # a verify's GPU time, for the physics line without a run
+    graph: bool | None = None  # --graph on|off: the phases ran as CUDA graphs (None: as the engine does)
 
     def check(self) -> None:
+        if self.verify_ms is not None and not 1e-6 <= self.verify_ms <= 1e9:
+            raise BadInput(f"--verify-ms {self.verify_ms}: must be within 1e-06..1e+09 ms")
         check_given(
             self.cycle_ms,
             self.decode_ms,
@@ -164,11 +194,14 @@ def explain_model(
     config = {"batch": batch, "context": context, **_steps(steps), "shard": tp, "tp": tp}
     bandwidth, bw_src = bandwidth_for([], g.bandwidth, g.gpu)
     notes: list[str] = [f"no run: floors for {model} at TP={tp}, context {context}, {steps} steps"]
+    measured = {"decode": g.decode_ms, "verify": g.verify_ms}
     rows = [
         r
         for ph in ("decode", "draft", "verify", "extend")
-        if (r := roofline(ph, shape, config, 2, bandwidth, None, None)) is not None
+        if (r := roofline(ph, shape, config, 2, bandwidth, measured.get(ph), _graph_of(ph, g))) is not None
     ]
+    if g.collectives is not None and tp > 1:
+        notes.append(_graph_note(g))
     add_comm(rows, shape, config, notes, g.collectives, g.sampling, g.engine)
     tput = None
     if g.cycle_ms is not None and g.accept_len is not None:
@@ -193,10 +226,6 @@ def _steps(n: int) -> dict[str, int]:
 # --- from run records ---------------------------------------------------------------------------
 
 
-def _ok_launches(run: dict[str, Any]) -> list[dict[str, Any]]:
-    return [la for la in run.get("launches", []) if usable(la)]
-
-
 def _mean_of_launch_means(launches: list[dict[str, Any]], key: str, name: str) -> float | None:
     means = [float(np.mean(la[key][name])) for la in launches if la.get(key, {}).get(name)]
     return float(np.mean(means)) if means else None
@@ -218,22 +247,6 @@ def _bench_accept(launches: list[dict[str, Any]]) -> tuple[str | None, float | N
         if xs:
             return key, float(np.mean(xs))
     return None, None
-
-
-def _median_center(launches: list[dict[str, Any]], name: str) -> float | None:
-    """A run's time: the geometric mean of its launch medians, the centre compare reads."""
-    xs = [la["samples"][name] for la in launches if la.get("samples", {}).get(name)]
-    if not xs:
-        return None
-    c = stats.launch_centers(xs)
-    return stats.geomean(c) if np.all(c > 0) else float(np.mean(c))
-
-
-def _header(launches: list[dict[str, Any]]) -> dict[str, Any]:
-    for la in launches:
-        if isinstance(la.get("header"), dict) and la["header"]:
-            return la["header"]
-    return {}
 
 
 def _check_run(run: Any, label: str) -> dict[str, Any]:
@@ -315,7 +328,7 @@ def explain_run(
     rows = (
         []
         if shape is None
-        else _rooflines(shape, phases, config, header, launches, baseline, bandwidth_v, notes)
+        else _rooflines(shape, phases, config, header, launches, baseline, bandwidth_v, notes, g)
     )
     if shape is not None:
         add_comm(rows, shape, config, notes, g.collectives, g.sampling, g.engine)
@@ -429,6 +442,12 @@ def _baseline_decode(
             f"{baseline_label} is a {bprobe} run and {label} a {probe} run; --baseline takes a "
             f"plain-decode run of the same probe ({probe} --mode baseline)"
         )
+    co, cb = ((r.get("engine") or {}).get("cycle") for r in (run, baseline))
+    if isinstance(co, dict) and isinstance(cb, dict) and co.get("kind") != cb.get("kind"):
+        notes.append(
+            f"{label} and {baseline_label} define a cycle differently ({co.get('text')}; {cb.get('text')}): "
+            "t_decode is not the same instrument's"
+        )
     bphases = baseline.get("phases") or []
     if bphases and bphases != ["decode"]:
         notes.append(
@@ -487,79 +506,3 @@ def _throughput_model(
     if oh is not None:
         tput.overhead_ms, tput.sources["overhead"] = oh, oh_src
     return tput
-
-
-def _rooflines(
-    shape: Any,
-    phases: list[str],
-    config: dict[str, Any],
-    header: dict[str, Any],
-    launches: list[dict[str, Any]],
-    baseline: dict[str, Any] | None,
-    bandwidth: float,
-    notes: list[str],
-) -> list[PhaseRoofline]:
-    """One roofline row per phase of the run (and the baseline's decode), with notes on what they cover."""
-    rows: list[PhaseRoofline] = []
-    elt = DTYPE_BYTES.get(str(config.get("dtype") or "bfloat16"), 2)
-    graphs: dict[str, Any] = header["graphs"] if isinstance(header.get("graphs"), dict) else {}
-    if config.get("device") == "cpu":
-        graphs = {}  # no CUDA graphs on a CPU: "eager" says nothing about launch overhead there
-    for ph in phases:
-        row = roofline(ph, shape, config, elt, bandwidth, _median_center(launches, ph), graphs.get(ph))
-        if row is not None:
-            rows.append(row)
-    if baseline is not None and "decode" not in phases:
-        bl = _ok_launches(baseline)
-        bh = _header(bl)
-        bgraphs: dict[str, Any] = bh["graphs"] if isinstance(bh.get("graphs"), dict) else {}
-        center = _median_center(bl, baseline.get("primary") or "cycle")
-        row = roofline("decode", shape, config, elt, bandwidth, center, bgraphs.get("decode"))
-        if row is not None:
-            rows.append(row)
-    if config.get("device") == "cpu":
-        notes.append(
-            "ran on CPU: the floor is against the CPU's copy bandwidth; the numbers are for shape, not speed"
-        )
-    if shape.layers < _full_layers(shape, header):
-        notes.append(
-            f"the probe ran {shape.layers} of {_full_layers(shape, header)} layers: bytes and floors are for those"
-        )
-    return rows
-
-
-def _full_layers(shape: Any, header: dict[str, Any]) -> int:
-    model = header.get("model")
-    s = (model.get("shape") if isinstance(model, dict) else None) or {}
-    v = s.get("layers_full")
-    return int(v) if isinstance(v, int) else shape.layers
-
-
-def _shape(
-    header: dict[str, Any], config: dict[str, Any], model: str | None, notes: list[str], probe: Any = None
-) -> Any | None:
-    """The run's model shape (models.Shape): --preset, else the header's own, else the config's preset.
-    --preset on a probe run takes the weights the probe ran; on an engine run the checkpoint's."""
-    hs = (header.get("model") or {}).get("shape") if isinstance(header.get("model"), dict) else None
-    layers = int(config.get("layers") or 0) or None
-    if model:
-        weights = str(config.get("weights") or "bf16") if probe == "spec-decode" else "preset"
-        return preset_shape(model, layers, int(config.get("shard") or 1), weights)
-    if isinstance(hs, dict):
-        bad = [k for k, v in hs.items() if isinstance(v, float) and not (math.isfinite(v) and v >= 0)]
-        bad += [k for k, v in hs.items() if isinstance(v, int) and not isinstance(v, bool) and v < 0]
-        if bad:
-            raise BadInput(f"the probe header's model shape has invalid {', '.join(sorted(bad))}")
-        return shape_from_dict(hs)
-    preset = config.get("preset")
-    if isinstance(preset, str):
-        weights = str(config.get("weights") or "bf16")
-        return preset_shape(preset, layers, int(config.get("shard") or config.get("tp") or 1), weights)
-    if "engine_preset" in config:
-        notes.append(
-            f"an engine run (preset {config.get('engine_preset')!r} names the engine's functions, not a "
-            "model): pass --preset for the roofline"
-        )
-        return None
-    notes.append("no model shape in the run (no header, no preset): pass --preset for the roofline")
-    return None

@@ -96,6 +96,7 @@ class EnginePlan:
             "url": self.ep.display if self.ep else None,
             "launch_cmd": redact_argv([*(f"{k}={v}" for k, v in self.env.items()), *self.argv]),
             "targets_checked": checked,
+            "cycle": self.targets.cycle_definition(),
         }
         return run
 

@@ -40,6 +40,20 @@ class Targets:
             "tokens": [dict(t) for t in self.tokens],
         }
 
+    def cycle_definition(self) -> dict[str, str]:
+        """What one cycle is, as the hook times it: the engines define it differently (SGLang: one
+        forward_batch_generation call; vLLM: verify start to the next verify start, the engine's time
+        between steps included), so two runs' cycles compare only when their `kind`s agree."""
+        cycles = [self.cycle] if isinstance(self.cycle, str) else list(self.cycle or [])
+        if cycles:
+            names = " or ".join(t.split(":", 1)[1] for t in cycles)
+            return {"kind": "one-call", "text": f"one call of {names}"}
+        first = self.phase_names[0] if self.phases else "the first phase"
+        if self.sync:
+            sync = self.sync.split(":", 1)[1]
+            return {"kind": "to-sync", "text": f"from {first}'s start to the return of {sync}"}
+        return {"kind": "start-to-start", "text": f"from one start of {first} to the next ({first} included)"}
+
     def all(self) -> list[tuple[str, str]]:
         out = list(self.phases)
         cycles = [self.cycle] if isinstance(self.cycle, str) else list(self.cycle or [])
