@@ -13,9 +13,9 @@ def _env_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str, 
     """The snapshot diff, most likely culprits first (regdiag.snapshot.diff), when both sides have one;
     plus the variables the probe's ranks saw (its header's `env`) where they differ and the snapshots do
     not say so: an A/B run's sides, or a variable set for the probe only, differ there alone."""
-    from regdiag.snapshot.diff import diff_env, diff_snapshots
+    from regdiag.snapshot.diff import diff_engine_config, diff_env, diff_snapshots
 
-    spec = _spec_differences(old, new)
+    spec = diff_engine_config(old, new) + _spec_differences(old, new)
     named = {it["field"] for it in spec}
     ranks = spec + [
         it

@@ -1,0 +1,154 @@
+"""The engine's configuration in effect (the `engine_config` section of engine and server launches),
+read from what the engine prints: a real vLLM 0.32 CPU start-up (tests/data/vllm_cpu_0.32_startup.log,
+captured from tests/engine_vllm/gen.py on this machine), SGLang lines shaped as the 0.5.3 and 0.5.23
+sources print them (server_args repr / dict, the graph runners' capture lines, the prefill line), and
+NCCL's INFO lines as NCCL prints them (no GPU here: hand-written in its format, said so in
+tests/data/README.md). The ServerProcess test runs a real process that prints such lines."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from regdiag.hosts.local import LocalHost
+from regdiag.server.engine_config import EngineConfigReader, dict_settings, split_settings
+from regdiag.server.launch import ServerProcess
+from regdiag.snapshot.diff import diff_engine_config, diff_records
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _read(name: str) -> dict:
+    r = EngineConfigReader()
+    for line in (DATA / name).read_text().splitlines():
+        r.feed(line)
+    out = r.result()
+    assert out is not None
+    return out
+
+
+def test_a_real_vllm_cpu_start_up():
+    cfg = _read("vllm_cpu_0.32_startup.log")
+    assert cfg["engine"] == "vllm" and cfg["version"] == "0.32.0"
+    s = cfg["settings"]
+    assert s["enforce_eager"] is True and s["enable_prefix_caching"] is True
+    assert s["cudagraph_mode"] == "NONE" and s["tensor_parallel_size"] == 1 and s["dtype"] == "torch.float32"
+    assert cfg["graphs"] == {"decode": False, "verify": False, "mode": "NONE"}
+    assert cfg["speculative"] == {"method": "ngram", "model": None, "num_spec_tokens": 3}
+    assert cfg["moe_backend"] == "auto"  # kernel_config(moe_backend='auto'), nested in the line
+    assert cfg["all_reduce"] == "custom all-reduce disabled"
+    # The CPU build does not say which attention backend it picked: unknown, not guessed.
+    assert cfg["attention_backend"] is None
+
+
+def test_sglang_0_5_3_server_args_graphs_nccl_and_prefix_hits():
+    cfg = _read("sglang_startup_shaped.log")
+    assert cfg["engine"] == "sglang"
+    # verify runs on the prefill backend unless speculative_attention_mode is 'decode'
+    assert cfg["attention_backend"] == {"decode": "fa3", "verify": "fa3"}
+    assert cfg["moe_backend"] == "auto" and cfg["all_reduce"] == "custom"
+    # target graph captured (decode and verify), the draft's too, no draft-extend graph: eager extend
+    assert cfg["graphs"] == {"decode": True, "verify": True, "draft": True, "extend": False}
+    assert cfg["speculative"]["speculative_algorithm"] == "EAGLE3"
+    assert cfg["speculative"]["speculative_draft_model_path"] == "/models/kimi-eagle3"
+    assert cfg["prefix_cache_hit_rate"] == pytest.approx(90 / 160)
+    assert cfg["nccl"] == {
+        "version": "2.27.3+cuda12.9",
+        "set_by_environment": {"NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": "1"},
+        "tuning": [{"op": "AllReduce", "bytes": 14336, "algo": "1", "proto": "0"}],
+    }
+    assert "sk-test-secret" not in json.dumps(cfg)  # api_key is never a setting kept
+
+
+def test_sglang_0_5_23_dict_form_and_its_capture_lines():
+    cfg = _read("sglang_0.5.23_startup_shaped.log")
+    assert cfg["attention_backend"] == {"decode": "flashinfer", "verify": "flashinfer"}  # mode 'decode'
+    assert cfg["moe_backend"] == "flashinfer_cutlass" and cfg["all_reduce"] == "symm-mem"
+    assert cfg["graphs"] == {"decode": True, "verify": True, "draft": True, "extend": True}
+    assert cfg["prefix_cache_hit_rate"] == pytest.approx(0.75)
+    assert "sk-test-secret" not in json.dumps(cfg)
+
+
+def test_settings_split_on_top_level_commas_only():
+    assert split_settings("a=1, b='x, y', c={'k': [1, 2]}, d=F(m='z', n=2)") == {
+        "a": "1",
+        "b": "'x, y'",
+        "c": "{'k': [1, 2]}",
+        "d": "F(m='z', n=2)",
+    }
+    assert dict_settings("{'a': 'x, y', 'b': None, 'c': 3}") == {"a": "'x, y'", "b": "None", "c": "3"}
+
+
+def test_nothing_known_printed_is_no_section():
+    r = EngineConfigReader()
+    for line in ("hello", "INFO loading weights", "Using LBHNC KV cache layout."):
+        r.feed(line)
+    assert r.result() is None
+
+
+def _run(cfg_a: dict, cfg_b: dict) -> tuple[dict, dict]:
+    a = {"schema": "regdiag.run/1", "launches": [{"status": "ok", "engine_config": cfg_a}]}
+    b = {"schema": "regdiag.run/1", "launches": [{"status": "ok", "engine_config": cfg_b}]}
+    return a, b
+
+
+def test_diff_names_an_engine_setting_first_before_the_snapshot():
+    base = _read("vllm_cpu_0.32_startup.log")
+    other = json.loads(json.dumps(base))
+    other["settings"]["enable_prefix_caching"] = False
+    other["prefix_cache_hit_rate"] = 0.5  # a rate, not a setting: left out
+    a, b = _run(base, other)
+    items = diff_engine_config(a, b)
+    assert [(i["field"], i["old"], i["new"], i["rank"]) for i in items] == [
+        ("settings.enable_prefix_caching", True, False, 0)
+    ]
+    assert any(i["field"] == "prefix_cache_hit_rate" for i in diff_engine_config(a, b, True))
+    # with snapshots on both sides, the engine section comes before the environment's differences
+    a["snapshot_before"] = {"groups": {"env": {"fields": {"NCCL_ALGO": {"status": "ok", "value": "Ring"}}}}}
+    b["snapshot_before"] = {"groups": {"env": {"fields": {"NCCL_ALGO": {"status": "ok", "value": "Tree"}}}}}
+    got = diff_records(a, b)
+    assert [(i["group"], i["field"]) for i in got] == [
+        ("engine_config", "settings.enable_prefix_caching"),
+        ("env", "NCCL_ALGO"),
+    ]
+    sg = _read("sglang_startup_shaped.log")
+    sg2 = json.loads(json.dumps(sg))
+    sg2["nccl"]["set_by_environment"]["NCCL_ALGO"] = "Tree"
+    sg2["nccl"]["tuning"][0]["algo"] = "0"
+    sg2["graphs"]["extend"] = True
+    fields = [i["field"] for i in diff_engine_config(*_run(sg, sg2))]
+    assert fields == ["graphs.extend", "nccl.set_by_environment.NCCL_ALGO", "nccl.tuning.AllReduce.14336"]
+
+
+PRINTER = r"""
+import os, sys
+print("server_args=ServerArgs(tp_size=2, attention_backend='fa3', disable_cuda_graph=False, api_key='sk-x')")
+print("[TP0] NCCL_DEBUG=" + str(os.environ.get("NCCL_DEBUG")), flush=True)
+if os.environ.get("NCCL_DEBUG") == "INFO":
+    print("host:1:1 [0] NCCL INFO NCCL_PROTO set by environment to LL", flush=True)
+"""
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("user", [None, "WARN"])
+def test_the_launcher_adds_nccl_debug_reads_its_lines_and_hides_them(user):
+    env = {"NCCL_DEBUG": user} if user else {}
+    sp = ServerProcess(LocalHost(), [sys.executable, "-c", PRINTER], env, grace_s=5)
+    sp.start()
+    assert sp.wait_exit(60)
+    sp.stop()
+    launch: dict = {}
+    sp.record_into(launch)
+    cfg = launch["engine_config"]
+    assert cfg["settings"]["attention_backend"] == "fa3" and "sk-x" not in json.dumps(cfg)
+    tail = "\n".join(sp.tail)
+    if user is None:
+        assert cfg["nccl_debug"] == "added by regdiag (INFO)"
+        assert cfg["nccl"]["set_by_environment"] == {"NCCL_PROTO": "LL"}
+        assert "NCCL_DEBUG=INFO" in tail and "NCCL INFO" not in tail  # read, not shown
+    else:
+        assert cfg["nccl_debug"] == "as the user set it" and "NCCL_DEBUG=WARN" in tail
+        assert cfg["nccl"]["set_by_environment"] == {}
