@@ -59,6 +59,13 @@ def _spec_checks(run, la, summary):
     assert all(p >= c for c, p in zip(la["samples"]["cycle"], periods, strict=False))
     versions = la["header"]["engine_versions"]
     assert any(v.startswith("vllm") for v in versions), versions
+    # The configuration in effect, from the engine core's start-up line (engine_config).
+    cfg = la["engine_config"]
+    assert cfg["engine"] == "vllm" and cfg["version"] == "0.32.0"
+    assert cfg["settings"]["enforce_eager"] is True and cfg["graphs"]["verify"] is False
+    assert cfg["speculative"]["num_spec_tokens"] == vh.K
+    assert cfg["nccl_debug"] == "added by regdiag (INFO)"
+    assert run["engine"]["cycle"]["kind"] == "start-to-start"  # vLLM: verify start to verify start
     return acc
 
 
@@ -71,6 +78,27 @@ def test_ngram_speculation_timed_inside_vllm(ngram):
     assert f"{V2}.spec_decode.ngram.speculator:NgramGPUSpeculator.propose" in la["hook"]["never_imported"]
     # The prompts repeat themselves: n-gram drafting finds matches, some drafts are accepted.
     assert la["scalars"]["accept_len_mean"] > 1.2
+
+
+def test_diff_of_two_runs_names_the_engine_setting_that_differs_first(cli, tmp_path, models, ngram):
+    """The same n-gram run with the engine's prefix cache off: `regdiag diff` of the two records names
+    that setting, read from the engine's own start-up line, first."""
+    out = tmp_path / "no-prefix.json"
+    run, la, _ = _probe(cli, out, "vllm", vh.gen_cmd(models, "ngram") + " --no-prefix-caching")
+    assert la["engine_config"]["settings"]["enable_prefix_caching"] is False
+    r = cli("diff", str(ngram[0]), str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    items = json.loads(r.stdout)["differences"]
+    first = items[0]
+    assert (first["group"], first["field"], first["old"], first["new"]) == (
+        "engine_config",
+        "settings.enable_prefix_caching",
+        True,
+        False,
+    ), items
+    assert [i for i in items if i["group"] == "engine_config"] == [first]
+    r = cli("diff", str(ngram[0]), str(out))
+    assert r.returncode == 0 and "settings.enable_prefix_caching" in r.stdout, r.stdout
 
 
 def test_eagle3_speculation_timed_inside_vllm(cli, tmp_path, models):

@@ -81,7 +81,11 @@ class EnginePlan:
     def run_record(self, target: Host) -> dict[str, Any]:
         """The engine run's record, after checking every target in the installed engine's source
         (--check; BadInput names the first that does not exist)."""
-        checked = check_targets(target, self.targets.all(), self.argv, self.env) if self.request.check else []
+        checked = (
+            check_targets(target, self.targets.all(), self.argv, self.env, self.targets.readers())
+            if self.request.check
+            else []
+        )
         run = new_run(
             kind="engine",
             probe_name="engine",
