@@ -30,6 +30,7 @@ from regdiag import units
 from regdiag.bandwidth import DEFAULT_BANDWIDTH, bandwidth_for
 from regdiag.collective_costs import Latencies
 from regdiag.comm import CommShare, comm_shares
+from regdiag.engine.acceptance import tokens_distribution, varies
 from regdiag.errors import BadInput
 from regdiag.explain_rows import (
     _graph_note,
@@ -311,10 +312,11 @@ def explain_run(
     launches = _ok_launches(run)
     header = _header(launches)
     config = {**((run.get("probe") or {}).get("config") or {}), **(header.get("config") or {})}
+    notes: list[str] = []
     if (run.get("probe") or {}).get("name") == "engine":
         config = _engine_config(config, launches)
+        notes += _acceptance_notes(config, launches)
     _check_inputs(config, launches, label)
-    notes: list[str] = []
     if g.num_steps is not None:
         config.update(_steps(g.num_steps))
     steps = config.get("num_steps") if isinstance(config.get("num_steps"), int) else None
@@ -426,7 +428,30 @@ def _engine_config(config: dict[str, Any], launches: list[dict[str, Any]]) -> di
         if isinstance(x, int) and not isinstance(x, bool) and x > 0
     ]
     if tokens:
-        out["num_draft_tokens"] = int(np.median(tokens)) // int(config.get("batch") or 1)
+        batch = int(config.get("batch") or 1)
+        out["num_draft_tokens"] = int(np.median(tokens)) // batch
+        dist = tokens_distribution(tokens)
+        if varies(dist):  # adaptive speculation (or a batch that changed): weigh the sizes, not the median
+            out["num_draft_tokens_dist"] = {max(k // batch, 1): w for k, w in dist.items()}
+    return out
+
+
+def _acceptance_notes(config: dict[str, Any], launches: list[dict[str, Any]]) -> list[str]:
+    """What the accept length and the verify size did over the run (regdiag.engine.acceptance)."""
+    out = []
+    drifting = [la for la in launches if (((la.get("acceptance") or {}).get("series")) or {}).get("flagged")]
+    if drifting:
+        pct = ", ".join(f"{la['acceptance']['series']['drift_pct']:+.1f} %" for la in drifting)
+        out.append(
+            f"the accept length drifts within {len(drifting)} launch(es) ({pct} first third to last): "
+            "the mean accept length averages over a moving draft"
+        )
+    dist = config.get("num_draft_tokens_dist")
+    if isinstance(dist, dict):
+        shares = ", ".join(f"{n} tokens {100 * w:.0f} %" for n, w in dist.items())
+        out.append(
+            f"the tokens a verify took varied ({shares} of cycles): verify's bytes are their weighted mean"
+        )
     return out
 
 

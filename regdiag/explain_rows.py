@@ -80,7 +80,7 @@ def _rooflines(
     for ph in phases:
         measured = given.get(ph) or _median_center(launches, ph)
         graph = g.graph if g.graph is not None else graphs.get(ph)
-        row = roofline(ph, shape, config, elt, bandwidth, measured, graph)
+        row = _weighted(ph, shape, config, elt, bandwidth, measured, graph)
         if row is not None:
             rows.append(row)
     if "decode" not in phases and (baseline is not None or g.decode_ms is not None):
@@ -102,6 +102,29 @@ def _rooflines(
             f"the probe ran {shape.layers} of {_full_layers(shape, header)} layers: bytes and floors are for those"
         )
     return rows
+
+
+def _weighted(
+    phase: str, shape: Any, config: dict[str, Any], elt: int, bandwidth: float, measured: Any, graph: Any
+) -> PhaseRoofline | None:
+    """A phase's row; a verify whose size varied in the run (`num_draft_tokens_dist`: {tokens: share of
+    cycles}, adaptive speculation) reads the mean of its sizes' bytes, weighted by their shares."""
+    dist = config.get("num_draft_tokens_dist")
+    if phase != "verify" or not isinstance(dist, dict) or len(dist) < 2:
+        return roofline(phase, shape, config, elt, bandwidth, measured, graph)
+    parts = [(roofline(phase, shape, {**config, "num_draft_tokens": n}, elt, bandwidth, measured, graph), w)
+             for n, w in dist.items()]  # fmt: skip
+    rows = [(r, w) for r, w in parts if r is not None]
+    total = sum(w for _, w in rows)
+    if not rows or total <= 0:
+        return roofline(phase, shape, config, elt, bandwidth, measured, graph)
+    base = roofline(phase, shape, config, elt, bandwidth, measured, graph) or rows[0][0]
+    keys = {k for r, _ in rows for k in r.breakdown}
+    base.breakdown = {k: sum(r.breakdown.get(k, 0.0) * w for r, w in rows) / total for k in keys}
+    base.bytes = sum(r.bytes * w for r, w in rows) / total
+    base.bytes_floor_ms = base.floor_ms = sum(r.floor_ms * w for r, w in rows) / total
+    base.touched_experts = sum((r.touched_experts or 0.0) * w for r, w in rows) / total
+    return base
 
 
 def _graphs(header: dict[str, Any], launches: list[dict[str, Any]]) -> dict[str, bool]:

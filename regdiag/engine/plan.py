@@ -159,4 +159,5 @@ def run_summary(run: dict[str, Any], phases: list[str]) -> dict[str, Any]:
     for k in ("accept_len_mean", "overhead_pct", "phase_sum_gap_pct_median", "between_cycles_ms"):
         vals = [la["scalars"][k] for la in ok if la["scalars"].get(k) is not None]
         summary[k] = round(statistics.median(vals), 4) if vals else None
+    summary["warnings"] = list(run.get("warnings") or [])
     return summary
