@@ -152,3 +152,37 @@ def test_the_launcher_adds_nccl_debug_reads_its_lines_and_hides_them(user):
     else:
         assert cfg["nccl_debug"] == "as the user set it" and "NCCL_DEBUG=WARN" in tail
         assert cfg["nccl"]["set_by_environment"] == {}
+
+
+def _draft_dir(d: Path, config: dict, tensors: list[str]) -> Path:
+    """A draft checkpoint as engines load it: config.json and a safetensors file (its header only)."""
+    import struct
+
+    d.mkdir(parents=True)
+    (d / "config.json").write_text(json.dumps(config))
+    header = json.dumps({t: {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]} for t in tensors}).encode()
+    (d / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + bytes(8))
+    return d
+
+
+def test_the_drafts_identity_and_a_changed_draft_named_by_diff(tmp_path):
+    from regdiag.server.draft import draft_path, read_draft
+
+    base = {"architectures": ["LlamaForCausalLMEagle3"], "num_attention_heads": 64, "num_key_value_heads": 8,
+            "vocab_size": 163840, "draft_vocab_size": 32000,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}}  # fmt: skip
+    a = _draft_dir(tmp_path / "a", base, ["d2t", "fc.weight", "midlayer.self_attn.q_proj.weight"])
+    b = _draft_dir(tmp_path / "b", {**base, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}},
+                   ["d2t", "fc.weight"])  # fmt: skip
+    ia, ib = read_draft(LocalHost(), str(a)), read_draft(LocalHost(), str(b))
+    assert ia["kind"] == "EAGLE-3" and ia["d2t"] is True and ia["attention"] == "GQA"
+    assert ia["aux_hidden_state_layer_ids"] == [1, 29, 57] and ia["draft_vocab_size"] == 32000
+    mla = read_draft(LocalHost(), str(_draft_dir(tmp_path / "m", {"architectures": ["DeepseekV3ForCausalLMNextN"],
+                                                                  "kv_lora_rank": 512}, [])))  # fmt: skip
+    assert mla["kind"] == "MTP" and mla["attention"] == "MLA" and mla["d2t"] is False
+    assert read_draft(LocalHost(), "org/some-hub-draft") == {"path": "org/some-hub-draft"}
+    assert draft_path({"speculative": {"speculative_draft_model_path": str(a)}}) == str(a)
+    assert draft_path({"speculative": {"method": "ngram", "model": None}}) is None
+    cfg = _read("sglang_startup_shaped.log")
+    fields = [i["field"] for i in diff_engine_config(*_run({**cfg, "draft": ia}, {**cfg, "draft": ib}))]
+    assert fields == ["draft.aux_hidden_state_layer_ids", "draft.config_sha256", "draft.path"]

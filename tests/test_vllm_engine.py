@@ -105,6 +105,12 @@ def test_eagle3_speculation_timed_inside_vllm(cli, tmp_path, models):
     run, la, summary = _probe(cli, tmp_path / "eagle3.json", "vllm", vh.gen_cmd(models, "eagle3"))
     _spec_checks(run, la, summary)
     assert "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.propose" in la["hook"]["patched"]
+    # Which draft: read from the checkpoint the engine printed in its speculative settings.
+    draft = la["engine_config"]["draft"]
+    assert (
+        draft["kind"] == "EAGLE-3" and draft["path"].endswith("eagle3") and len(draft["config_sha256"]) == 64
+    )
+    assert la["engine_config"]["speculative"]["method"] == "eagle3"
     # An EAGLE-3 draft runs k forwards of its own layer per cycle: far more than an n-gram lookup.
     assert summary["draft_ms_median"] > summary["reject_ms_median"]
 

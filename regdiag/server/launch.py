@@ -26,6 +26,7 @@ from regdiag.host_phantom import scrub_host
 from regdiag.hosts.base import Host
 from regdiag.measure.launch import launch
 from regdiag.server.client import Endpoint, RequestFailed, simple_get
+from regdiag.server.draft import draft_path, read_draft
 from regdiag.server.engine_config import EngineConfigReader
 from regdiag.snapshot.redact import scrub_lines, scrub_text
 
@@ -343,6 +344,8 @@ class ServerProcess:
         with self._lock:
             cfg = self.config.result()
         if cfg is not None:
+            if (path := draft_path(cfg)) is not None:  # which draft: diff names a changed one
+                cfg["draft"] = read_draft(self.host, path)
             cfg = _scrubbed(cfg)  # paths and flags the engine printed: a key passed by mistake is not kept
             cfg["nccl_debug"] = "added by regdiag (INFO)" if self.nccl_debug_added else "as the user set it"
             launch["engine_config"] = cfg

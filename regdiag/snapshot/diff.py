@@ -334,7 +334,16 @@ def diff_engine_config(
             }
         )
     # What the engine chose (backends, graphs) before the settings it was given, then NCCL's.
-    order = ("attention_backend", "moe_backend", "all_reduce", "graphs", "speculative", "settings", "nccl")
+    order = (
+        "attention_backend",
+        "moe_backend",
+        "all_reduce",
+        "graphs",
+        "draft",
+        "speculative",
+        "settings",
+        "nccl",
+    )
     items.sort(
         key=lambda it: (it["rank"], next((i for i, o in enumerate(order) if it["field"].startswith(o)), 9))
     )
