@@ -186,3 +186,27 @@ def test_the_drafts_identity_and_a_changed_draft_named_by_diff(tmp_path):
     cfg = _read("sglang_startup_shaped.log")
     fields = [i["field"] for i in diff_engine_config(*_run({**cfg, "draft": ia}, {**cfg, "draft": ib}))]
     assert fields == ["draft.aux_hidden_state_layer_ids", "draft.config_sha256", "draft.path"]
+
+
+def test_a_running_engines_draft_in_its_snapshot(tmp_path):
+    """A --pid snapshot reads the draft its command line names; diff of two names the changed draft."""
+    from regdiag.snapshot import engine
+    from regdiag.snapshot.diff import diff_snapshots
+    from regdiag.snapshot.draft import path_from_argv
+
+    a = _draft_dir(tmp_path / "a", {"architectures": ["LlamaForCausalLMEagle3"]}, ["d2t"])
+    b = _draft_dir(tmp_path / "b", {"architectures": ["LlamaForCausalLMEagle"]}, [])
+    sgl = ["python", "-m", "sglang.launch_server", "--speculative-algorithm", "EAGLE3",
+           "--speculative-draft-model-path", str(a)]  # fmt: skip
+    vll = ["vllm", "serve", "m", f'--speculative-config={{"method": "eagle", "model": "{b}"}}']
+    assert path_from_argv(sgl) == str(a) and path_from_argv(vll) == str(b)
+    assert path_from_argv(["vllm", "serve", "m", "--speculative-config", "not json"]) is None
+    ga = engine.collect(repo=str(tmp_path), argv=sgl)  # not a git repository: the draft is still read
+    gb = engine.collect(repo=str(tmp_path), argv=vll)
+    assert (
+        ga["fields"]["draft"]["value"]["kind"] == "EAGLE-3"
+        and gb["fields"]["draft"]["value"]["kind"] == "EAGLE"
+    )
+    snap = {"schema": "regdiag.snapshot/1"}
+    items = diff_snapshots({**snap, "groups": {"engine": ga}}, {**snap, "groups": {"engine": gb}})
+    assert [(i["group"], i["field"], i["rank"]) for i in items] == [("engine", "draft", 1)]
