@@ -58,7 +58,12 @@ def test_sglang_0_5_3_server_args_graphs_nccl_and_prefix_hits():
     assert cfg["nccl"] == {
         "version": "2.27.3+cuda12.9",
         "set_by_environment": {"NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": "1"},
-        "tuning": [{"op": "AllReduce", "bytes": 14336, "algo": "1", "proto": "0"}],
+        "tuning": [  # sorted by (operation, bytes); "?": a line of an NCCL that names none
+            {"op": "?", "bytes": 4096, "algo": "TREE", "proto": "LL128"},
+            {"op": "AllReduce", "bytes": 14336, "algo": "RING", "proto": "LL"},
+            {"op": "AllReduce", "bytes": 1048576, "algo": "RING", "proto": "SIMPLE"},
+            {"op": "Broadcast", "bytes": 32768, "algo": "RING", "proto": "SIMPLE"},
+        ],
     }
     assert "sk-test-secret" not in json.dumps(cfg)  # api_key is never a setting kept
 
@@ -117,7 +122,7 @@ def test_diff_names_an_engine_setting_first_before_the_snapshot():
     sg = _read("sglang_startup_shaped.log")
     sg2 = json.loads(json.dumps(sg))
     sg2["nccl"]["set_by_environment"]["NCCL_ALGO"] = "Tree"
-    sg2["nccl"]["tuning"][0]["algo"] = "0"
+    sg2["nccl"]["tuning"][1]["algo"] = "TREE"  # AllReduce 14336: RING -> TREE
     sg2["graphs"]["extend"] = True
     fields = [i["field"] for i in diff_engine_config(*_run(sg, sg2))]
     assert fields == ["graphs.extend", "nccl.set_by_environment.NCCL_ALGO", "nccl.tuning.AllReduce.14336"]

@@ -83,9 +83,14 @@ _PREFIX_RATE = re.compile(r"Prefix cache hit rate: (?P<r>[\d.]+)%")
 _SGL_PREFILL = re.compile(r"#new-token: (?P<new>\d+), #cached-token: (?P<cached>\d+)")
 _NCCL_VERSION = re.compile(r"NCCL version (?P<v>[\w.+-]+)")
 _NCCL_ENV = re.compile(r"NCCL INFO (?P<k>NCCL_\w+) set by environment to (?P<v>[^\s]+?)\.?\s*$")
+# NCCL_DEBUG_SUBSYS=TUNING, rank 0, per collective call: "AllGather: 37756928 Bytes -> Algo 1 proto 2
+# time 2860.2" (2.1x-2.2x; some print no operation) and "AllReduce:     4096 Bytes -> Algo TREE proto LL
+# channel{Lo..Hi}={0..1}" (newer, names).
 _NCCL_TUNING = re.compile(
-    r"NCCL INFO (?P<op>\w+): (?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
+    r"NCCL INFO\s+(?:(?P<op>\w+):\s+)?(?P<bytes>\d+) Bytes -> Algo (?P<algo>\w+) proto (?P<proto>\w+)"
 )
+NCCL_ALGOS = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
+NCCL_PROTOS = ("LL", "LL128", "SIMPLE")
 _RANK = re.compile(r"(?:\[(?P<nccl>\d+)\] NCCL|\b(?:TP|rank=|Worker_TP)(?P<tp>\d+))")
 _KV = re.compile(r"(\w+)=")
 
@@ -229,10 +234,10 @@ class EngineConfigReader:
         if m := _NCCL_ENV.search(line):
             self.nccl_env[m["k"]] = m["v"]
         elif m := _NCCL_TUNING.search(line):
-            key = (m["op"], int(m["bytes"]))
+            key = (m["op"] or "?", int(m["bytes"]))
             if key in self.tuning or len(self.tuning) < MAX_TUNING:
-                self.tuning[key] = {"op": m["op"], "bytes": int(m["bytes"]), "algo": m["algo"],
-                                    "proto": m["proto"]}  # fmt: skip
+                algo, proto = _named(m["algo"], NCCL_ALGOS), _named(m["proto"], NCCL_PROTOS)
+                self.tuning[key] = {"op": key[0], "bytes": key[1], "algo": algo, "proto": proto}
         elif m := _NCCL_VERSION.search(line):
             self.nccl_version = self.nccl_version or m["v"]
         else:
@@ -299,6 +304,11 @@ class EngineConfigReader:
         if differ:
             out["ranks_differ"] = differ
         return out
+
+
+def _named(v: str, names: tuple[str, ...]) -> str:
+    """NCCL's algorithm or protocol by name (older NCCL prints its index)."""
+    return names[int(v)] if v.isdigit() and int(v) < len(names) else v.upper()
 
 
 def _attention(line: str) -> str | None:
