@@ -215,3 +215,20 @@ def test_a_running_engines_draft_in_its_snapshot(tmp_path):
     snap = {"schema": "regdiag.snapshot/1"}
     items = diff_snapshots({**snap, "groups": {"engine": ga}}, {**snap, "groups": {"engine": gb}})
     assert [(i["group"], i["field"], i["rank"]) for i in items] == [("engine", "draft", 1)]
+
+
+def test_compare_lists_engine_section_differences_first():
+    from regdiag.compare.envdiff import _env_diff
+
+    base = _read("vllm_cpu_0.32_startup.log")
+    eager = json.loads(json.dumps(base))
+    eager["settings"]["enforce_eager"] = False
+    a, b = _run(base, eager)
+    a["launches"][0]["header"] = {"env": {"NCCL_ALGO": "Ring"}}
+    b["launches"][0]["header"] = {"env": {"NCCL_ALGO": "Tree"}}
+    items, note = _env_diff(a, b)
+    assert [(i["group"], i["field"]) for i in items] == [
+        ("engine_config", "settings.enforce_eager"),
+        ("env", "NCCL_ALGO"),
+    ]
+    assert "the engines' configuration in effect" in note

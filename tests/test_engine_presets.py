@@ -93,6 +93,7 @@ def _extract_packages(wheel: Path, modules: set[str], dest: Path) -> None:
                 z.extract(name, dest)
 
 
+@pytest.mark.tool  # two wheels' packages read and checked: seconds of CPU
 @pytest.mark.parametrize("preset", sorted(ALSO))
 def test_a_preset_of_several_releases_has_each_target_and_reader_in_one(preset, tmp_path):
     """`sglang` names the spec-v2 worker of 0.5.23 and the v1 worker of 0.5.3 (whichever the server

@@ -28,7 +28,7 @@ def _env_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str, 
         if ranks:
             return (
                 ranks,
-                f"{_differences(ranks)} in what the probe's ranks saw (no environment snapshot in the {' and '.join(missing)} run)",
+                f"{_differences(ranks)} in {_seen_by(ranks)} (no environment snapshot in the {' and '.join(missing)} run)",
             )
         return None, f"no environment snapshot in the {' and '.join(missing)} run"
     items = list(diff_snapshots(so, sn))
@@ -60,6 +60,12 @@ def _spec_item(d: dict[str, Any], old_side: Any, new_side: Any) -> dict[str, Any
         "rank": 0,
         "why": f"the A/B run's sides differ here ({d.get('kind')})",
     }
+
+
+def _seen_by(items: list[dict[str, Any]]) -> str:
+    if any(it["group"] == "engine_config" for it in items):
+        return "the engines' configuration in effect and what the probe's ranks saw"
+    return "what the probe's ranks saw"
 
 
 def _differences(items: list[dict[str, Any]]) -> str:
