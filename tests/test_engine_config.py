@@ -232,3 +232,23 @@ def test_compare_lists_engine_section_differences_first():
         ("env", "NCCL_ALGO"),
     ]
     assert "the engines' configuration in effect" in note
+
+
+def test_prefix_cache_hits_from_metrics_over_the_launch():
+    from regdiag.server import metrics
+
+    def prom(hits: float, queries: float) -> str:
+        return (
+            f'vllm:prefix_cache_hits_total{{engine="0",model_name="m"}} {hits}\n'
+            f'vllm:prefix_cache_queries_total{{engine="0",model_name="m"}} {queries}\n'
+        )
+
+    d = metrics.spec_delta(metrics.spec_counters(prom(100, 400)), metrics.spec_counters(prom(400, 1000)))
+    assert d["prefix_cache_hit_rate"] == pytest.approx(300 / 600)
+    sgl = metrics.spec_counters('sglang:cache_hit_rate{model_name="m"} 0.25\n')
+    assert metrics.spec_delta(sgl, sgl)["prefix_cache_hit_rate"] == 0.25
+    launch = {"engine_counters": d}
+    sp = ServerProcess(LocalHost(), ["true"])
+    sp.config.feed("server_args=ServerArgs(tp_size=1, disable_radix_cache=False)")
+    sp.record_into(launch)
+    assert launch["engine_config"]["prefix_cache_hit_rate"] == 0.5

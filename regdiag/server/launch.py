@@ -347,6 +347,9 @@ class ServerProcess:
             if (path := draft_path(cfg)) is not None:  # which draft: diff names a changed one
                 cfg["draft"] = read_draft(self.host, path)
             cfg = _scrubbed(cfg)  # paths and flags the engine printed: a key passed by mistake is not kept
+            rate = (launch.get("engine_counters") or {}).get("prefix_cache_hit_rate")
+            if isinstance(rate, (int, float)):  # /metrics over the measured requests beats the log's
+                cfg["prefix_cache_hit_rate"] = round(float(rate), 4)
             cfg["nccl_debug"] = "added by regdiag (INFO)" if self.nccl_debug_added else "as the user set it"
             launch["engine_config"] = cfg
         win = w.get("window_s")
