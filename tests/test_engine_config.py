@@ -252,3 +252,14 @@ def test_prefix_cache_hits_from_metrics_over_the_launch():
     sp.config.feed("server_args=ServerArgs(tp_size=1, disable_radix_cache=False)")
     sp.record_into(launch)
     assert launch["engine_config"]["prefix_cache_hit_rate"] == 0.5
+
+
+def test_the_version_where_the_log_names_none():
+    sp = ServerProcess(LocalHost(), ["true"])
+    sp.config.feed("server_args=ServerArgs(tp_size=1)")
+    launch = {"header": {"engine_versions": ["torch 2.13.0", "sglang 0.5.23"]}}
+    sp.record_into(launch)
+    assert launch["engine_config"]["version"] == "0.5.23"
+    launch = {"header": {"engine_version": "0.5.3"}}
+    sp.record_into(launch)
+    assert launch["engine_config"]["version"] == "0.5.3"

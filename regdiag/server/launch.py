@@ -149,6 +149,18 @@ ENGINE_LINE_MARKS = (
 MAX_ENGINE_LINES = 200_000
 
 
+def _version_of(engine: Any, header: dict[str, Any]) -> str | None:
+    """The engine's version where its log gives none: the server's own (/server_info, /version) or the
+    distribution the hook found the targets in ("sglang 0.5.23")."""
+    if isinstance(header.get("engine_version"), str):
+        return header["engine_version"]
+    for v in header.get("engine_versions") or []:
+        name, _, version = str(v).partition(" ")
+        if name == engine and version[:1].isdigit():
+            return version
+    return None
+
+
 def _scrubbed(v: Any) -> Any:
     if isinstance(v, str):
         return scrub_text(v)
@@ -347,6 +359,8 @@ class ServerProcess:
             if (path := draft_path(cfg)) is not None:  # which draft: diff names a changed one
                 cfg["draft"] = read_draft(self.host, path)
             cfg = _scrubbed(cfg)  # paths and flags the engine printed: a key passed by mistake is not kept
+            if cfg.get("version") is None:
+                cfg["version"] = _version_of(cfg.get("engine"), launch.get("header") or {})
             rate = (launch.get("engine_counters") or {}).get("prefix_cache_hit_rate")
             if isinstance(rate, (int, float)):  # /metrics over the measured requests beats the log's
                 cfg["prefix_cache_hit_rate"] = round(float(rate), 4)
