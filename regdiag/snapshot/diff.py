@@ -3,7 +3,9 @@
     diff_snapshots(old, new, include_volatile=False) -> [{"group", "field", "old", "new", "change",
                                                           "rank", "why"}, ...]
 
-Ranks (lower first): 1 the engine's code and its command line; 2 the kernels and libraries under
+Ranks (lower first): 0 the engine's configuration in effect, for two runs whose launches recorded it
+(`engine_config`: backends, graphs, all-reduce, draft, speculative settings, NCCL's applied settings;
+diff_engine_config, diff_records); 1 the engine's code and its command line; 2 the kernels and libraries under
 it: first the library files a running process really loaded (--pid snapshots: libnccl, sgl_kernel,
 flashinfer, ... by build id), then package versions (sgl-kernel, flashinfer, torch, NCCL, triton, GPU
 driver); 3 NCCL_* variables and nccl.conf files; 4 variables of the families that change kernels,
