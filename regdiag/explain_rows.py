@@ -93,6 +93,10 @@ def _rooflines(
         row = roofline("decode", shape, config, elt, bandwidth, center, graph)
         if row is not None:
             rows.append(row)
+    if "verify" not in phases and g.verify_ms is not None:  # a decode run, and a verify time given
+        row = _weighted("verify", shape, config, elt, bandwidth, g.verify_ms, g.graph)
+        if row is not None:
+            rows.append(row)
     if config.get("device") == "cpu":
         notes.append(
             "ran on CPU: the floor is against the CPU's copy bandwidth; the numbers are for shape, not speed"

@@ -501,3 +501,17 @@ def test_two_engines_cycles_are_not_compared_as_one(tmp_path):
     run["engine"], base["engine"] = {"cycle": sgl}, {"cycle": vll}
     e = ex.explain_run(run, base)
     assert any("define a cycle differently" in n for n in e.notes)
+
+
+def test_a_given_verify_time_beside_a_decode_run():
+    """A plain-decode run (its decode measured) and --verify-ms: the physics line without a spec run."""
+    run = simulate_spec_run(1)
+    run["phases"] = ["decode"]
+    for la in run["launches"]:
+        la["samples"] = {"decode": [12.0] * 20}
+    run["primary"] = "decode"
+    e = ex.explain_run(run, given=ex.Given(verify_ms=29.0))
+    rows = {p.phase: p for p in e.phases}
+    assert rows["verify"].measured_ms == 29.0 and rows["decode"].measured_ms == pytest.approx(12.0)
+    rest, ratio, _ = e.remainder()
+    assert rest == pytest.approx(29.0 - 12.0 * ratio)
