@@ -79,3 +79,21 @@ def test_an_accept_length_drift_in_a_long_run_is_flagged(cli, tmp_path):
     assert "the accept length drifts over the launch" in r.stdout  # said where the run is shown
     r = cli("explain", str(out), "--json")
     assert r.returncode == 0 and any("accept length drifts" in n for n in json.loads(r.stdout)["notes"])
+
+
+def test_per_position_rates_from_the_rejection_samplers_rows():
+    """vLLM V1's sampled_token_ids: per request the accepted drafts, the bonus, -1 for rejected
+    places. Requests accepting 3, 1 and 0 of 3 drafts: position 1 by 2 of 3, 2 and 3 by 1 of 3."""
+    import importlib.util
+
+    path = A.__file__.replace("regdiag/engine/acceptance.py", "probes/_engine_hook/regdiag_phase_readers.py")
+    spec = importlib.util.spec_from_file_location("regdiag_phase_readers_t", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = [[5, 6, 7, 8], [9, 4, -1, -1], [3, -1, -1, -1]]
+    got = mod._positions(rows, {"reduce": "count_ne", "value": -1})
+    assert got == {"accept_pos1": pytest.approx(2 / 3, abs=1e-4), "accept_pos2": pytest.approx(1 / 3, abs=1e-4),
+                   "accept_pos3": pytest.approx(1 / 3, abs=1e-4)}  # fmt: skip
+    values = {"accept_len": [2.0, 3.0], "accept_pos1": [0.5, 1.0], "accept_pos2": [0.0, 0.5]}
+    assert A.per_position_rates(values) == [0.75, 0.25] and set(values) == {"accept_len"}
+    assert A.per_position_rates({"accept_len": [2.0]}) is None

@@ -48,6 +48,14 @@ def _spec_checks(run, la, summary):
         assert summary[f"{ph}_ms_median"] > 0
     acc = la["values"]["accept_len"]
     assert acc and all(1 <= a <= vh.K + 1 for a in acc)
+    # acceptance as a series: its mean and, from 16 cycles on, the drift check of its blocks
+    assert la["acceptance"]["accept_len_mean"] == pytest.approx(sum(acc) / len(acc), abs=1e-3)
+    assert (la["acceptance"]["series"] is not None) == (len(acc) >= 16)
+    # per draft position, the share of requests that accepted at least that many drafts: a curve
+    # that never rises, and 1 + its sum is the mean accept length
+    rates = la["engine_counters"]["per_position_rate"]
+    assert len(rates) == vh.K and rates == sorted(rates, reverse=True) and all(0 <= r <= 1 for r in rates)
+    assert 1 + sum(rates) == pytest.approx(la["acceptance"]["accept_len_mean"], abs=2e-3)
     # The CPU build runs the V1 runner eagerly, and says so through its forward context.
     assert la["graph_modes"]["verify"] == {"NONE": la["phase_cycles"]["verify"]}
     assert la["graph_share"]["verify"] == 0.0

@@ -6,7 +6,8 @@ through its own methods, so torch is never imported here.
 The accept length comes from an argument or the return value of a target (`reduce`: a number as is,
 `mean` of a tensor or list, `count_ne` per row of a 2-D tensor or list of lists, `len` of each list,
 averaged over the rows; `per`: {"arg", "attr"} divides a batch's sum by the len() of that argument's
-attribute, SGLang v1's num_accepted_tokens by len(batch.reqs); `plus` adds the bonus token); tensors are copied at the call and read when the cycle is emitted, after its
+attribute, SGLang v1's num_accepted_tokens by len(batch.reqs); `plus` adds the bonus token;
+`positions` with `count_ne` adds `accept_pos{i}`, the share of rows that accepted at least i drafts); tensors are copied at the call and read when the cycle is emitted, after its
 events completed, so reading it never stalls the engine. A phase's CUDA-graph flag is read from what
 the engine says: a context object during the call (`context` + `attr`: an enum whose name is not NONE
 is a graph), a graph-replay target called inside the phase (`within`; phase "*": inside whichever phase
@@ -52,6 +53,22 @@ def _reduce(v, spec):
     else:
         raise ValueError(f"unknown reduce {how!r}")
     return sum(xs) / len(xs) if xs else None
+
+
+def _positions(v, spec):
+    """Per draft position i, the share of the batch's rows that accepted at least i drafts (a row of
+    k + 1 places: accepted drafts, the bonus, then `value` for rejected places): `accept_pos{i}`."""
+    try:
+        rows = v.tolist() if hasattr(v, "tolist") else v
+        k = max(len(row) for row in rows) - 1
+        accepted = [sum(1 for x in row if x != spec.get("value", -1)) - 1 for row in rows]
+    except Exception:
+        return {}
+    if k < 1 or not accepted:
+        return {}
+    return {
+        f"accept_pos{i}": round(sum(a >= i for a in accepted) / len(accepted), 5) for i in range(1, k + 1)
+    }
 
 
 def _rows(per, args, kwargs):
@@ -233,6 +250,8 @@ class Readers:
                 r = None
             if r is not None:
                 acc = (acc or 0.0) + r + float(spec.get("plus", 0))
+            if spec.get("positions"):
+                values.update(_positions(v, spec))
         if acc is not None:
             values["accept_len"] = round(acc, 5)
         for phase, n in c.tokens.items():

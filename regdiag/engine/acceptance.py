@@ -81,6 +81,24 @@ def varies(dist: dict[int, float]) -> bool:
     return bool(dist) and 1.0 - max(dist.values()) > VARIES_SHARE
 
 
+def per_position_rates(values: dict[str, Any]) -> list[float] | None:
+    """A launch's acceptance rate per draft position (the mean over its cycles of `accept_pos{i}`, the
+    share of a cycle's requests that accepted at least i drafts); the per-cycle series are removed
+    from `values`. None when the engine's reader gives no positions (SGLang's results carry none)."""
+    keys = sorted(
+        (k for k in values if k.startswith("accept_pos") and k[10:].isdigit()), key=lambda k: int(k[10:])
+    )
+    series = [_finite_or_zero(values.pop(k)) for k in keys]
+    rates = [round(statistics.fmean(xs), 4) for xs in series if xs]
+    return rates if rates and len(rates) == len(keys) else None
+
+
+def _finite_or_zero(xs: Any) -> list[float]:
+    return [
+        float(x) for x in xs or [] if isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 1
+    ]
+
+
 def launch_acceptance(values: dict[str, Any]) -> dict[str, Any] | None:
     """A launch's `acceptance`: the series check of its accept lengths, and the verify sizes."""
     out: dict[str, Any] = {}

@@ -285,6 +285,7 @@ PRESETS: dict[str, Targets] = {
                 "ret": "sampled_token_ids",
                 "reduce": "count_ne",
                 "value": -1,
+                "positions": True,
             },
             {
                 "target": f"{_V2}.spec_decode.rejection_sampler:RejectionSampler.__call__",

@@ -29,7 +29,7 @@ from regdiag.server.launch import LaunchError, ServerProcess
 from regdiag.server.load import LoadSpec, run_load
 from regdiag.server.record import new_launch
 
-from .acceptance import launch_acceptance
+from .acceptance import launch_acceptance, per_position_rates
 from .acceptance import warnings as acceptance_warnings
 from .presets import Targets
 
@@ -133,6 +133,12 @@ def combine(streams: list[LaunchStream]) -> dict[str, Any]:
     phases = [p for p in ((merged.header or {}).get("phases") or []) if isinstance(p, str)]
     launch.update(per_cycle_facts(kept, phases))
     _scalars(launch, merged.cycles, kept, phases)
+    rates = per_position_rates(launch["values"])  # taken out of the per-cycle values: one curve a launch
+    if rates:
+        launch["engine_counters"] = {
+            "per_position_rate": rates,
+            "source": "the hook's rejection-sampler reads",
+        }
     acc = launch_acceptance(launch["values"])
     if acc is not None:
         launch["acceptance"] = acc
