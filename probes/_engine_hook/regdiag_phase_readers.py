@@ -112,13 +112,6 @@ class Readers:
             if spec.get("within") or spec.get("target"):
                 yield spec.get("within") or spec["target"], ("graph", k)
 
-    def optional(self, target):
-        """A target only graph readers name: absent from an engine version, it gives no flag (the
-        phase's graph is then unknown), it does not stop the engine's measurement."""
-        return any(
-            spec.get("within") == target or spec.get("target") == target for spec in self.graphs
-        ) and not any(acc["target"] == target for acc in self.accepts)
-
     def bind(self, fn, target):
         """Called as `target` is patched with its function `fn`."""
         for acc in self.accepts:
