@@ -94,6 +94,8 @@ def test_per_position_rates_from_the_rejection_samplers_rows():
     got = mod._positions(rows, {"reduce": "count_ne", "value": -1})
     assert got == {"accept_pos1": pytest.approx(2 / 3, abs=1e-4), "accept_pos2": pytest.approx(1 / 3, abs=1e-4),
                    "accept_pos3": pytest.approx(1 / 3, abs=1e-4)}  # fmt: skip
-    values = {"accept_len": [2.0, 3.0], "accept_pos1": [0.5, 1.0], "accept_pos2": [0.0, 0.5]}
-    assert A.per_position_rates(values) == [0.75, 0.25] and set(values) == {"accept_len"}
+    # a third cycle drafted nothing (its rows have no position): it counts 0 at every position
+    values = {"accept_len": [2.0, 3.0, 1.0], "accept_pos1": [0.5, 1.0], "accept_pos2": [0.5, 1.0]}
+    assert A.per_position_rates(values) == [0.5, 0.5] and set(values) == {"accept_len"}
+    assert 1 + 0.5 + 0.5 == pytest.approx((2.0 + 3.0 + 1.0) / 3)
     assert A.per_position_rates({"accept_len": [2.0]}) is None

@@ -82,15 +82,19 @@ def varies(dist: dict[int, float]) -> bool:
 
 
 def per_position_rates(values: dict[str, Any]) -> list[float] | None:
-    """A launch's acceptance rate per draft position (the mean over its cycles of `accept_pos{i}`, the
-    share of a cycle's requests that accepted at least i drafts); the per-cycle series are removed
-    from `values`. None when the engine's reader gives no positions (SGLang's results carry none)."""
+    """A launch's acceptance rate per draft position: over the cycles that have an accept length, the
+    mean share of a cycle's requests that accepted at least i drafts (`accept_pos{i}`; a cycle without
+    that position, no drafts in it, counts 0), so 1 + their sum is the mean accept length. The
+    per-cycle series are removed from `values`. None when the engine's reader gives no positions
+    (SGLang's results carry none)."""
     keys = sorted(
         (k for k in values if k.startswith("accept_pos") and k[10:].isdigit()), key=lambda k: int(k[10:])
     )
     series = [_finite_or_zero(values.pop(k)) for k in keys]
-    rates = [round(statistics.fmean(xs), 4) for xs in series if xs]
-    return rates if rates and len(rates) == len(keys) else None
+    cycles = len(_finite(values.get("accept_len")))
+    if not keys or not cycles:
+        return None
+    return [round(sum(xs) / cycles, 4) for xs in series]
 
 
 def _finite_or_zero(xs: Any) -> list[float]:
