@@ -103,7 +103,8 @@ def _rooflines(
         )
     if shape.layers < _full_layers(shape, header):
         notes.append(
-            f"the probe ran {shape.layers} of {_full_layers(shape, header)} layers: bytes and floors are for those"
+            f"the probe ran {shape.layers} of {_full_layers(shape, header)} layers: "
+            "bytes and floors are for those"
         )
     return rows
 
@@ -116,8 +117,10 @@ def _weighted(
     dist = config.get("num_draft_tokens_dist")
     if phase != "verify" or not isinstance(dist, dict) or len(dist) < 2:
         return roofline(phase, shape, config, elt, bandwidth, measured, graph)
-    parts = [(roofline(phase, shape, {**config, "num_draft_tokens": n}, elt, bandwidth, measured, graph), w)
-             for n, w in dist.items()]  # fmt: skip
+    parts = [
+        (roofline(phase, shape, {**config, "num_draft_tokens": n}, elt, bandwidth, measured, graph), w)
+        for n, w in dist.items()
+    ]
     rows = [(r, w) for r, w in parts if r is not None]
     total = sum(w for _, w in rows)
     if not rows or total <= 0:

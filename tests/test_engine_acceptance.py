@@ -51,8 +51,10 @@ def test_explain_weighs_the_verify_sizes_of_an_adaptive_run():
     not bytes(4) (the median)."""
     from compare_helpers import launch, run_record
 
-    la = launch({"cycle": [30.0] * 20, "verify": [20.0] * 20}, values={"accept_len": [2.0] * 20,
-                "verify_tokens": [4] * 12 + [2] * 8})  # fmt: skip
+    la = launch(
+        {"cycle": [30.0] * 20, "verify": [20.0] * 20},
+        values={"accept_len": [2.0] * 20, "verify_tokens": [4] * 12 + [2] * 8},
+    )
     run = run_record([la], phases=["verify"], probe="engine", config={"preset": "vllm"})
     e = ex.explain_run(run, model="kimi-k2.5")
     (v,) = [p for p in e.phases if p.phase == "verify"]
@@ -68,9 +70,22 @@ def test_an_accept_length_drift_in_a_long_run_is_flagged(cli, tmp_path):
     """A real launch of the fake engine whose draft accepts 3 drafts at first and 0 after 150 cycles."""
     port = free_port()
     out = tmp_path / "drift.json"
-    env = "FAKE_ACCEPT_FROM=3 FAKE_ACCEPT=0 FAKE_ACCEPT_OVER=150 FAKE_VERIFY_N=300 FAKE_DRAFT_N=300 FAKE_EXTEND_N=100"
-    r = cli("probe", "engine", *_fake_server(port, workers=1, env=env), *FAKE_PHASES,
-            "-L", "1", "-R", "1", "--max-tokens", "400", "-o", str(out))  # fmt: skip
+    env = "FAKE_ACCEPT_FROM=3 FAKE_ACCEPT=0 FAKE_ACCEPT_OVER=150 "
+    env += "FAKE_VERIFY_N=300 FAKE_DRAFT_N=300 FAKE_EXTEND_N=100"
+    r = cli(
+        "probe",
+        "engine",
+        *_fake_server(port, workers=1, env=env),
+        *FAKE_PHASES,
+        "-L",
+        "1",
+        "-R",
+        "1",
+        "--max-tokens",
+        "400",
+        "-o",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     run = json.loads(out.read_text())
     s = run["launches"][0]["acceptance"]["series"]
@@ -92,8 +107,7 @@ def test_per_position_rates_from_the_rejection_samplers_rows():
     spec.loader.exec_module(mod)
     rows = [[5, 6, 7, 8], [9, 4, -1, -1], [3, -1, -1, -1]]
     got = mod._positions(rows, {"reduce": "count_ne", "value": -1})
-    assert got == {"accept_pos1": pytest.approx(2 / 3, abs=1e-4), "accept_pos2": pytest.approx(1 / 3, abs=1e-4),
-                   "accept_pos3": pytest.approx(1 / 3, abs=1e-4)}  # fmt: skip
+    assert got == pytest.approx({"accept_pos1": 2 / 3, "accept_pos2": 1 / 3, "accept_pos3": 1 / 3}, abs=1e-4)
     # a third cycle drafted nothing (its rows have no position): it counts 0 at every position
     values = {"accept_len": [2.0, 3.0, 1.0], "accept_pos1": [0.5, 1.0], "accept_pos2": [0.5, 1.0]}
     assert A.per_position_rates(values) == [0.5, 0.5] and set(values) == {"accept_len"}

@@ -173,17 +173,22 @@ def _draft_dir(d: Path, config: dict, tensors: list[str]) -> Path:
 def test_the_drafts_identity_and_a_changed_draft_named_by_diff(tmp_path):
     from regdiag.server.draft import draft_path, read_draft
 
-    base = {"architectures": ["LlamaForCausalLMEagle3"], "num_attention_heads": 64, "num_key_value_heads": 8,
-            "vocab_size": 163840, "draft_vocab_size": 32000,
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}}  # fmt: skip
+    base = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "vocab_size": 163840,
+        "draft_vocab_size": 32000,
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57]},
+    }
     a = _draft_dir(tmp_path / "a", base, ["d2t", "fc.weight", "midlayer.self_attn.q_proj.weight"])
-    b = _draft_dir(tmp_path / "b", {**base, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}},
-                   ["d2t", "fc.weight"])  # fmt: skip
+    other = {**base, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}}
+    b = _draft_dir(tmp_path / "b", other, ["d2t", "fc.weight"])
     ia, ib = read_draft(LocalHost(), str(a)), read_draft(LocalHost(), str(b))
     assert ia["kind"] == "EAGLE-3" and ia["d2t"] is True and ia["attention"] == "GQA"
     assert ia["aux_hidden_state_layer_ids"] == [1, 29, 57] and ia["draft_vocab_size"] == 32000
-    mla = read_draft(LocalHost(), str(_draft_dir(tmp_path / "m", {"architectures": ["DeepseekV3ForCausalLMNextN"],
-                                                                  "kv_lora_rank": 512}, [])))  # fmt: skip
+    mtp = {"architectures": ["DeepseekV3ForCausalLMNextN"], "kv_lora_rank": 512}
+    mla = read_draft(LocalHost(), str(_draft_dir(tmp_path / "m", mtp, [])))
     assert mla["kind"] == "MTP" and mla["attention"] == "MLA" and mla["d2t"] is False
     assert read_draft(LocalHost(), "org/some-hub-draft") == {"path": "org/some-hub-draft"}
     assert draft_path({"speculative": {"speculative_draft_model_path": str(a)}}) == str(a)
@@ -201,8 +206,15 @@ def test_a_running_engines_draft_in_its_snapshot(tmp_path):
 
     a = _draft_dir(tmp_path / "a", {"architectures": ["LlamaForCausalLMEagle3"]}, ["d2t"])
     b = _draft_dir(tmp_path / "b", {"architectures": ["LlamaForCausalLMEagle"]}, [])
-    sgl = ["python", "-m", "sglang.launch_server", "--speculative-algorithm", "EAGLE3",
-           "--speculative-draft-model-path", str(a)]  # fmt: skip
+    sgl = [
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--speculative-algorithm",
+        "EAGLE3",
+        "--speculative-draft-model-path",
+        str(a),
+    ]
     vll = ["vllm", "serve", "m", f'--speculative-config={{"method": "eagle", "model": "{b}"}}']
     assert path_from_argv(sgl) == str(a) and path_from_argv(vll) == str(b)
     assert path_from_argv(["vllm", "serve", "m", "--speculative-config", "not json"]) is None

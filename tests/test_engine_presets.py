@@ -152,20 +152,38 @@ def test_the_engine_config_reader_reads_what_sglang_prints(version):
 
     wheel = _wheel("sglang", version)
     fields = _text(wheel, "sglang/srt/server_args.py") + _text(wheel, "sglang/srt/arg_groups/fields/")
-    for name in ("attention_backend", "decode_attention_backend", "prefill_attention_backend",
-                 "speculative_attention_mode", "moe_runner_backend", "disable_cuda_graph",
-                 "disable_custom_all_reduce", "enable_symm_mem", "enable_flashinfer_allreduce_fusion",
-                 "speculative_algorithm", "speculative_num_steps", "disable_radix_cache"):  # fmt: skip
+    for name in (
+        "attention_backend",
+        "decode_attention_backend",
+        "prefill_attention_backend",
+        "speculative_attention_mode",
+        "moe_runner_backend",
+        "disable_cuda_graph",
+        "disable_custom_all_reduce",
+        "enable_symm_mem",
+        "enable_flashinfer_allreduce_fusion",
+        "speculative_algorithm",
+        "speculative_num_steps",
+        "disable_radix_cache",
+    ):
         assert f"    {name}:" in fields, (version, name)
     src = _text(wheel, "sglang/srt/")
     lines = {
-        "0.5.3": ["Capture cuda graph begin.", "Capture draft cuda graph begin.", "Capture draft extend cuda graph begin."],
-        "0.5.23": ["Capture target verify CUDA graph begin.", "Capture draft decode CUDA graph begin.",
-                   "Capture draft extend CUDA graph begin."],
-    }[version]  # fmt: skip
+        "0.5.3": [
+            "Capture cuda graph begin.",
+            "Capture draft cuda graph begin.",
+            "Capture draft extend cuda graph begin.",
+        ],
+        "0.5.23": [
+            "Capture target verify CUDA graph begin.",
+            "Capture draft decode CUDA graph begin.",
+            "Capture draft extend CUDA graph begin.",
+        ],
+    }[version]
     for line in lines:
         assert _SGL_CAPTURE.search(line), line
         stem = line.split(" begin")[0].replace("cuda graph", "").replace("CUDA graph", "").strip()
         assert stem.replace("Capture ", "") in src or "{capture_name}" in src, line
-    assert "#cached-token: " in src and ("server_args=ServerArgs" in src or "server_args={" in src or
-                                        "{server_args=}" in src)  # fmt: skip
+    assert "#cached-token: " in src and (
+        "server_args=ServerArgs" in src or "server_args={" in src or "{server_args=}" in src
+    )

@@ -124,8 +124,12 @@ def _run(tmp_path: Path, preset: str, what: str) -> list[dict]:
     out.mkdir()
     cfg = json.dumps(PRESETS[preset].config())
     env = {"PYTHONPATH": str(pkg), "PATH": "/usr/bin:/bin"}
-    subprocess.run([sys.executable, "-c", DRIVE, str(out), str(ROOT / "probes/_engine_hook"), cfg, what],
-                   check=True, env=env, cwd=tmp_path)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-c", DRIVE, str(out), str(ROOT / "probes/_engine_hook"), cfg, what],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+    )
     return [json.loads(x) for f in out.glob("hook-*.jsonl") for x in f.read_text().splitlines()]
 
 

@@ -427,8 +427,8 @@ def _flat_latencies(eager_us: float, graph_us: float, tp: int = 8):
         for mode, us in (("eager", eager_us), ("graph", graph_us))
         for b in (1024, 1 << 24)
     ]
-    rec = {"probe": {"name": "collectives"},
-           "launches": [{"status": "ok", "header": {"config": {"tp": tp}}, "footer": {"table": table}}]}  # fmt: skip
+    la = {"status": "ok", "header": {"config": {"tp": tp}}, "footer": {"table": table}}
+    rec = {"probe": {"name": "collectives"}, "launches": [la]}
     return Latencies.from_record(rec, "flat")
 
 

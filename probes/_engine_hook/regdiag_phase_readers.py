@@ -7,8 +7,9 @@ The accept length comes from an argument or the return value of a target (`reduc
 `mean` of a tensor or list, `count_ne` per row of a 2-D tensor or list of lists, `len` of each list,
 averaged over the rows; `per`: {"arg", "attr"} divides a batch's sum by the len() of that argument's
 attribute, SGLang v1's num_accepted_tokens by len(batch.reqs); `plus` adds the bonus token;
-`positions` with `count_ne` adds `accept_pos{i}`, the share of rows that accepted at least i drafts); tensors are copied at the call and read when the cycle is emitted, after its
-events completed, so reading it never stalls the engine. A phase's CUDA-graph flag is read from what
+`positions` with `count_ne` adds `accept_pos{i}`, the share of rows that accepted at least i drafts);
+tensors are copied at the call and read when the cycle is emitted, after its events completed, so
+reading it never stalls the engine. A phase's CUDA-graph flag is read from what
 the engine says: a context object during the call (`context` + `attr`: an enum whose name is not NONE
 is a graph), a graph-replay target called inside the phase (`within`; phase "*": inside whichever phase
 is running), an attribute of the phase's return (`ret`), or of another target's return (`target`);

@@ -246,7 +246,8 @@ def diff(
 ) -> None:
     """Differences between two snapshots, grouped, most likely culprits of a slowdown first.
 
-    Order: the engines' configuration in effect (two runs' engine sections); engine commit; sgl-kernel / flashinfer / torch / NCCL / GPU driver versions; NCCL_* variables; other variables; GPU clocks, power limit, PCIe link; other packages; host.
+    Order: the engines' configuration in effect (two runs' engine sections);
+    engine commit; sgl-kernel / flashinfer / torch / NCCL / GPU driver versions; NCCL_* variables; other variables; GPU clocks, power limit, PCIe link; other packages; host.
     """
     from regdiag.snapshot.diff import diff_records, engine_config_of
 

@@ -108,8 +108,8 @@ def cycle_warning(old: dict[str, Any], new: dict[str, Any], old_label: str, new_
     if not isinstance(co, dict) or not isinstance(cn, dict) or co.get("kind") == cn.get("kind"):
         return []
     return [
-        f"the runs define a cycle differently ({old_label}: {co.get('text')}; {new_label}: {cn.get('text')}): "
-        "their cycle times are not comparable, compare phases instead"
+        f"the runs define a cycle differently ({old_label}: {co.get('text')}; "
+        f"{new_label}: {cn.get('text')}): their cycle times are not comparable, compare phases instead"
     ]
 
 

@@ -28,7 +28,8 @@ def _env_diff(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str, 
         if ranks:
             return (
                 ranks,
-                f"{_differences(ranks)} in {_seen_by(ranks)} (no environment snapshot in the {' and '.join(missing)} run)",
+                f"{_differences(ranks)} in {_seen_by(ranks)} "
+                f"(no environment snapshot in the {' and '.join(missing)} run)",
             )
         return None, f"no environment snapshot in the {' and '.join(missing)} run"
     items = list(diff_snapshots(so, sn))

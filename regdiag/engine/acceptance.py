@@ -124,7 +124,8 @@ def warnings(launches: list[dict[str, Any]]) -> list[str]:
         s = ((la.get("acceptance") or {}).get("series")) or {}
         if s.get("flagged"):
             out.append(
-                f"launch {la.get('index')}: the accept length drifts over the launch ({s['drift_pct']:+.1f} % "
+                f"launch {la.get('index')}: the accept length drifts over the launch "
+                f"({s['drift_pct']:+.1f} % "
                 f"from its first third of {s['cycles']} cycles to its last; Spearman rho {s['rho']:+.2f} "
                 f"over {BLOCKS} blocks, p {s['p']:.2g}): its mean is not one number"
             )
@@ -139,6 +140,7 @@ def warnings(launches: list[dict[str, Any]]) -> list[str]:
     if vary:
         out.append(
             f"the tokens a verify took vary within launch(es) {', '.join(map(str, vary))}: the draft length "
-            "changed at run time (adaptive speculation) or the batch did; explain weighs their distribution"
+            "changed at run time (adaptive speculation, an n-gram drafter without a match) or the batch did; "
+            "explain weighs their distribution"
         )
     return out

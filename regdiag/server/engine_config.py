@@ -96,20 +96,51 @@ _KV = re.compile(r"(\w+)=")
 
 # The settings of the start-up line kept for the record (a diff names each that changed).
 VLLM_KEYS = (
-    "dtype", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "quantization",
-    "enforce_eager", "kv_cache_dtype", "device_config", "enable_prefix_caching", "chunked_prefill_enabled",
-    "enable_chunked_prefill", "disable_custom_all_reduce", "max_seq_len", "speculative_config",
+    "dtype",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "quantization",
+    "enforce_eager",
+    "kv_cache_dtype",
+    "device_config",
+    "enable_prefix_caching",
+    "chunked_prefill_enabled",
+    "enable_chunked_prefill",
+    "disable_custom_all_reduce",
+    "max_seq_len",
+    "speculative_config",
     "async_scheduling",
-)  # fmt: skip
+)
 SGLANG_KEYS = (
-    "tp_size", "dtype", "kv_cache_dtype", "quantization", "attention_backend", "decode_attention_backend",
-    "prefill_attention_backend", "speculative_attention_mode", "sampling_backend", "moe_runner_backend",
-    "moe_a2a_backend", "disable_cuda_graph", "cuda_graph_max_bs", "disable_custom_all_reduce",
-    "enable_flashinfer_allreduce_fusion", "enable_symm_mem", "disable_radix_cache", "chunked_prefill_size",
-    "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
-    "speculative_eagle_topk", "speculative_num_draft_tokens", "enable_two_batch_overlap",
-    "disable_overlap_schedule", "torch_compile_max_bs", "enable_torch_compile",
-)  # fmt: skip
+    "tp_size",
+    "dtype",
+    "kv_cache_dtype",
+    "quantization",
+    "attention_backend",
+    "decode_attention_backend",
+    "prefill_attention_backend",
+    "speculative_attention_mode",
+    "sampling_backend",
+    "moe_runner_backend",
+    "moe_a2a_backend",
+    "disable_cuda_graph",
+    "cuda_graph_max_bs",
+    "disable_custom_all_reduce",
+    "enable_flashinfer_allreduce_fusion",
+    "enable_symm_mem",
+    "disable_radix_cache",
+    "chunked_prefill_size",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "enable_two_batch_overlap",
+    "disable_overlap_schedule",
+    "torch_compile_max_bs",
+    "enable_torch_compile",
+)
 MAX_TUNING = 64
 
 
@@ -279,9 +310,11 @@ class EngineConfigReader:
                 ar.insert(0, "custom all-reduce disabled")
             out["all_reduce"] = ", ".join(ar) or None
             mode = s.get("cudagraph_mode")
-            graphed = None if mode is None and s.get("enforce_eager") is None else (
-                s.get("enforce_eager") is not True and mode not in (None, "NONE")
-            )  # fmt: skip
+            graphed = (
+                None
+                if mode is None and s.get("enforce_eager") is None
+                else (s.get("enforce_eager") is not True and mode not in (None, "NONE"))
+            )
             out["graphs"] = None if graphed is None else {"decode": graphed, "verify": graphed, "mode": mode}
             if self.graphs.get("captured"):
                 out["graphs"] = {

@@ -65,7 +65,8 @@ try:
 except OSError as e:
     print(json.dumps({"regdiag-launcher": "error", "error": "%s: %s" % (spec["argv"][0], e.strerror)}), flush=True)
     sys.exit(127)
-print(json.dumps({"regdiag-launcher": "started", "pid": p.pid, "launcher": os.getpid(), "nccl_debug_added": nccl_added}), flush=True)
+started = {"pid": p.pid, "launcher": os.getpid(), "nccl_debug_added": nccl_added}
+print(json.dumps({"regdiag-launcher": "started", **started}), flush=True)
 parent = os.getppid()
 if "_hoststat" in sys.modules:
     watch = sys.modules["_hoststat"].HostWatch(pgid=p.pid)
