@@ -26,16 +26,24 @@ from typing import Any
 
 import numpy as np
 
-from regdiag import stats, units
+from regdiag import units
 from regdiag.bandwidth import DEFAULT_BANDWIDTH, bandwidth_for
 from regdiag.collective_costs import Latencies
 from regdiag.comm import CommShare, comm_shares
+from regdiag.engine.acceptance import tokens_distribution, varies
 from regdiag.errors import BadInput
-from regdiag.models import DTYPE_BYTES, preset_shape, shape_from_dict
-from regdiag.profiles import side_profile
+from regdiag.explain_rows import (
+    graph_note,
+    graph_of,
+    header_of,
+    median_center,
+    ok_launches,
+    rooflines,
+    shape_of,
+)
+from regdiag.models import preset_shape
 from regdiag.records import EXPLANATION, RUN, RecordError, check_record, schema_id
 from regdiag.roofline import PhaseRoofline, add_comm, bytes_ratio, roofline
-from regdiag.run_view import usable
 from regdiag.throughput import ThroughputModel, check_accept, check_given, check_per_position
 
 __all__ = [
@@ -61,20 +69,37 @@ class Explanation:
     comm: list[CommShare] = field(default_factory=list)  # measured at TP > 1 (regdiag.comm)
     bytes_ratio_verify_decode: float | None = None  # verify's bytes over a decode's, this model
 
+    def remainder(self) -> tuple[float, float, bool] | None:
+        """(verify's time not explained by bytes in ms, the bytes ratio, collectives priced). With the
+        collectives priced, a decode's own collectives are taken out before its time is scaled by the
+        bytes ratio (they do not grow with the bytes) and verify's are added: v - [(d - d_comm) x ratio
+        + v_comm]; without, v - d x ratio."""
+        by = {p.phase: p for p in self.phases}
+        v, d = by.get("verify"), by.get("decode")
+        if not v or not d or not v.measured_ms or not d.measured_ms or d.bytes <= 0:
+            return None
+        ratio = v.bytes / d.bytes
+        if v.comm_ms is not None and d.comm_ms is not None:
+            return v.measured_ms - ((d.measured_ms - d.comm_ms) * ratio + v.comm_ms), ratio, True
+        return v.measured_ms - d.measured_ms * ratio, ratio, False
+
     def physics_line(self) -> str | None:
         """verify vs decode: how much of the extra cost the bytes explain."""
         by = {p.phase: p for p in self.phases}
         v, d = by.get("verify"), by.get("decode")
-        if not v or not d or not v.measured_ms or not d.measured_ms:
+        rem = self.remainder()
+        if rem is None or v is None or d is None or not v.measured_ms or not d.measured_ms:
             return None
+        rest, ratio, priced = rem
         line = (
             f"verify costs {v.measured_ms / d.measured_ms:.2f}x a decode; its bytes account for "
-            f"{v.bytes / d.bytes:.2f}x ({v.touched_experts or 0:.1f} vs {d.touched_experts or 0:.1f} experts touched "
-            f"per layer); the rest, {v.measured_ms - d.measured_ms * v.bytes / d.bytes:+.3g} ms, is not explained by bytes"
+            f"{ratio:.2f}x ({v.touched_experts or 0:.1f} vs {d.touched_experts or 0:.1f} experts touched "
+            f"per layer); the rest, {rest:+.3g} ms, is not explained by bytes"
         )
-        if v.comm_ms is not None and d.comm_ms is not None:
+        if priced:
             line += (
-                f"; collectives add {v.comm_ms:.3g} ms to verify's floor and {d.comm_ms:.3g} ms to a decode's"
+                f" or collectives (verify's {v.comm_ms:.3g} ms added, a decode's {d.comm_ms:.3g} ms "
+                "not scaled by the bytes)"
             )
         return line
 
@@ -89,6 +114,7 @@ class Explanation:
             "bandwidth_source": self.bandwidth_source,
             "model": self.model,
             "physics": self.physics_line(),
+            "physics_remainder_ms": None if (r := self.remainder()) is None else r[0],
             "communication": [c.to_dict() for c in self.comm],
             "notes": self.notes,
         }
@@ -111,8 +137,12 @@ class Given:
     sampling: bool = False  # temperature > 0: the engine's sampling broadcasts per cycle
     engine: str = "sglang"
     per_position: list[float] | None = None  # an acceptance curve, draft position 1, 2, ...
+    verify_ms: float | None = None  # a verify's GPU time, for the physics line without a run
+    graph: bool | None = None  # --graph on|off: the phases ran as CUDA graphs (None: as the engine does)
 
     def check(self) -> None:
+        if self.verify_ms is not None and not 1e-6 <= self.verify_ms <= 1e9:
+            raise BadInput(f"--verify-ms {self.verify_ms}: must be within 1e-06..1e+09 ms")
         check_given(
             self.cycle_ms,
             self.decode_ms,
@@ -165,11 +195,14 @@ def explain_model(
     config = {"batch": batch, "context": context, **_steps(steps), "shard": tp, "tp": tp}
     bandwidth, bw_src = bandwidth_for([], g.bandwidth, g.gpu)
     notes: list[str] = [f"no run: floors for {model} at TP={tp}, context {context}, {steps} steps"]
+    measured = {"decode": g.decode_ms, "verify": g.verify_ms}
     rows = [
         r
         for ph in ("decode", "draft", "verify", "extend")
-        if (r := roofline(ph, shape, config, 2, bandwidth, None, None)) is not None
+        if (r := roofline(ph, shape, config, 2, bandwidth, measured.get(ph), graph_of(ph, g))) is not None
     ]
+    if g.collectives is not None and tp > 1:
+        notes.append(graph_note(g))
     add_comm(rows, shape, config, notes, g.collectives, g.sampling, g.engine)
     tput = None
     if g.cycle_ms is not None and g.accept_len is not None:
@@ -192,10 +225,6 @@ def _steps(n: int) -> dict[str, int]:
 
 
 # --- from run records ---------------------------------------------------------------------------
-
-
-def _ok_launches(run: dict[str, Any]) -> list[dict[str, Any]]:
-    return [la for la in run.get("launches", []) if usable(la)]
 
 
 def _mean_of_launch_means(launches: list[dict[str, Any]], key: str, name: str) -> float | None:
@@ -221,28 +250,12 @@ def _bench_accept(launches: list[dict[str, Any]]) -> tuple[str | None, float | N
     return None, None
 
 
-def _median_center(launches: list[dict[str, Any]], name: str) -> float | None:
-    """A run's time: the geometric mean of its launch medians, the centre compare reads."""
-    xs = [la["samples"][name] for la in launches if la.get("samples", {}).get(name)]
-    if not xs:
-        return None
-    c = stats.launch_centers(xs)
-    return stats.geomean(c) if np.all(c > 0) else float(np.mean(c))
-
-
-def _header(launches: list[dict[str, Any]]) -> dict[str, Any]:
-    for la in launches:
-        if isinstance(la.get("header"), dict) and la["header"]:
-            return la["header"]
-    return {}
-
-
 def _check_run(run: Any, label: str) -> dict[str, Any]:
     try:
         run = check_record(run, label, RUN)
     except RecordError as e:
         raise BadInput(str(e)) from None
-    if not _ok_launches(run):
+    if not ok_launches(run):
         raise BadInput(f"{label}: the run has no launch with samples")
     return run
 
@@ -296,13 +309,14 @@ def explain_run(
     run = _check_run(units.canonical(run), label)  # times in ms, whatever unit the record was written in
     if baseline is not None:
         baseline = units.canonical(baseline)
-    launches = _ok_launches(run)
-    header = _header(launches)
+    launches = ok_launches(run)
+    header = header_of(launches)
     config = {**((run.get("probe") or {}).get("config") or {}), **(header.get("config") or {})}
+    notes: list[str] = []
     if (run.get("probe") or {}).get("name") == "engine":
         config = _engine_config(config, launches)
+        notes += _acceptance_notes(config, launches)
     _check_inputs(config, launches, label)
-    notes: list[str] = []
     if g.num_steps is not None:
         config.update(_steps(g.num_steps))
     steps = config.get("num_steps") if isinstance(config.get("num_steps"), int) else None
@@ -312,11 +326,11 @@ def explain_run(
         baseline = _check_run(baseline, baseline_label)
     tput = _throughput(run, baseline, launches, header, config, phases, g, label, baseline_label, notes)
     bandwidth_v, bw_src = bandwidth_for(launches, g.bandwidth, g.gpu)
-    shape = _shape(header, config, g.model, notes, (run.get("probe") or {}).get("name"))
+    shape = shape_of(header, config, g.model, notes, (run.get("probe") or {}).get("name"))
     rows = (
         []
         if shape is None
-        else _rooflines(shape, phases, config, header, launches, baseline, bandwidth_v, notes)
+        else rooflines(shape, phases, config, header, launches, baseline, bandwidth_v, notes, g)
     )
     if shape is not None:
         add_comm(rows, shape, config, notes, g.collectives, g.sampling, g.engine)
@@ -347,9 +361,9 @@ def _throughput(
     if decode_ms is None and baseline is not None:
         decode_ms, decode_src = _baseline_decode(run, baseline, label, baseline_label, notes)
         if decode_oh is None:
-            decode_oh, decode_oh_src = _between_cycles(_ok_launches(baseline), f"{baseline_label}'s")
+            decode_oh, decode_oh_src = _between_cycles(ok_launches(baseline), f"{baseline_label}'s")
     if decode_ms is None and "decode" in phases and primary != "decode" and phases != ["decode"]:
-        decode_ms = _median_center(launches, "decode")
+        decode_ms = median_center(launches, "decode")
         decode_src = "this run's decode phase (median)"
     if phases == ["decode"]:
         return None
@@ -414,7 +428,30 @@ def _engine_config(config: dict[str, Any], launches: list[dict[str, Any]]) -> di
         if isinstance(x, int) and not isinstance(x, bool) and x > 0
     ]
     if tokens:
-        out["num_draft_tokens"] = int(np.median(tokens)) // int(config.get("batch") or 1)
+        batch = int(config.get("batch") or 1)
+        out["num_draft_tokens"] = int(np.median(tokens)) // batch
+        dist = tokens_distribution(tokens)
+        if varies(dist):  # adaptive speculation (or a batch that changed): weigh the sizes, not the median
+            out["num_draft_tokens_dist"] = {max(k // batch, 1): w for k, w in dist.items()}
+    return out
+
+
+def _acceptance_notes(config: dict[str, Any], launches: list[dict[str, Any]]) -> list[str]:
+    """What the accept length and the verify size did over the run (regdiag.engine.acceptance)."""
+    out = []
+    drifting = [la for la in launches if (((la.get("acceptance") or {}).get("series")) or {}).get("flagged")]
+    if drifting:
+        pct = ", ".join(f"{la['acceptance']['series']['drift_pct']:+.1f} %" for la in drifting)
+        out.append(
+            f"the accept length drifts within {len(drifting)} launch(es) ({pct} first third to last): "
+            "the mean accept length averages over a moving draft"
+        )
+    dist = config.get("num_draft_tokens_dist")
+    if isinstance(dist, dict):
+        shares = ", ".join(f"{n} tokens {100 * w:.0f} %" for n, w in dist.items())
+        out.append(
+            f"the tokens a verify took varied ({shares} of cycles): verify's bytes are their weighted mean"
+        )
     return out
 
 
@@ -430,12 +467,18 @@ def _baseline_decode(
             f"{baseline_label} is a {bprobe} run and {label} a {probe} run; --baseline takes a "
             f"plain-decode run of the same probe ({probe} --mode baseline)"
         )
+    co, cb = ((r.get("engine") or {}).get("cycle") for r in (run, baseline))
+    if isinstance(co, dict) and isinstance(cb, dict) and co.get("kind") != cb.get("kind"):
+        notes.append(
+            f"{label} and {baseline_label} define a cycle differently ({co.get('text')}; {cb.get('text')}): "
+            "t_decode is not the same instrument's"
+        )
     bphases = baseline.get("phases") or []
     if bphases and bphases != ["decode"]:
         notes.append(
             f"{baseline_label} is not a plain-decode run (phases {bphases}); its {bp} used as t_decode"
         )
-    return _median_center(_ok_launches(baseline), bp), f"{baseline_label} median {bp}"
+    return median_center(ok_launches(baseline), bp), f"{baseline_label} median {bp}"
 
 
 def _throughput_model(
@@ -453,7 +496,7 @@ def _throughput_model(
     # A server run's primary is the inter-token latency; its speculative cycle, where the engine
     # reported an accept length, is recorded as the "cycle" series.
     cycle_metric = "cycle" if all("cycle" in (la.get("samples") or {}) for la in launches) else primary
-    measured = _median_center(launches, cycle_metric)
+    measured = median_center(launches, cycle_metric)
     cycle, cycle_src = g.cycle_ms, "given"
     if cycle is None:
         cycle, cycle_src = measured, f"median {cycle_metric}"
@@ -488,82 +531,3 @@ def _throughput_model(
     if oh is not None:
         tput.overhead_ms, tput.sources["overhead"] = oh, oh_src
     return tput
-
-
-def _rooflines(
-    shape: Any,
-    phases: list[str],
-    config: dict[str, Any],
-    header: dict[str, Any],
-    launches: list[dict[str, Any]],
-    baseline: dict[str, Any] | None,
-    bandwidth: float,
-    notes: list[str],
-) -> list[PhaseRoofline]:
-    """One roofline row per phase of the run (and the baseline's decode), with notes on what they cover."""
-    rows: list[PhaseRoofline] = []
-    elt = DTYPE_BYTES.get(str(config.get("dtype") or "bfloat16"), 2)
-    graphs: dict[str, Any] = header["graphs"] if isinstance(header.get("graphs"), dict) else {}
-    if config.get("device") == "cpu":
-        graphs = {}  # no CUDA graphs on a CPU: "eager" says nothing about launch overhead there
-    for ph in phases:
-        row = roofline(ph, shape, config, elt, bandwidth, _median_center(launches, ph), graphs.get(ph))
-        if row is not None:
-            rows.append(row)
-    prof = side_profile(launches)  # --profile: which of kernels and idle time keeps a phase off its floor
-    for row in rows:
-        row.profile = (prof or {}).get("phases", {}).get(row.phase)
-    if baseline is not None and "decode" not in phases:
-        bl = _ok_launches(baseline)
-        bh = _header(bl)
-        bgraphs: dict[str, Any] = bh["graphs"] if isinstance(bh.get("graphs"), dict) else {}
-        center = _median_center(bl, baseline.get("primary") or "cycle")
-        row = roofline("decode", shape, config, elt, bandwidth, center, bgraphs.get("decode"))
-        if row is not None:
-            rows.append(row)
-    if config.get("device") == "cpu":
-        notes.append(
-            "ran on CPU: the floor is against the CPU's copy bandwidth; the numbers are for shape, not speed"
-        )
-    if shape.layers < _full_layers(shape, header):
-        notes.append(
-            f"the probe ran {shape.layers} of {_full_layers(shape, header)} layers: bytes and floors are for those"
-        )
-    return rows
-
-
-def _full_layers(shape: Any, header: dict[str, Any]) -> int:
-    model = header.get("model")
-    s = (model.get("shape") if isinstance(model, dict) else None) or {}
-    v = s.get("layers_full")
-    return int(v) if isinstance(v, int) else shape.layers
-
-
-def _shape(
-    header: dict[str, Any], config: dict[str, Any], model: str | None, notes: list[str], probe: Any = None
-) -> Any | None:
-    """The run's model shape (models.Shape): --preset, else the header's own, else the config's preset.
-    --preset on a probe run takes the weights the probe ran; on an engine run the checkpoint's."""
-    hs = (header.get("model") or {}).get("shape") if isinstance(header.get("model"), dict) else None
-    layers = int(config.get("layers") or 0) or None
-    if model:
-        weights = str(config.get("weights") or "bf16") if probe == "spec-decode" else "preset"
-        return preset_shape(model, layers, int(config.get("shard") or 1), weights)
-    if isinstance(hs, dict):
-        bad = [k for k, v in hs.items() if isinstance(v, float) and not (math.isfinite(v) and v >= 0)]
-        bad += [k for k, v in hs.items() if isinstance(v, int) and not isinstance(v, bool) and v < 0]
-        if bad:
-            raise BadInput(f"the probe header's model shape has invalid {', '.join(sorted(bad))}")
-        return shape_from_dict(hs)
-    preset = config.get("preset")
-    if isinstance(preset, str):
-        weights = str(config.get("weights") or "bf16")
-        return preset_shape(preset, layers, int(config.get("shard") or config.get("tp") or 1), weights)
-    if "engine_preset" in config:
-        notes.append(
-            f"an engine run (preset {config.get('engine_preset')!r} names the engine's functions, not a "
-            "model): pass --preset for the roofline"
-        )
-        return None
-    notes.append("no model shape in the run (no header, no preset): pass --preset for the roofline")
-    return None

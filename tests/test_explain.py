@@ -271,7 +271,9 @@ def test_explain_a_synthetic_cpu_run_without_header_uses_its_preset():
     e = ex.explain_run(simulate_spec_run(1), decode_ms=12.0)
     assert e.throughput is not None and e.throughput.tok_s == pytest.approx(100, rel=0.03)
     assert e.model is not None and e.model["name"] == "tiny"
-    assert [p.phase for p in e.phases] == ["draft", "verify", "extend"]
+    # A given decode time is a decode row too: the physics line weighs the run's verify against it.
+    assert [p.phase for p in e.phases] == ["draft", "verify", "extend", "decode"]
+    assert e.phases[-1].measured_ms == 12.0 and e.physics_line() is not None
     assert "default: copy bandwidth measured on one H200" in e.bandwidth_source
     with pytest.raises(BadInput, match="no launch with samples"):
         ex.explain_run(run_record([]))
@@ -412,3 +414,104 @@ def test_the_terminal_view_of_a_model_without_a_run(cli):
         in r.stdout
     )
     assert r.stdout.count("not measured in this run") == 1  # one note for the four unmeasured rows
+
+
+def _flat_latencies(eager_us: float, graph_us: float, tp: int = 8):
+    """A `probe collectives` record whose every size costs the same: all-reduce and all-gather at
+    `eager_us` eagerly and `graph_us` inside a CUDA graph (the arithmetic below is then by hand)."""
+    from regdiag.collective_costs import Latencies
+
+    table = [
+        {"op": op, "mode": mode, "bytes": b, "us": us}
+        for op in ("all_reduce", "all_gather")
+        for mode, us in (("eager", eager_us), ("graph", graph_us))
+        for b in (1024, 1 << 24)
+    ]
+    la = {"status": "ok", "header": {"config": {"tp": tp}}, "footer": {"table": table}}
+    rec = {"probe": {"name": "collectives"}, "launches": [la]}
+    return Latencies.from_record(rec, "flat")
+
+
+def test_the_seeds_remainder_takes_collectives_out_before_scaling_by_the_bytes():
+    """Kimi-K2.5 at TP=8, the seeds' verify 29 ms against a decode of 12.2 ms. A verify reads 1.456x a
+    decode's bytes; each target forward issues 124 collectives (2L + 2). The old remainder scaled the
+    whole decode, its collectives included: 29 - 12.2 x 1.456 = +11.24 ms. Collectives do not grow
+    with the bytes: take a decode's out before scaling and add verify's, v - [(d - d_comm) x ratio +
+    v_comm]. At 40 us a collective eagerly, 124 x 40 us = 4.96 ms each:
+    29 - [(12.2 - 4.96) x 1.456 + 4.96] = 29 - [10.54 + 4.96] = +13.50 ms. In a graph (10 us):
+    d_comm = v_comm = 1.24 ms, 29 - [(12.2 - 1.24) x 1.456 + 1.24] = +11.80 ms."""
+    lat = _flat_latencies(40.0, 10.0)
+    for graph, comm, want in ((False, 4.96, 13.50), (True, 1.24, 11.80)):
+        g = ex.Given(decode_ms=12.2, verify_ms=29.0, collectives=lat, graph=graph)
+        e = ex.explain_model("kimi-k2.5", 8, given=g)
+        rows = {p.phase: p for p in e.phases}
+        v, d = rows["verify"], rows["decode"]
+        ratio = v.bytes / d.bytes
+        assert ratio == pytest.approx(1.456, abs=1e-3) and v.collectives == d.collectives == 124
+        assert d.comm_ms == pytest.approx(comm) and v.comm_ms == pytest.approx(comm)
+        rest, r, priced = e.remainder()
+        assert priced and r == pytest.approx(ratio)
+        assert rest == pytest.approx(29 - ((12.2 - comm) * ratio + comm))
+        assert rest == pytest.approx(want, abs=0.01)
+        assert f"{want:+.3g} ms, is not explained by bytes or collectives" in (e.physics_line() or "")
+    # Without a latency record: the old arithmetic, said without "or collectives".
+    e = ex.explain_model("kimi-k2.5", 8, given=ex.Given(decode_ms=12.2, verify_ms=29.0))
+    rest, ratio, priced = e.remainder()
+    assert not priced and rest == pytest.approx(29 - 12.2 * ratio) and rest == pytest.approx(11.24, abs=0.01)
+
+
+def test_verify_ms_and_graph_on_the_command_line(capsys, tmp_path):
+    rec = ROOT / "baselines" / "h200x2-kimi-tp2-collectives.json"
+    args = ["explain", "--verify-ms", "29", "--decode-ms", "12.2", "--preset", "kimi-k2.5", "--tp", "8"]
+    code, out, _ = _main(capsys, *args, "--collectives", str(rec), "--json")
+    assert code == 0
+    d = json.loads(out)
+    rows = {p["phase"]: p for p in d["phases"]}
+    # Without a run, decode and verify are priced as the engines run them: CUDA graphs.
+    assert rows["decode"]["graph"] is True and rows["verify"]["graph"] is True
+    assert rows["decode"]["measured_ms"] == 12.2 and rows["verify"]["measured_ms"] == 29.0
+    v, dc, ratio = rows["verify"], rows["decode"], d["bytes_ratio_verify_decode"]
+    assert d["physics_remainder_ms"] == pytest.approx(29 - ((12.2 - dc["comm_ms"]) * ratio + v["comm_ms"]))
+    assert any("priced as CUDA-graph replays" in n for n in d["notes"])
+    code, out, _ = _main(capsys, *args, "--collectives", str(rec), "--graph", "off", "--json")
+    assert code == 0 and {p["phase"]: p["graph"] for p in json.loads(out)["phases"]}["verify"] is False
+    code, _, err = _main(capsys, *args, "--graph", "maybe")
+    assert code == 2 and "--graph 'maybe': on or off" in err
+    code, _, err = _main(capsys, "explain", "--verify-ms", "29", "--decode-ms", "12")
+    assert code == 2 and "--verify-ms needs --preset" in err
+    code, _, err = _main(capsys, *args[:3], "-1", *args[3:])
+    assert code == 2
+
+
+def test_two_engines_cycles_are_not_compared_as_one(tmp_path):
+    """vLLM's cycle runs verify start to verify start, SGLang's is one forward_batch_generation call:
+    compare warns, explain notes it when the baseline's cycle is another kind."""
+    from regdiag.compare.checks import cycle_warning
+    from regdiag.engine.presets import PRESETS
+
+    sgl, vll = PRESETS["sglang"].cycle_definition(), PRESETS["vllm"].cycle_definition()
+    assert sgl["kind"] == "one-call" and "forward_batch_generation" in sgl["text"]
+    assert vll["kind"] == "start-to-start" and vll["text"].startswith("from one start of verify")
+    assert PRESETS["transformers"].cycle_definition()["kind"] == "to-sync"
+    old, new = {"engine": {"cycle": sgl}}, {"engine": {"cycle": vll}}
+    (w,) = cycle_warning(old, new, "OLD", "NEW")
+    assert "define a cycle differently" in w and "not comparable" in w
+    assert cycle_warning(old, old, "OLD", "NEW") == [] and cycle_warning({}, new, "OLD", "NEW") == []
+    run, base = simulate_spec_run(1), run_record([launch({"cycle": [12.0] * 20})], phases=["decode"])
+    run["engine"], base["engine"] = {"cycle": sgl}, {"cycle": vll}
+    e = ex.explain_run(run, base)
+    assert any("define a cycle differently" in n for n in e.notes)
+
+
+def test_a_given_verify_time_beside_a_decode_run():
+    """A plain-decode run (its decode measured) and --verify-ms: the physics line without a spec run."""
+    run = simulate_spec_run(1)
+    run["phases"] = ["decode"]
+    for la in run["launches"]:
+        la["samples"] = {"decode": [12.0] * 20}
+    run["primary"] = "decode"
+    e = ex.explain_run(run, given=ex.Given(verify_ms=29.0))
+    rows = {p.phase: p for p in e.phases}
+    assert rows["verify"].measured_ms == 29.0 and rows["decode"].measured_ms == pytest.approx(12.0)
+    rest, ratio, _ = e.remainder()
+    assert rest == pytest.approx(29.0 - 12.0 * ratio)

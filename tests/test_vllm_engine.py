@@ -48,6 +48,14 @@ def _spec_checks(run, la, summary):
         assert summary[f"{ph}_ms_median"] > 0
     acc = la["values"]["accept_len"]
     assert acc and all(1 <= a <= vh.K + 1 for a in acc)
+    # acceptance as a series: its mean and, from 16 cycles on, the drift check of its blocks
+    assert la["acceptance"]["accept_len_mean"] == pytest.approx(sum(acc) / len(acc), abs=1e-3)
+    assert (la["acceptance"]["series"] is not None) == (len(acc) >= 16)
+    # per draft position, the share of requests that accepted at least that many drafts: a curve
+    # that never rises, and 1 + its sum is the mean accept length
+    rates = la["engine_counters"]["per_position_rate"]
+    assert len(rates) == vh.K and rates == sorted(rates, reverse=True) and all(0 <= r <= 1 for r in rates)
+    assert 1 + sum(rates) == pytest.approx(la["acceptance"]["accept_len_mean"], abs=2e-3)
     # The CPU build runs the V1 runner eagerly, and says so through its forward context.
     assert la["graph_modes"]["verify"] == {"NONE": la["phase_cycles"]["verify"]}
     assert la["graph_share"]["verify"] == 0.0
@@ -59,6 +67,13 @@ def _spec_checks(run, la, summary):
     assert all(p >= c for c, p in zip(la["samples"]["cycle"], periods, strict=False))
     versions = la["header"]["engine_versions"]
     assert any(v.startswith("vllm") for v in versions), versions
+    # The configuration in effect, from the engine core's start-up line (engine_config).
+    cfg = la["engine_config"]
+    assert cfg["engine"] == "vllm" and cfg["version"] == "0.32.0"
+    assert cfg["settings"]["enforce_eager"] is True and cfg["graphs"]["verify"] is False
+    assert cfg["speculative"]["num_spec_tokens"] == vh.K
+    assert cfg["nccl_debug"] == "added by regdiag (INFO)"
+    assert run["engine"]["cycle"]["kind"] == "start-to-start"  # vLLM: verify start to verify start
     return acc
 
 
@@ -73,10 +88,37 @@ def test_ngram_speculation_timed_inside_vllm(ngram):
     assert la["scalars"]["accept_len_mean"] > 1.2
 
 
+def test_diff_of_two_runs_names_the_engine_setting_that_differs_first(cli, tmp_path, models, ngram):
+    """The same n-gram run with the engine's prefix cache off: `regdiag diff` of the two records names
+    that setting, read from the engine's own start-up line, first."""
+    out = tmp_path / "no-prefix.json"
+    run, la, _ = _probe(cli, out, "vllm", vh.gen_cmd(models, "ngram") + " --no-prefix-caching")
+    assert la["engine_config"]["settings"]["enable_prefix_caching"] is False
+    r = cli("diff", str(ngram[0]), str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    items = json.loads(r.stdout)["differences"]
+    first = items[0]
+    assert (first["group"], first["field"], first["old"], first["new"]) == (
+        "engine_config",
+        "settings.enable_prefix_caching",
+        True,
+        False,
+    ), items
+    assert [i for i in items if i["group"] == "engine_config"] == [first]
+    r = cli("diff", str(ngram[0]), str(out))
+    assert r.returncode == 0 and "settings.enable_prefix_caching" in r.stdout, r.stdout
+
+
 def test_eagle3_speculation_timed_inside_vllm(cli, tmp_path, models):
     run, la, summary = _probe(cli, tmp_path / "eagle3.json", "vllm", vh.gen_cmd(models, "eagle3"))
     _spec_checks(run, la, summary)
     assert "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.propose" in la["hook"]["patched"]
+    # Which draft: read from the checkpoint the engine printed in its speculative settings.
+    draft = la["engine_config"]["draft"]
+    assert (
+        draft["kind"] == "EAGLE-3" and draft["path"].endswith("eagle3") and len(draft["config_sha256"]) == 64
+    )
+    assert la["engine_config"]["speculative"]["method"] == "eagle3"
     # An EAGLE-3 draft runs k forwards of its own layer per cycle: far more than an n-gram lookup.
     assert summary["draft_ms_median"] > summary["reject_ms_median"]
 

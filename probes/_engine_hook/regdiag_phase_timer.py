@@ -154,6 +154,7 @@ class Timer:
         for target in self.roles:
             self.pending_modules.setdefault(target.split(":")[0], []).append(target)
         self.patched = []
+        self.absent = []  # graph-reader targets this engine version does not define
         self.cuda = None
         self.local = threading.local()
         self.cycle = None
@@ -175,6 +176,9 @@ class Timer:
                     owner = getattr(owner, p)
                 static = inspect.getattr_static(owner, parts[-1])
             except AttributeError:
+                if all(r[0] == "graph" for r in self.roles[target]):  # a graph flag this version lacks
+                    self.absent.append(target)
+                    continue
                 what = ", ".join(_role_name(r) for r in self.roles[target])
                 self.out.write(
                     {
@@ -358,6 +362,8 @@ class Timer:
             self.readers.accept(self.cycle, roles, args, kwargs, result)
             return result
         phase = next((r[1] for r in roles if r[0] == "phase"), None)
+        if phase is not None and not self.readers.admits(phase, target, args, kwargs):
+            return fn(*args, **kwargs)  # not this phase (a prefill through a decode worker): untimed
         is_cycle = any(r[0] == "cycle" for r in roles)
         start = self._cycle_for(phase, is_cycle)
         c = self.cycle
@@ -398,6 +404,7 @@ class Timer:
                     "skipped": self.skipped,
                     "patched": self.patched,
                     "never_imported": missing,
+                    "absent": self.absent,
                     "loaded": _loaded(),
                 }
             )

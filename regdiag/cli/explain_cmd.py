@@ -45,6 +45,12 @@ def explain(
     decode_ms: float = typer.Option(
         None, "--decode-ms", help="Plain decode GPU time per token in ms (default: from --baseline)."
     ),
+    verify_ms: float = typer.Option(
+        None,
+        "--verify-ms",
+        help="A verify's GPU time in ms: with --decode-ms and --preset, how much of it the bytes and "
+        "collectives explain, without a run (default: RUN's verify phase).",
+    ),
     accept_len: float = typer.Option(
         None, "--accept-len", help="Mean tokens accepted per cycle, 1..num-steps+1 (default: from RUN)."
     ),
@@ -78,6 +84,12 @@ def explain(
         help="Per-position acceptance rates, comma-separated (vLLM's 'Per-position acceptance rate'): the "
         "accept length at each step count (default: the record's, when it has them).",
     ),
+    graph: str = typer.Option(
+        None,
+        "--graph",
+        help="on|off: the phases ran as CUDA graphs, for pricing their collectives (default: what RUN "
+        "says; without a run decode and verify graphed, as both engines run them by default).",
+    ),
     sampling: bool = typer.Option(
         False,
         "--sampling",
@@ -106,7 +118,11 @@ def explain(
         None,
         sampling,
     )
+    given.verify_ms = verify_ms
+    given.graph = _on_off(graph)
     given.check()  # before any file is read; the library checks again
+    if verify_ms is not None and run is None and model is None:
+        raise BadInput("--verify-ms needs --preset (the bytes a verify and a decode read) or a RUN")
     if per_position is not None:
         given.per_position = _curve(per_position)
     bandwidth_for([], bandwidth, gpu)  # a bad --bandwidth or --gpu before any file too
@@ -143,6 +159,14 @@ def explain(
             given=given,
         )
     show("explain", chosen, result)
+
+
+def _on_off(text: str | None) -> bool | None:
+    if text is None:
+        return None
+    if text.lower() not in ("on", "off"):
+        raise BadInput(f"--graph {text!r}: on or off")
+    return text.lower() == "on"
 
 
 def _curve(text: str) -> list[float]:

@@ -226,7 +226,9 @@ def snapshot(
 
 def diff(
     old: Path = typer.Argument(
-        ..., help="Snapshot or run record (a run stands for its snapshot_before).", dir_okay=True
+        ...,
+        help="Snapshot or run record (a run stands for its engine section and its snapshot_before).",
+        dir_okay=True,
     ),
     new: Path = typer.Argument(..., help="Snapshot or run record to compare against OLD.", dir_okay=True),
     all_fields: bool = typer.Option(
@@ -244,14 +246,16 @@ def diff(
 ) -> None:
     """Differences between two snapshots, grouped, most likely culprits of a slowdown first.
 
-    Order: engine commit; sgl-kernel / flashinfer / torch / NCCL / GPU driver versions; NCCL_* variables; other variables; GPU clocks, power limit, PCIe link; other packages; host.
+    Order: the engines' configuration in effect (two runs' engine sections);
+    engine commit; sgl-kernel / flashinfer / torch / NCCL / GPU driver versions; NCCL_* variables; other variables; GPU clocks, power limit, PCIe link; other packages; host.
     """
-    from regdiag.snapshot.diff import diff_snapshots
+    from regdiag.snapshot.diff import diff_records, engine_config_of
 
     chosen = pick_format("diff", fmt, json_out)
-    a = _snapshot_in(_load(old), str(old))
-    b = _snapshot_in(_load(new), str(new))
-    items = diff_snapshots(a, b, include_volatile=all_fields)
+    ra, rb = _load(old), _load(new)
+    if engine_config_of(ra) is None or engine_config_of(rb) is None:
+        _snapshot_in(ra, str(old)), _snapshot_in(rb, str(new))  # one line naming the side without one
+    items = diff_records(ra, rb, include_volatile=all_fields)
     show("diff", chosen, items, (str(old), str(new)))
     if exit_code and items:
         raise typer.Exit(EXIT_REGRESSED)

@@ -93,11 +93,24 @@ def check_same_measurement(
         warnings.append(msg + " (compared with --allow-mismatch)")
     if po.get("version") != pn.get("version") and po.get("name") == pn.get("name"):
         warnings.append(f"probe versions differ: {po.get('version')} vs {pn.get('version')}")
+    warnings += cycle_warning(old, new, old_label, new_label)
     if old.get("primary") != new.get("primary"):
         raise BadInput(
             f"the runs measure different things: primary {old.get('primary')!r} in {old_label}, "
             f"{new.get('primary')!r} in {new_label}"
         )
+
+
+def cycle_warning(old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str) -> list[str]:
+    """Engine runs whose hooks define a cycle differently (SGLang: one forward_batch_generation call;
+    vLLM: verify start to the next verify start): their cycle times are not like for like."""
+    co, cn = ((r.get("engine") or {}).get("cycle") for r in (old, new))
+    if not isinstance(co, dict) or not isinstance(cn, dict) or co.get("kind") == cn.get("kind"):
+        return []
+    return [
+        f"the runs define a cycle differently ({old_label}: {co.get('text')}; "
+        f"{new_label}: {cn.get('text')}): their cycle times are not comparable, compare phases instead"
+    ]
 
 
 def other_instrument(po: dict[str, Any], pn: dict[str, Any]) -> bool:

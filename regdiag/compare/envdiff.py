@@ -13,9 +13,9 @@ def env_diff_of(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str
     """The snapshot diff, most likely culprits first (regdiag.snapshot.diff), when both sides have one;
     plus the variables the probe's ranks saw (its header's `env`) where they differ and the snapshots do
     not say so: an A/B run's sides, or a variable set for the probe only, differ there alone."""
-    from regdiag.snapshot.diff import diff_env, diff_snapshots
+    from regdiag.snapshot.diff import diff_engine_config, diff_env, diff_snapshots
 
-    spec = _spec_differences(old, new)
+    spec = diff_engine_config(old, new) + _spec_differences(old, new)
     named = {it["field"] for it in spec}
     ranks = spec + [
         it
@@ -28,7 +28,8 @@ def env_diff_of(old: dict[str, Any], new: dict[str, Any]) -> tuple[list[dict[str
         if ranks:
             return (
                 ranks,
-                f"{_differences(ranks)} in what the probe's ranks saw (no environment snapshot in the {' and '.join(missing)} run)",
+                f"{_differences(ranks)} in {_seen_by(ranks)} "
+                f"(no environment snapshot in the {' and '.join(missing)} run)",
             )
         return None, f"no environment snapshot in the {' and '.join(missing)} run"
     items = list(diff_snapshots(so, sn))
@@ -60,6 +61,12 @@ def _spec_item(d: dict[str, Any], old_side: Any, new_side: Any) -> dict[str, Any
         "rank": 0,
         "why": f"the A/B run's sides differ here ({d.get('kind')})",
     }
+
+
+def _seen_by(items: list[dict[str, Any]]) -> str:
+    if any(it["group"] == "engine_config" for it in items):
+        return "the engines' configuration in effect and what the probe's ranks saw"
+    return "what the probe's ranks saw"
 
 
 def _differences(items: list[dict[str, Any]]) -> str:

@@ -81,7 +81,11 @@ class EnginePlan:
     def run_record(self, target: Host) -> dict[str, Any]:
         """The engine run's record, after checking every target in the installed engine's source
         (--check; BadInput names the first that does not exist)."""
-        checked = check_targets(target, self.targets.all(), self.argv, self.env) if self.request.check else []
+        checked = (
+            check_targets(target, self.targets.all(), self.argv, self.env, self.targets.readers())
+            if self.request.check
+            else []
+        )
         run = new_run(
             kind="engine",
             probe_name="engine",
@@ -96,6 +100,7 @@ class EnginePlan:
             "url": self.ep.display if self.ep else None,
             "launch_cmd": redact_argv([*(f"{k}={v}" for k, v in self.env.items()), *self.argv]),
             "targets_checked": checked,
+            "cycle": self.targets.cycle_definition(),
         }
         return run
 
@@ -154,4 +159,5 @@ def run_summary(run: dict[str, Any], phases: list[str]) -> dict[str, Any]:
     for k in ("accept_len_mean", "overhead_pct", "phase_sum_gap_pct_median", "between_cycles_ms"):
         vals = [la["scalars"][k] for la in ok if la["scalars"].get(k) is not None]
         summary[k] = round(statistics.median(vals), 4) if vals else None
+    summary["warnings"] = list(run.get("warnings") or [])
     return summary

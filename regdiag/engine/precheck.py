@@ -20,21 +20,20 @@ SCRIPT = (Path(__file__).parent / "source_check.py").read_text(encoding="utf-8")
 
 
 def check(
-    host: Host, targets: list[tuple[str, str]], argv: list[str], env: dict[str, str] | None = None
+    host: Host,
+    targets: list[tuple[str, str]],
+    argv: list[str],
+    env: dict[str, str] | None = None,
+    readers: list[tuple[str, dict[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One entry per target; raises BadInput (exit 2) naming the first that does not exist."""
-    req = {"targets": targets, "scripts": [a for a in argv if a.endswith(".py")]}
-    res = command(
-        host, [host.python, "-c", SCRIPT], stdin=json.dumps(req).encode(), env=env or {}, timeout=120
-    )
-    if not res.ok:
-        raise BadInput(
-            f"cannot check the phase targets with {host.python}: {res.stderr_tail() or 'no output'}"
-        )
-    found: list[dict[str, Any]] = json.loads(res.stdout.decode())
+    """One entry per target (and per reader: does the function return that field, take that
+    argument); raises BadInput (exit 2) naming the first target that does not exist. A reader's field
+    the source lacks is recorded, not refused: that engine version gives no value there."""
+    found = inspect(host, targets, argv, env, readers)
     by_role: dict[str, list[dict[str, Any]]] = {}
     for f in found:
-        by_role.setdefault(f["role"], []).append(f)
+        if "field" not in f:
+            by_role.setdefault(f["role"], []).append(f)
     for role, fs in by_role.items():
         present = [f for f in fs if f["state"] not in ("missing", "no-module")]
         # One of several targets is enough (a phase in each of two model runners: the engine runs
@@ -47,6 +46,26 @@ def check(
         absent = [f for f in fs if f not in present]
         if absent:
             _refuse(host, absent[0])
+    return found
+
+
+def inspect(
+    host: Host,
+    targets: list[tuple[str, str]],
+    argv: list[str],
+    env: dict[str, str] | None = None,
+    readers: list[tuple[str, dict[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
+    """What the source says of each target and reader (source_check.py on the host), refusing nothing."""
+    req = {"targets": targets, "scripts": [a for a in argv if a.endswith(".py")], "readers": readers or []}
+    res = command(
+        host, [host.python, "-c", SCRIPT], stdin=json.dumps(req).encode(), env=env or {}, timeout=120
+    )
+    if not res.ok:
+        raise BadInput(
+            f"cannot check the phase targets with {host.python}: {res.stderr_tail() or 'no output'}"
+        )
+    found: list[dict[str, Any]] = json.loads(res.stdout.decode())
     return found
 
 

@@ -25,6 +25,7 @@ class Targets:
     graph: list[dict[str, Any]] = field(default_factory=list)
     tokens: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    only: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def phase_names(self) -> list[str]:
@@ -38,7 +39,39 @@ class Targets:
             "accept": [dict(a) for a in self.accept],
             "graph": [dict(g) for g in self.graph],
             "tokens": [dict(t) for t in self.tokens],
+            "only": [dict(o) for o in self.only],
         }
+
+    def readers(self) -> list[tuple[str, dict[str, Any]]]:
+        """What each reader takes from a target's source, for the source check: the field a return
+        carries (accept length, graph flag), the argument a batch size is read from."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        for a in self.accept:
+            if a.get("ret"):
+                out.append(("accept", {"target": a["target"], "ret": a["ret"]}))
+            if a.get("arg"):
+                out.append(("accept", {"target": a["target"], "arg": a["arg"]}))
+            if (a.get("per") or {}).get("arg"):
+                out.append(("accept", {"target": a["target"], "arg": a["per"]["arg"]}))
+        for g in self.graph:
+            if g.get("ret") and not str(g["ret"]).isdigit():
+                for t in [g["target"]] if g.get("target") else g.get("of") or []:
+                    out.append(("graph", {"target": t, "ret": g["ret"]}))
+        return out
+
+    def cycle_definition(self) -> dict[str, str]:
+        """What one cycle is, as the hook times it: the engines define it differently (SGLang: one
+        forward_batch_generation call; vLLM: verify start to the next verify start, the engine's time
+        between steps included), so two runs' cycles compare only when their `kind`s agree."""
+        cycles = [self.cycle] if isinstance(self.cycle, str) else list(self.cycle or [])
+        if cycles:
+            names = " or ".join(t.split(":", 1)[1] for t in cycles)
+            return {"kind": "one-call", "text": f"one call of {names}"}
+        first = self.phase_names[0] if self.phases else "the first phase"
+        if self.sync:
+            sync = self.sync.split(":", 1)[1]
+            return {"kind": "to-sync", "text": f"from {first}'s start to the return of {sync}"}
+        return {"kind": "start-to-start", "text": f"from one start of {first} to the next ({first} included)"}
 
     def all(self) -> list[tuple[str, str]]:
         out = list(self.phases)
@@ -83,6 +116,65 @@ _VLLM_GRAPH: list[dict[str, Any]] = [
     ),
 ]
 
+# SGLang's readers, per worker. The v1 EAGLEWorker (0.5.3) returns num_accepted_tokens, the batch's
+# accepted draft tokens without the bonus (sum of accept_length_per_req_cpu): / len(batch.reqs) + 1.
+# The spec-v2 EAGLEWorkerV2 (0.5.23) returns accept_lens, accepted + 1 per request. Both say whether
+# the target's verify ran as a graph (can_run_cuda_graph); the draft's and draft-extend's graphs are
+# their graph runners' replays inside the phase (0.5.3: EAGLEDraft[Extend]CudaGraphRunner.replay;
+# 0.5.23: .execute), eager when the runner exists and was not called.
+_SGL_DRAFT_CG = "sglang.srt.speculative.eagle_draft_cuda_graph_runner:EAGLEDraftCudaGraphRunner"
+_SGL_EXTEND_CG = "sglang.srt.speculative.eagle_draft_extend_cuda_graph_runner:EAGLEDraftExtendCudaGraphRunner"
+_SGL1_FBG = f"{_SGL1}.forward_batch_generation"
+_SGL2_FBG = f"{_SGL2}:EAGLEWorkerV2.forward_batch_generation"
+_SGL1_ACCEPT = {
+    "target": _SGL1_FBG,
+    "ret": "num_accepted_tokens",
+    "per": {"arg": "batch", "attr": "reqs"},
+    "plus": 1,
+}
+_SGL2_ACCEPT = {"target": _SGL2_FBG, "ret": "accept_lens", "reduce": "mean"}
+
+
+def _sgl_graphs(v1: bool, v2: bool) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if v2:
+        out += [
+            {"phase": "verify", "target": _SGL2_FBG, "ret": "can_run_cuda_graph"},
+            {
+                "phase": "draft",
+                "within": f"{_SGL_DRAFT_CG}.execute",
+                "of": [f"{_SGL2}:EagleDraftWorker.draft"],
+            },
+            {
+                "phase": "extend",
+                "within": f"{_SGL_EXTEND_CG}.execute",
+                "of": [f"{_SGL2}:EagleDraftWorker._draft_extend_for_decode"],
+            },
+        ]
+    if v1:
+        out += [
+            {"phase": "verify", "target": _SGL1_FBG, "ret": "can_run_cuda_graph"},
+            {"phase": "draft", "within": f"{_SGL_DRAFT_CG}.replay", "of": [f"{_SGL1}.draft"]},
+            {
+                "phase": "extend",
+                "within": f"{_SGL_EXTEND_CG}.replay",
+                "of": [f"{_SGL1}.forward_draft_extend_after_decode"],
+            },
+        ]
+    return out
+
+
+# SGLang's plain decode, the same instrument as its speculative presets (and as vllm-decode): the
+# target's TpModelWorker.forward_batch_generation, its prefill calls left out by forward mode.
+_SGL_TP = "sglang.srt.managers.tp_worker:TpModelWorker.forward_batch_generation"
+_SGL_DECODE_ONLY = {
+    "phase": "decode",
+    "pos": 1,
+    "kw": ["batch", "model_worker_batch", "forward_batch"],
+    "attr": "forward_mode",
+    "method": "is_decode",
+}
+
 # Each preset names the functions of one released version, read from its wheel (docs/engine.md has
 # the files and the call order; tests/test_engine_presets.py checks them against those wheels).
 VERSIONS = {
@@ -93,7 +185,11 @@ VERSIONS = {
     "vllm": ("vllm", "0.33.0"),
     "vllm-decode": ("vllm", "0.33.0"),
     "sglang": ("sglang", "0.5.23"),
+    "sglang-decode": ("sglang", "0.5.23"),
 }
+# Presets that name more than one release's functions: each of these is checked too
+# (tests/test_engine_presets.py), every target in at least one of them.
+ALSO = {"sglang": [("sglang", "0.5.3")], "sglang-decode": [("sglang", "0.5.3")]}
 
 
 def _vllm_tokens(phase: str) -> list[dict[str, Any]]:
@@ -130,7 +226,9 @@ PRESETS: dict[str, Targets] = {
             ("verify", f"{_SGL2}:EAGLEWorkerV2.verify"),
             ("extend", f"{_SGL2}:EagleDraftWorker._draft_extend_for_decode"),
         ],
-        cycle=f"{_SGL2}:EAGLEWorkerV2.forward_batch_generation",
+        cycle=_SGL2_FBG,
+        accept=[dict(_SGL2_ACCEPT)],
+        graph=_sgl_graphs(v1=False, v2=True),
     ),
     # speculative/eagle_worker.py EAGLEWorker.forward_batch_generation (decode): draft(), verify(),
     # forward_draft_extend_after_decode().
@@ -140,7 +238,9 @@ PRESETS: dict[str, Targets] = {
             ("verify", f"{_SGL1}.verify"),
             ("extend", f"{_SGL1}.forward_draft_extend_after_decode"),
         ],
-        cycle=f"{_SGL1}.forward_batch_generation",
+        cycle=_SGL1_FBG,
+        accept=[dict(_SGL1_ACCEPT)],
+        graph=_sgl_graphs(v1=True, v2=False),
     ),
     # v1/worker/gpu_model_runner.py GPUModelRunner: execute_model() runs _model_forward() over the
     # scheduled tokens (the verify), sample_tokens() the rejection sampler, then propose_draft_token_ids()
@@ -185,6 +285,7 @@ PRESETS: dict[str, Targets] = {
                 "ret": "sampled_token_ids",
                 "reduce": "count_ne",
                 "value": -1,
+                "positions": True,
             },
             {
                 "target": f"{_V2}.spec_decode.rejection_sampler:RejectionSampler.__call__",
@@ -217,15 +318,17 @@ PRESETS: dict[str, Targets] = {
             ("extend", f"{_SGL2}:EagleDraftWorker._draft_extend_for_decode"),
             ("extend", f"{_SGL1}.forward_draft_extend_after_decode"),
         ],
-        cycle=[f"{_SGL2}:EAGLEWorkerV2.forward_batch_generation", f"{_SGL1}.forward_batch_generation"],
-        accept=[
-            {"target": t, "ret": "accept_lens", "reduce": "mean"}
-            for t in (f"{_SGL2}:EAGLEWorkerV2.forward_batch_generation", f"{_SGL1}.forward_batch_generation")
-        ],
-        graph=[
-            {"phase": "verify", "target": t, "ret": "can_run_cuda_graph"}
-            for t in (f"{_SGL2}:EAGLEWorkerV2.forward_batch_generation", f"{_SGL1}.forward_batch_generation")
-        ],
+        cycle=[_SGL2_FBG, _SGL1_FBG],
+        accept=[dict(_SGL2_ACCEPT), dict(_SGL1_ACCEPT)],
+        graph=_sgl_graphs(v1=True, v2=True),
+    ),
+    # SGLang without speculation: one decode step per cycle (start it without --speculative-algorithm),
+    # for `explain RUN --baseline DECODE_RUN` with one instrument inside SGLang.
+    "sglang-decode": Targets(
+        phases=[("decode", _SGL_TP)],
+        graph=[{"phase": "decode", "ret": "can_run_cuda_graph", "of": [_SGL_TP]}],
+        tokens=[{"phase": "decode", "arg": "batch", "pos": 1, "attr": "input_ids"}],
+        only=[dict(_SGL_DECODE_ONLY)],
     ),
 }
 
@@ -254,6 +357,8 @@ def resolve(
         [dict(a) for a in base.accept],
         [dict(g) for g in base.graph],
         [dict(x) for x in base.tokens],
+        list(base.notes),
+        [dict(o) for o in base.only],
     )
     for item in phases:
         name, sep, target = item.partition("=")

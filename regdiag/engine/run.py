@@ -31,6 +31,8 @@ from regdiag.server.launch import LaunchError, ServerProcess
 from regdiag.server.load import LoadSpec, run_load
 from regdiag.server.record import new_launch
 
+from .acceptance import launch_acceptance, per_position_rates
+from .acceptance import warnings as acceptance_warnings
 from .presets import Targets
 
 HOOK_FILES = ("sitecustomize.py", "regdiag_phase_timer.py", "regdiag_phase_readers.py")
@@ -132,6 +134,15 @@ def combine(streams: list[LaunchStream]) -> dict[str, Any]:
     phases = [p for p in ((merged.header or {}).get("phases") or []) if isinstance(p, str)]
     launch.update(per_cycle_facts(kept, phases))
     _scalars(launch, merged.cycles, kept, phases)
+    rates = per_position_rates(launch["values"])  # taken out of the per-cycle values: one curve a launch
+    if rates:
+        launch["engine_counters"] = {
+            "per_position_rate": rates,
+            "source": "the hook's rejection-sampler reads",
+        }
+    acc = launch_acceptance(launch["values"])
+    if acc is not None:
+        launch["acceptance"] = acc
     return launch
 
 
@@ -346,6 +357,9 @@ def run_engine(probe: EngineProbe, writer: RunWriter, on_event: Event | None = N
         if failure is not None:
             raise ProbeError(f"launch {li}: {failure}")
     flag_run(writer.run)  # launches whose host stood out from the others' (docs/statistics.md)
+    # acceptance as a signal: a drifting accept length, a verify size that varied (docs/engine.md)
+    found = acceptance_warnings(writer.run["launches"])
+    writer.run["warnings"] = list(dict.fromkeys([*writer.run.get("warnings", []), *found]))
     writer.flush()
 
 

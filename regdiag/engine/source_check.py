@@ -1,7 +1,11 @@
 """Do phase targets exist in the installed engine? Runs on the target host (standard library only;
 regdiag sends this file's text to `python -c`). Reads JSON {"targets": [[role, "module:Qual.name"],
-...], "scripts": [paths]} on stdin and prints one JSON list: per target, what the module's source
-says (read with ast, never imported) and the installed distribution's version.
+...], "scripts": [paths], "readers": [...]} on stdin and prints one JSON list: per target, what the
+module's source says (read with ast, never imported) and the installed distribution's version.
+
+Readers ({"target", "ret"} or {"target", "arg"}): does the function return that field (a keyword of
+a call it returns, or one its module builds or sets: `X(accept_lens=...)`, `out.accept_lens = ...`),
+or take that argument? The same states, one entry each with "field".
 
 States: "ok"; "missing" (the module's source does not define it); "unknown" (a method the class
 may inherit from a base, a name imported from elsewhere, a module that is not a .py file: the hook
@@ -108,11 +112,84 @@ def check(role, target):
     }
 
 
+def _function(tree, qual):
+    body, node = tree.body, None
+    for name in qual.split("."):
+        node = next((n for n in body if _defines(n, name)), None)
+        if node is None:
+            return None
+        body = getattr(node, "body", [])
+    return node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+
+
+def _keywords(node):
+    return {k.arg for n in ast.walk(node) if isinstance(n, ast.Call) for k in n.keywords if k.arg}
+
+
+def _set_attrs(node):
+    out = set()
+    for n in ast.walk(node):
+        targets = (
+            n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
+        )
+        out |= {t.attr for t in targets if isinstance(t, ast.Attribute)}
+    return out
+
+
+def _read_attrs(node):
+    return {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)}
+
+
+def _helpers(tree, top):
+    """The parsed modules this one imports names from, within its own top-level package (one level)."""
+    out = []
+    for mod in sorted({n.module for n in tree.body if isinstance(n, ast.ImportFrom) and n.module}):
+        origin = source(mod) if mod.split(".")[0] == top else None
+        if origin and origin.endswith(".py"):
+            with open(origin, encoding="utf-8") as f:
+                out.append(ast.parse(f.read(), origin))
+    return out
+
+
+def field_state(tree, qual, reader, top=""):
+    fn = _function(tree, qual)
+    if fn is None:
+        return "unknown"
+    if reader.get("arg"):
+        a = fn.args
+        names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs]
+        return "ok" if reader["arg"] in names else "missing"
+    name = reader["ret"]
+    returns = [n.value for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]
+    if any(isinstance(r, ast.Call) and name in {k.arg for k in r.keywords} for r in returns):
+        return "ok"
+    if name in _keywords(tree) | _set_attrs(tree) | _read_attrs(tree):
+        return "ok"  # built, set or read on a result elsewhere in the module (a helper builds it)
+    if any(name in _keywords(t) for t in _helpers(tree, top)):
+        return "ok"  # built by a helper the module imports from its own package
+    # every return builds its result here and none carries the field: the reader would read nothing
+    return "missing" if returns and all(isinstance(r, ast.Call) for r in returns) else "unknown"
+
+
+def check_reader(role, reader):
+    mod, qual = reader["target"].split(":", 1)
+    origin = source(mod)
+    field = reader.get("ret") or reader.get("arg")
+    out = {"role": role, "target": reader["target"], "field": field, "version": version(mod.split(".")[0])}
+    if origin is None or not origin.endswith(".py"):
+        return {**out, "state": "no-module" if origin is None else "unknown", "file": origin}
+    with open(origin, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), origin)
+    return {**out, "state": field_state(tree, qual, reader, mod.split(".")[0]), "file": origin}
+
+
 def main():
     req = json.loads(sys.stdin.read())
     # A script's own directory is sys.path[0] when the engine runs it: search there too.
     sys.path[:0] = [os.path.dirname(os.path.abspath(p)) for p in req.get("scripts", []) if os.path.isfile(p)]
-    print(json.dumps([check(role, target) for role, target in req["targets"]]))
+    out = [check(role, target) for role, target in req["targets"]]
+    out += [check_reader(role, r) for role, r in req.get("readers", [])]
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

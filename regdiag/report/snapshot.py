@@ -391,6 +391,7 @@ def render_check(reasons: list[dict[str, Any]], console: Console) -> None:
 
 
 RANK_TITLES = {
+    0: ("the engine's configuration in effect", "what the engine printed it chose at start"),
     1: ("engine code", "any kernel path, scheduler or default may differ"),
     2: ("kernels, libraries, driver", "loaded library files, kernel, communication and driver versions"),
     3: ("NCCL variables", "collective algorithms, protocols, channels; nccl.conf"),

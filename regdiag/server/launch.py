@@ -26,6 +26,8 @@ from regdiag.host_phantom import scrub_host
 from regdiag.hosts.base import Host
 from regdiag.measure.launch import command, launch
 from regdiag.server.client import Endpoint, RequestFailed, simple_get
+from regdiag.server.draft import draft_path, read_draft
+from regdiag.server.engine_config import EngineConfigReader
 from regdiag.snapshot.redact import scrub_lines, scrub_text
 
 MARK = "regdiag-launcher"
@@ -42,6 +44,9 @@ import json, os, signal, subprocess, sys, time, types
 spec = json.loads(sys.stdin.read())
 env = dict(os.environ)
 env.update(spec.get("env") or {})
+nccl_added = bool(spec.get("nccl_debug")) and "NCCL_DEBUG" not in env
+if nccl_added:  # NCCL says which settings it applied; regdiag reads those lines and does not show them
+    env["NCCL_DEBUG"] = "INFO"
 t0 = time.time()
 watch, gpu, window, note = None, None, [None, None], None
 if spec.get("watch"):  # the host and the GPUs beside the server (probes/_hoststat.py, probes/_nvml.py)
@@ -60,7 +65,8 @@ try:
 except OSError as e:
     print(json.dumps({"regdiag-launcher": "error", "error": "%s: %s" % (spec["argv"][0], e.strerror)}), flush=True)
     sys.exit(127)
-print(json.dumps({"regdiag-launcher": "started", "pid": p.pid, "launcher": os.getpid()}), flush=True)
+started = {"pid": p.pid, "launcher": os.getpid(), "nccl_debug_added": nccl_added}
+print(json.dumps({"regdiag-launcher": "started", **started}), flush=True)
 parent = os.getppid()
 if "_hoststat" in sys.modules:
     watch = sys.modules["_hoststat"].HostWatch(pgid=p.pid)
@@ -144,6 +150,28 @@ ENGINE_LINE_MARKS = (
 MAX_ENGINE_LINES = 200_000
 
 
+def _version_of(engine: Any, header: dict[str, Any]) -> str | None:
+    """The engine's version where its log gives none: the server's own (/server_info, /version) or the
+    distribution the hook found the targets in ("sglang 0.5.23")."""
+    if isinstance(header.get("engine_version"), str):
+        return header["engine_version"]
+    for v in header.get("engine_versions") or []:
+        name, _, version = str(v).partition(" ")
+        if name == engine and version[:1].isdigit():
+            return version
+    return None
+
+
+def _scrubbed(v: Any) -> Any:
+    if isinstance(v, str):
+        return scrub_text(v)
+    if isinstance(v, dict):
+        return {k: _scrubbed(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_scrubbed(x) for x in v]
+    return v
+
+
 class LaunchError(RuntimeError):
     """The server could not be started or never became healthy; the message is one line."""
 
@@ -181,6 +209,8 @@ class ServerProcess:
         self.engine_lines: list[str] = []
         self.launcher_pid: int | None = None
         self.watched: dict[str, Any] | None = None  # the launcher's host and GPU samples, once it exits
+        self.config = EngineConfigReader()  # the configuration in effect, from what the engine prints
+        self.nccl_debug_added = False
         self._started = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -195,6 +225,7 @@ class ServerProcess:
             if msg.get(MARK) == "started":
                 self.pid = int(msg["pid"])
                 self.launcher_pid = msg.get("launcher") if isinstance(msg.get("launcher"), int) else None
+                self.nccl_debug_added = msg.get("nccl_debug_added") is True
                 self._started.set()
                 return
             if msg.get(MARK) == "error":
@@ -209,6 +240,9 @@ class ServerProcess:
                 self.returncode = msg.get("code")
                 return
         with self._lock:
+            self.config.feed(line)
+            if self.nccl_debug_added and self.config.is_nccl(line):
+                return  # asked for by regdiag, read above, not shown
             self.tail.append(line[:500])  # raw in memory: scrubbed as one text when shown (a key spans lines)
             if len(self.engine_lines) < MAX_ENGINE_LINES and any(m in line for m in ENGINE_LINE_MARKS):
                 self.engine_lines.append(line)
@@ -226,6 +260,7 @@ class ServerProcess:
                 "argv": self.argv,
                 "env": self.env,
                 "grace_s": self.grace_s,
+                "nccl_debug": True,
                 "watch": {"sources": watch_sources()},
             }
         ).encode()
@@ -320,6 +355,19 @@ class ServerProcess:
         launch["clocks"] = w.get("clocks") if isinstance(w.get("clocks"), list) else []
         status = str(w.get("clock_sampler") or w.get("note") or "unavailable")
         launch["clock_sampler"] = "nvml" if status == "nvml" else f"no GPU ({status})"
+        with self._lock:
+            cfg = self.config.result()
+        if cfg is not None:
+            if (path := draft_path(cfg)) is not None:  # which draft: diff names a changed one
+                cfg["draft"] = read_draft(self.host, path)
+            cfg = _scrubbed(cfg)  # paths and flags the engine printed: a key passed by mistake is not kept
+            if cfg.get("version") is None:
+                cfg["version"] = _version_of(cfg.get("engine"), launch.get("header") or {})
+            rate = (launch.get("engine_counters") or {}).get("prefix_cache_hit_rate")
+            if isinstance(rate, (int, float)):  # /metrics over the measured requests beats the log's
+                cfg["prefix_cache_hit_rate"] = round(float(rate), 4)
+            cfg["nccl_debug"] = "added by regdiag (INFO)" if self.nccl_debug_added else "as the user set it"
+            launch["engine_config"] = cfg
         win = w.get("window_s")
         if isinstance(win, list) and len(win) == 2 and all(isinstance(x, (int, float)) for x in win):
             launch["clocks_window_s"] = win

@@ -13,6 +13,10 @@ Over a launch, with deltas d = after - before summed over all series:
   acceptance rate        = d(accepted) / d(draft_tokens)
 Per-position rates come from vllm:spec_decode_num_accepted_tokens_per_pos{position="i"}.
 Older engines without num_drafts (the V0 spec_decode counters) give the rate but no length.
+
+Prefix-cache hits over the launch, for the engine section: vLLM's vllm:prefix_cache_hits and
+vllm:prefix_cache_queries counters (tokens), hits / queries; SGLang's sglang:cache_hit_rate gauge, as
+read after the launch.
 """
 
 from __future__ import annotations
@@ -96,6 +100,11 @@ def spec_counters(text: str) -> dict[str, Any]:
         "accepted": counter_sum(s, prefix + ACCEPTED),
         "generation_tokens": counter_sum(s, prefix + GENERATION_TOKENS[prefix]),
         "per_position": per_position(s, prefix + PER_POS),
+        "prefix_cache_hits": counter_sum(s, "vllm:prefix_cache_hits"),
+        "prefix_cache_queries": counter_sum(s, "vllm:prefix_cache_queries"),
+        "cache_hit_rate": next(
+            (v for n, _, v in s if n == "sglang:cache_hit_rate" and math.isfinite(v)), None
+        ),
     }
 
 
@@ -104,7 +113,14 @@ def spec_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> d
     if not before or not after:
         return {}
     out: dict[str, Any] = {"engine": after.get("engine")} if after.get("engine") else {}
-    for key in ("drafts", "draft_tokens", "accepted", "generation_tokens"):
+    for key in (
+        "drafts",
+        "draft_tokens",
+        "accepted",
+        "generation_tokens",
+        "prefix_cache_hits",
+        "prefix_cache_queries",
+    ):
         b, a = before.get(key), after.get(key)
         if b is not None and a is not None:
             if a < b:  # a counter that went down means the server restarted in between
@@ -116,6 +132,12 @@ def spec_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> d
         out["accept_len"] = 1.0 + accepted / drafts
     if draft_tokens and accepted is not None:
         out["accept_rate"] = accepted / draft_tokens
+    queries = out.pop("prefix_cache_queries", None)
+    hits = out.pop("prefix_cache_hits", None)
+    if queries and hits is not None:
+        out["prefix_cache_hit_rate"] = hits / queries
+    elif after.get("cache_hit_rate") is not None:
+        out["prefix_cache_hit_rate"] = after["cache_hit_rate"]
     pb, pa = before.get("per_position") or {}, after.get("per_position") or {}
     if drafts and pa:
         out["per_position_rate"] = [

@@ -71,7 +71,11 @@ def _engine(t: _Taking) -> dict[str, Any]:
     if not t.repo:
         t.dists_ready.wait(t.deadline.left())
     return engine.collect(
-        repo=t.repo, dists=None if t.repo else t.dists, timeout_s=t.call_timeout, backend=t.git_backend
+        repo=t.repo,
+        dists=None if t.repo else t.dists,
+        timeout_s=t.call_timeout,
+        backend=t.git_backend,
+        argv=t.proc.cmdline if t.proc is not None else None,
     )
 
 

@@ -3,7 +3,9 @@
     diff_snapshots(old, new, include_volatile=False) -> [{"group", "field", "old", "new", "change",
                                                           "rank", "why"}, ...]
 
-Ranks (lower first): 1 the engine's code and its command line; 2 the kernels and libraries under
+Ranks (lower first): 0 the engine's configuration in effect, for two runs whose launches recorded it
+(`engine_config`: backends, graphs, all-reduce, draft, speculative settings, NCCL's applied settings;
+diff_engine_config, diff_records); 1 the engine's code and its command line; 2 the kernels and libraries under
 it: first the library files a running process really loaded (--pid snapshots: libnccl, sgl_kernel,
 flashinfer, ... by build id), then package versions (sgl-kernel, flashinfer, torch, NCCL, triton, GPU
 driver); 3 NCCL_* variables and nccl.conf files; 4 variables of the families that change kernels,
@@ -140,6 +142,7 @@ WHY = {
     "host": "host configuration: CPU-side latency and launch overhead",
     "origin": "taken on a different host or interpreter",
     "volatile": "a momentary reading, not configuration",
+    "engine_config": "the engine chose another configuration at start (its own log says so)",
 }
 
 
@@ -263,6 +266,107 @@ def diff_snapshots(
         return {k: v for k, v in flat.items() if not (k[0] == "gpu" and k[1].startswith(lone))}
 
     return _diff_flat(kept(a), kept(b), env_a, env_b, include_volatile)
+
+
+def engine_config_of(record: dict[str, Any]) -> dict[str, Any] | None:
+    """A run's engine section (`engine_config` of its first launch that has one; launches that count
+    first), or None: a snapshot, or a run whose engine printed nothing regdiag reads."""
+    launches = [la for la in record.get("launches") or [] if isinstance(la, dict)]
+    launches.sort(key=lambda la: la.get("status") not in (None, "ok"))
+    for la in launches:
+        if isinstance(la.get("engine_config"), dict):
+            return la["engine_config"]
+    return None
+
+
+# What the section says about how it was read, or measures rather than configures.
+_ENGINE_CONFIG_SKIP = ("nccl_debug", "ranks_differ")
+_ENGINE_CONFIG_VOLATILE = ("prefix_cache_hit_rate",)
+
+
+def _flat_engine_config(cfg: dict[str, Any]) -> dict[tuple[str, str], Any]:
+    out: dict[tuple[str, str], Any] = {}
+
+    def walk(prefix: str, v: Any) -> None:
+        if isinstance(v, dict) and v:
+            for k, x in v.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), x)
+        elif prefix == "nccl.tuning" and isinstance(v, list):
+            for t in v:  # one item per (collective, size): the algorithm and protocol NCCL chose
+                if isinstance(t, dict):
+                    out[("engine_config", f"nccl.tuning.{t.get('op')}.{t.get('bytes')}")] = (
+                        f"{t.get('algo')}/{t.get('proto')}"
+                    )
+        elif v not in (None, {}, []):
+            out[("engine_config", prefix)] = v
+
+    for k, v in cfg.items():
+        if k not in _ENGINE_CONFIG_SKIP:
+            walk(k, v)
+    return out
+
+
+def diff_engine_config(
+    old: dict[str, Any], new: dict[str, Any], include_volatile: bool = False
+) -> list[dict[str, Any]]:
+    """The differences of two runs' engine sections (the configuration each engine printed it chose at
+    start: backends, graphs, all-reduce, NCCL's applied settings, speculative settings), rank 0: before
+    anything a snapshot sees. Empty when either side has no section."""
+    a, b = engine_config_of(old), engine_config_of(new)
+    if a is None or b is None:
+        return []
+    items = []
+    fa, fb = _flat_engine_config(a), _flat_engine_config(b)
+    for key in sorted(set(fa) | set(fb)):
+        va, vb = fa.get(key, ABSENT), fb.get(key, ABSENT)
+        if va == vb:
+            continue
+        volatile = key[1] in _ENGINE_CONFIG_VOLATILE
+        if volatile and not include_volatile:
+            continue
+        items.append(
+            {
+                "group": key[0],
+                "field": key[1],
+                "old": va,
+                "new": vb,
+                "change": "added" if va == ABSENT else "removed" if vb == ABSENT else "changed",
+                "rank": 8 if volatile else 0,
+                "why": WHY["volatile" if volatile else "engine_config"],
+            }
+        )
+    # What the engine chose (backends, graphs) before the settings it was given, then NCCL's.
+    order = (
+        "attention_backend",
+        "moe_backend",
+        "all_reduce",
+        "graphs",
+        "draft",
+        "speculative",
+        "settings",
+        "nccl",
+    )
+    items.sort(
+        key=lambda it: (it["rank"], next((i for i, o in enumerate(order) if it["field"].startswith(o)), 9))
+    )
+    return items
+
+
+def diff_records(
+    old: dict[str, Any], new: dict[str, Any], include_volatile: bool = False
+) -> list[dict[str, Any]]:
+    """`regdiag diff`: the engine sections of two runs first, then their snapshots' differences (a
+    run without a snapshot but with an engine section is compared on that section alone)."""
+    from regdiag.snapshot import snapshot_of
+
+    items = diff_engine_config(old, new, include_volatile)
+    try:
+        sa, sb = snapshot_of(old), snapshot_of(new)
+    except ValueError:
+        if engine_config_of(old) is not None and engine_config_of(new) is not None:
+            return items
+        raise
+    return items + diff_snapshots(sa, sb, include_volatile)
 
 
 def diff_env(old: dict[str, str], new: dict[str, str], source: str) -> list[dict[str, Any]]:

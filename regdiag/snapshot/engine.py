@@ -1,4 +1,5 @@
-"""The engine checkout: commit, branch, dirty state (with a hash of the diff), describe, commit date.
+"""The engine checkout: commit, branch, dirty state (with a hash of the diff), describe, commit date;
+for a running engine (--pid), the identity of the draft its command line names (`draft`).
 
 Which checkout: --repo PATH; else the source tree behind an editable install of sglang or vllm
 (PEP 610 direct_url.json); else the current directory when it is inside a git repository.
@@ -19,6 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from regdiag.snapshot import draft
 from regdiag.snapshot import fields as F
 from regdiag.snapshot.redact import scrub_text
 
@@ -48,6 +50,19 @@ def collect(
     dists: dict[str, Any] | None = None,
     timeout_s: float = 5.0,
     backend: str = "auto",
+    argv: list[str] | None = None,
+) -> dict[str, Any]:
+    group = _collect_checkout(repo, dists, timeout_s, backend)
+    # The draft the running engine's command line names (--pid snapshots): a changed draft is an
+    # engine difference (regdiag/snapshot/draft.py).
+    found = draft.collect(argv) if argv else None
+    if found is not None:
+        group["fields"]["draft"] = F.ok(found)
+    return group
+
+
+def _collect_checkout(
+    repo: str | None, dists: dict[str, Any] | None, timeout_s: float, backend: str
 ) -> dict[str, Any]:
     path, how = resolve_repo(repo, dists)
     if path is None or not os.path.isdir(path):

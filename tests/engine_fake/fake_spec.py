@@ -19,6 +19,11 @@ class SpecWorker:
         self.verify_n = int(os.environ.get("FAKE_VERIFY_N", "9000"))
         self.extend_n = int(os.environ.get("FAKE_EXTEND_N", "2000"))
         self.accept = int(os.environ.get("FAKE_ACCEPT", "2"))
+        # A draft that loses its grip: the accepted drafts go from FAKE_ACCEPT_FROM to FAKE_ACCEPT over
+        # the first FAKE_ACCEPT_OVER cycles (0: no drift).
+        self.accept_from = int(os.environ.get("FAKE_ACCEPT_FROM", str(self.accept)))
+        self.accept_over = int(os.environ.get("FAKE_ACCEPT_OVER", "0"))
+        self.cycles = 0
         self.steps = 3
         self.state = b"0"
 
@@ -31,7 +36,12 @@ class SpecWorker:
 
     def verify(self, drafts: list[bytes]) -> int:
         self.state = _work(self.verify_n, b"".join(drafts))
-        return min(self.accept, len(drafts))
+        self.cycles += 1
+        accept = self.accept
+        if self.accept_over:
+            f = min(self.cycles / self.accept_over, 1.0)
+            accept = round(self.accept_from + (self.accept - self.accept_from) * f)
+        return min(accept, len(drafts))
 
     def extend(self, accepted: int) -> None:
         self.state = _work(self.extend_n, self.state + bytes([accepted]))

@@ -1,6 +1,7 @@
 """Offline generation with vLLM's LLM class on a tiny model (tests/engine_vllm/make_models.py):
 
     python gen.py MODELS_DIR [--spec ngram|eagle3|none] [--k 3] [--tokens 64] [--prompts 2]
+                  [--no-prefix-caching]
 
 Token ids in, token ids out (skip_tokenizer_init: the random model has no tokenizer). The prompts
 repeat a pattern so that n-gram drafting finds matches.
@@ -19,6 +20,7 @@ def main():
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--prompts", type=int, default=2)
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--no-prefix-caching", action="store_true")
     a = p.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     # One process (engine core and worker in this one): a start costs one import of vLLM, not three.
@@ -35,6 +37,7 @@ def main():
     llm = LLM(
         model=os.path.join(a.models, "target"), skip_tokenizer_init=True, enforce_eager=True, dtype=a.dtype,
         gpu_memory_utilization=0.1, max_model_len=512, speculative_config=spec, seed=0, distributed_executor_backend="uni",
+        enable_prefix_caching=not a.no_prefix_caching,
     )  # fmt: skip
     t1 = time.perf_counter()
     prompts = [
