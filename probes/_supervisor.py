@@ -156,26 +156,67 @@ def _siblings(root: int) -> bool:
     """Whether `root` has a child besides this process (Linux /proc): in a warm launch, an earlier
     launch's supervisor still tearing down."""
     me = os.getpid()
+    return any(ppid == root and pid != me for pid, ppid in _processes())
+
+
+def _processes() -> list[tuple[int, int]]:
+    """(pid, parent pid) of every process this namespace sees (Linux /proc)."""
+    found = []
     try:
-        pids = [int(d) for d in os.listdir("/proc") if d.isdigit() and int(d) != me]
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
     except OSError:
-        return False
+        return []
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-                if int(f.read().rpartition(")")[2].split()[1]) == root:
-                    return True
+                found.append((pid, int(f.read().rpartition(")")[2].split()[1])))
         except (OSError, ValueError, IndexError):
             continue
-    return False
+    return found
+
+
+GROUP_ENV = "REGDIAG_WARM_GROUP"  # regdiag/measure/warm.py: one value per regdiag run
+
+
+def _group_token() -> str:
+    """This run's warm group, as this process's environment at exec has it (a forked launch's
+    os.environ is the launch's own, without it)."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            for item in f.read().split(b"\0"):
+                if item.startswith(f"{GROUP_ENV}=".encode()):
+                    return item.partition(b"=")[2].decode("ascii", "replace")
+    except OSError:
+        pass
+    return ""
+
+
+def _in_group(pid: int, token: str) -> bool:
+    """Whether process `pid` started under this run's warm group (its environment at exec; a forked
+    child keeps its parent's)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"{GROUP_ENV}={token}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _group_launch_alive(token: str) -> bool:
+    """Whether a launch of this run other than this one is still alive (tearing down): a process of the
+    group whose parent is of the group too (a warm parent's parent is regdiag, not of the group)."""
+    me = os.getpid()
+    procs = [(pid, ppid) for pid, ppid in _processes() if pid != me and ppid != me]
+    group = {pid for pid, _ in procs if _in_group(pid, token)}
+    return any(pid in group and ppid in group for pid, ppid in procs)
 
 
 def busy_gpus(world: int, own_root: int | None = None) -> str | None:
     """One line naming what holds memory on the GPUs this launch would use, or None (also when NVML
     cannot tell: then the launch runs and the header's clock sampler says why NVML was unavailable).
 
-    `own_root`: the warm parent of this launch (probes/_warm.py). The ranks of its earlier launches,
-    still tearing down after their results went out, are ours, not another's: they do not count, and
+    `own_root`: the warm parent of this launch (probes/_warm.py). The ranks of its earlier launches, and
+    of the other warm parents of this run (a bisect's other points: $REGDIAG_WARM_GROUP), still tearing
+    down after their results went out, are ours, not another's: they do not count, and
     this launch starts beside them while the GPU has as much memory free as they hold (the next launch
     of one environment needs about what the last one held); else it waits for them to leave. Where NVML
     names processes this namespace cannot see (a container), an earlier launch still tearing down may
@@ -184,12 +225,18 @@ def busy_gpus(world: int, own_root: int | None = None) -> str | None:
         nv = _nvml.load()
     except Exception:
         return None
+    token = _group_token() if own_root is not None else ""
     try:
         handles = _nvml.visible_handles(nv)[:world]
         end = time.monotonic() + OWN_WAIT_S
         while True:
             procs = _nvml.gpu_processes(nv, handles)
-            ours = [p for p in procs if own_root is not None and _descends(p["pid"], own_root)]
+            ours = [
+                p
+                for p in procs
+                if own_root is not None
+                and (_descends(p["pid"], own_root) or (token and _in_group(p["pid"], token)))
+            ]
             others = [p for p in procs if p not in ours]
             held = {index: 0 for index, _ in handles}
             for p in ours:
@@ -202,7 +249,11 @@ def busy_gpus(world: int, own_root: int | None = None) -> str | None:
                     hidden.append("")  # ours hold more than is free: wait for them
                 elif mem.total and used > BUSY_UNSEEN_FRACTION * mem.total:
                     hidden.append(f"GPU {index}: {used / 2**30:.1f} GiB in use by processes not visible here")
-            unclear = (others or hidden) and own_root is not None and _siblings(own_root)
+            unclear = (
+                (others or hidden)
+                and own_root is not None
+                and (_siblings(own_root) or (token and _group_launch_alive(token)))
+            )
             if not unclear and "" not in hidden or time.monotonic() > end:
                 break
             time.sleep(0.05)  # our last launch's teardown frees what this one needs

@@ -17,6 +17,8 @@ regdiag killed with SIGKILL leaves a parent that exits when it sees its own pare
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -26,6 +28,12 @@ from regdiag.hosts.base import Host
 from regdiag.measure.launch import command, launch
 
 READY_TIMEOUT_S = 600.0  # `import torch` on a loaded or cold host can take minutes
+
+# The warm parents this regdiag process starts, and every launch forked from them, carry this in their
+# environment: the busy check of a launch (probes/_supervisor.py) knows another point's launch, still
+# tearing down after its footer, as this run's, not another user's.
+GROUP_ENV = "REGDIAG_WARM_GROUP"
+GROUP = f"{os.getpid()}-{secrets.token_hex(6)}"
 
 
 class WarmInterpreter:
@@ -39,7 +47,12 @@ class WarmInterpreter:
         unset: Sequence[str] = (),
         cwd: str | None = None,
     ) -> None:
-        self.host, self.script, self.env, self.python = host, script, dict(env or {}), python
+        self.host, self.script, self.env, self.python = (
+            host,
+            script,
+            {**(env or {}), GROUP_ENV: GROUP},
+            python,
+        )
         self.unset, self.cwd = list(unset), cwd
         self.teardowns = 0  # launches torn down after their footer ...
         self.forced: list[dict[str, Any]] = []  # ... and those whose ranks had to be killed
