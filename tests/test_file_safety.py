@@ -398,10 +398,11 @@ def test_bisect_and_ab_refuse_a_record_that_loads_code_unless_allowed(tmp_path: 
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     marker = tmp_path / "marker"
-    good = _planted_snapshot(tmp_path, {"OMP_NUM_THREADS": "2", "MARKER": str(marker)})
-    bad = _planted_snapshot(tmp_path, {"OMP_NUM_THREADS": "2", "MARKER": str(marker), "PYTHONPATH": str(site),
+    good = _planted_snapshot(tmp_path, {"OMP_NUM_THREADS": "2"})
+    bad = _planted_snapshot(tmp_path, {"OMP_NUM_THREADS": "2", "PYTHONPATH": str(site),
                                        "LD_PRELOAD": "", "NCCL_NET_PLUGIN": "evil"})  # fmt: skip
-    env = {"PYTHONPATH": "", "LD_PRELOAD": "", "NCCL_NET_PLUGIN": ""}  # this shell has other values
+    # This shell has other values (and MARKER, which the launches inherit).
+    env = {"PYTHONPATH": "", "LD_PRELOAD": "", "NCCL_NET_PLUGIN": "", "MARKER": str(marker)}
     home = Path(os.environ["REGDIAG_HOME"])
     line = one_error_line(run_cli(*_bisect(good=str(good), bad=str(bad)), env=env, timeout=120))
     assert line.startswith(
@@ -423,7 +424,7 @@ def test_what_counts_as_code_and_what_the_user_already_runs_with() -> None:
     for name in ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT",
                  "PYTHONUSERBASE", "BASH_ENV", "NCCL_NET_PLUGIN", "DYLD_INSERT_LIBRARIES", "PATH"):  # fmt: skip
         assert loads_code(name), name
-    for name in ("NCCL_PROTO", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTHONHASHSEED", "HF_HOME"):
+    for name in ("NCCL_PROTO", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTHONHASHSEED", "HF_HUB_OFFLINE"):
         assert not loads_code(name), name
     spec = Spec(env={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "PYTHONPATH": "/evil", "LD_PRELOAD": None,
                      "LD_AUDIT": "<redacted>", "NCCL_PROTO": "LL"})  # fmt: skip
