@@ -112,12 +112,12 @@ def test_a_locks_directory_others_may_write_is_refused(tmp_path: Path) -> None:
     locks = Path(os.environ["REGDIAG_HOME"]) / "locks"
     locks.mkdir(parents=True)
     locks.chmod(0o777)
-    with pytest.raises(RecordError, match="writable by others"):
+    with pytest.raises(RecordError, match="locks: writable by anyone"):
         FileLock(tmp_path / "out.json", "this run")
     locks.chmod(0o700)
     if os.geteuid() == 0:
         os.chown(locks, NOBODY, NOBODY)
-        with pytest.raises(RecordError, match="another user's directory"):
+        with pytest.raises(RecordError, match="locks: owned by another user"):
             FileLock(tmp_path / "out.json", "this run")
 
 
@@ -184,12 +184,18 @@ def test_an_appended_file_is_never_written_through_a_link_or_a_second_name(
 @pytest.mark.skipif(not CAN_PLANT, reason="needs root and setpriv to plant as another user")
 def test_baseline_save_in_a_team_home_with_planted_links(victim: Path, shared: Path) -> None:
     # REGDIAG_HOME shared by a team: its baselines directory is writable by all, and nobody plants
-    # the old sidecar lock name and the baseline's own name, both pointing at the victim.
+    # the old sidecar lock name and the baseline's own name, both pointing at the victim. A directory
+    # anyone may write is refused at start (files.check_home), before anything is read or written.
     home = shared / "team-home"
     (home / "baselines").mkdir(parents=True)
     (home / "baselines").chmod(0o1777)
     plant_link(victim, home / "baselines" / ".x.json.lock")
     plant_link(victim, home / "baselines" / "x.json")
+    r = run_cli("baseline", "save", "x", str(RUN), "--force", env={"REGDIAG_HOME": str(home)}, timeout=120)
+    assert "baselines: writable by anyone (mode 1777)" in one_error_line(r)
+    assert unchanged(victim)
+    # Made private again, the planted link at the baseline's name is replaced, never written through.
+    (home / "baselines").chmod(0o700)
     r = run_cli("baseline", "save", "x", str(RUN), "--force", env={"REGDIAG_HOME": str(home)}, timeout=120)
     assert r.returncode == 0, r.stderr
     assert unchanged(victim)

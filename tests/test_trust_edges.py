@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import threading
 from pathlib import Path
 
 import pytest
 
+from regdiag import config
 from regdiag.bisect.factors import Spec, code_from_record, is_setting, load_side
 from regdiag.errors import BadInput
+from regdiag.files import append_text, atomic_write_text, check_home, set_shared_home
+from regdiag.records import RecordError
+
+NOBODY = 65534
 
 # ------------------------------------------------------------------------- code from records
 
@@ -108,3 +115,92 @@ def test_a_snapshot_side_that_sets_openssl_conf_or_ps4_is_refused_unless_allowed
     assert "\n" not in line and "--allow-code-from-record" in line
     assert "OPENSSL_CONF, PS4, SHELLOPTS" in line and "NCCL_PROTO" not in line
     assert load_side(str(snap), "--bad", allow_code=True).env["PS4"] == "$(id)"
+
+
+# ------------------------------------------------------------------------- a shared REGDIAG_HOME
+
+
+def _home() -> Path:
+    home = Path(os.environ["REGDIAG_HOME"])
+    home.chmod(0o700)
+    return home
+
+
+def _refused(why: str) -> str:
+    with pytest.raises(RecordError) as e:
+        check_home()
+    line = str(e.value)
+    assert "\n" not in line and why in line, line
+    return line
+
+
+def test_a_home_others_may_write_or_another_user_owns_is_refused_at_start(tmp_path: Path) -> None:
+    home = _home()
+    check_home()  # a home of this user's, 0700: used
+    home.chmod(0o1777)  # sticky or not, anyone may plant names in it
+    _refused("writable by anyone")
+    home.chmod(0o2770)  # a team's home: refused unless asked for
+    _refused("--shared-home")
+    set_shared_home(True)
+    try:
+        check_home()
+    finally:
+        set_shared_home(False)
+    home.chmod(0o700)
+    (home / "baselines").mkdir()
+    os.chown(home / "baselines", NOBODY, NOBODY)
+    _refused("owned by another user")
+    (home / "baselines").rmdir()
+    (home / "runs").symlink_to(tmp_path)
+    _refused("runs: a symbolic link")
+
+
+def test_a_link_swapped_in_after_the_check_is_never_written_through(tmp_path: Path) -> None:
+    # A race: the home is checked, then another user swaps runs/ for a link to their directory.
+    home = _home()
+    (home / "runs").mkdir()
+    check_home()
+    elsewhere = tmp_path / "theirs"
+    elsewhere.mkdir()
+    (home / "runs").rmdir()
+    (home / "runs").symlink_to(elsewhere)
+    for write in (lambda p: atomic_write_text(p, "{}"), lambda p: append_text(p, "x\n")):
+        with pytest.raises(RecordError, match="runs: a symbolic link inside REGDIAG_HOME"):
+            write(home / "runs" / "x.json")
+    assert list(elsewhere.iterdir()) == []
+
+
+def _load_within(seconds: float) -> BaseException | None:
+    """config.load() in a thread: what it raised, or a failure when it did not return in time."""
+    out: list[BaseException | None] = []
+
+    def go() -> None:
+        try:
+            config.load()
+            out.append(None)
+        except BaseException as e:  # noqa: BLE001 - handed back to the test
+            out.append(e)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert out, f"config.load() did not return within {seconds} s"
+    return out[0]
+
+
+def test_config_toml_as_a_fifo_or_a_link_to_dev_zero_is_refused_at_once() -> None:
+    home = _home()
+    cfg = home / "config.toml"
+    os.mkfifo(cfg)
+    e = _load_within(10)
+    assert isinstance(e, BadInput) and "not a regular file" in str(e)
+    cfg.unlink()
+    cfg.symlink_to("/dev/zero")
+    e = _load_within(10)
+    assert isinstance(e, BadInput) and "not a regular file" in str(e)
+    cfg.unlink()
+    cfg.write_text("# " + "x" * 100_000 + "\n")
+    e = _load_within(10)
+    assert isinstance(e, BadInput) and "larger than 64 KiB" in str(e)
+    cfg.write_text('[defaults]\nhost = "gpu-box"\nshared_home = true\n')
+    assert _load_within(10) is None and config.shared_home_wanted(config.load())
