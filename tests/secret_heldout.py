@@ -19,28 +19,9 @@ from __future__ import annotations
 import json
 import random
 import shlex
-import string
 from collections.abc import Callable
-from dataclasses import dataclass
 
-ALNUM = string.ascii_letters + string.digits
-HEX = "0123456789abcdef"
-B64 = ALNUM + "+/"
-
-
-@dataclass(frozen=True)
-class Planted:
-    kind: str  # "value" (a variable's), "argv" (a command line) or "text" (as printed)
-    name: str
-    value: str
-    core: str  # the part that must never be shown
-
-
-def _r(rng: random.Random, alphabet: str, n: int) -> str:
-    while True:
-        s = "".join(rng.choice(alphabet) for _ in range(n))
-        if len(set(s)) >= min(n, 8):
-            return s
+from secret_families import ALNUM, B64, HEX, Planted, _r
 
 
 def _uuid(rng: random.Random) -> str:
