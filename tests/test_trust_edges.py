@@ -3,21 +3,30 @@ safely, and readers that a hostile peer file cannot stall or crash."""
 
 from __future__ import annotations
 
+import gzip
+import io
 import itertools
 import json
 import os
 import threading
+import zlib
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
+from rich.console import Console
 
-from regdiag import config
+from regdiag import config, importers
+from regdiag.bisect import journal
 from regdiag.bisect.factors import Spec, code_from_record, is_setting, load_side
 from regdiag.errors import BadInput
 from regdiag.files import append_text, atomic_write_text, check_home, set_shared_home
-from regdiag.records import RecordError
+from regdiag.importers import hyperfine, nsys
+from regdiag.records import RecordError, load_record
+from regdiag.report.snapshot import MANY_ROWS, render_diff
 
 NOBODY = 65534
+BASELINE_RUN = ROOT / "baselines" / "h200-kimi-tp1-baseline.json"
 
 # ------------------------------------------------------------------------- code from records
 
@@ -204,3 +213,77 @@ def test_config_toml_as_a_fifo_or_a_link_to_dev_zero_is_refused_at_once() -> Non
     assert isinstance(e, BadInput) and "larger than 64 KiB" in str(e)
     cfg.write_text('[defaults]\nhost = "gpu-box"\nshared_home = true\n')
     assert _load_within(10) is None and config.shared_home_wanted(config.load())
+
+
+# ------------------------------------------------------------------------- readers that trust types
+
+
+def test_a_journal_launch_without_the_metrics_median_is_a_damaged_line_on_resume(tmp_path: Path) -> None:
+    inputs = {"metric": "cycle", "command": "x"}
+    path = tmp_path / "j.jsonl"
+    start = {
+        "type": "start",
+        "schema": journal.SCHEMA,
+        "inputs": inputs,
+        "inputs_hash": journal.inputs_hash(inputs),
+    }
+    for medians in ({}, {"other": 1.0}):
+        launch = {"type": "launch", "point": "p0", "index": 0, "status": "ok", "medians": medians}
+        path.write_text(json.dumps(start) + "\n" + json.dumps(launch) + "\n")
+        with pytest.raises(BadInput) as e:
+            journal.Journal(path, inputs, resume=True)
+        assert "line 2: a measured launch without a median of cycle" in str(e.value)
+    # A failed launch has no medians, rightly.
+    launch = {"type": "launch", "point": "p0", "index": 0, "status": "error", "medians": {}}
+    path.write_text(json.dumps(start) + "\n" + json.dumps(launch) + "\n")
+    assert journal.Journal(path, inputs, resume=True).launches["p0"][0].status == "error"
+
+
+def test_a_record_whose_design_is_not_an_object_is_refused_in_one_line(tmp_path: Path) -> None:
+    rec = load_record(BASELINE_RUN)
+    for design in ("abba", ["ABBA"], {"kind": "interleaved", "differences": "NCCL_PROTO"}):
+        p = tmp_path / "r.json"
+        p.write_text(json.dumps({**rec, "design": design}))
+        with pytest.raises(RecordError, match="design") as e:
+            load_record(p)
+        assert "\n" not in str(e.value)
+
+
+def test_a_gzip_bomb_stops_at_the_cap_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importers, "MAX_INFLATED_BYTES", 1 << 20)
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    bomb = z.compress(b'{"benchmarks": [' + b" " * (16 << 20)) + z.flush()  # 16 MiB from ~16 kB
+    p = tmp_path / "bench.json.gz"
+    p.write_bytes(bomb)
+    with pytest.raises(BadInput, match="inflates to more than 1 MiB") as e:
+        importers.read_text(p)
+    assert "\n" not in str(e.value)
+    p.write_bytes(gzip.compress(b'{"a": 1}' * 1000)[:-12])
+    with pytest.raises(BadInput, match="cannot be read"):
+        importers.read_text(p)
+    p.write_bytes(gzip.compress(b'{"a": 1}'))
+    assert importers.read_text(p) == '{"a": 1}'
+
+
+def test_long_peer_files_are_refused_in_one_line_naming_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hyperfine, "MAX_TIMES", 100)
+    doc = {"results": [{"command": "sleep 0", "times": [0.01] * 150, "exit_codes": [0] * 150}]}
+    with pytest.raises(BadInput, match="holds 150 times; regdiag imports at most 100"):
+        importers.import_text(json.dumps(doc), "hf.json")
+    monkeypatch.setattr(nsys, "MAX_ROWS", 100)
+    head = "Time (%),Total Time (ns),Instances,Avg (ns),Med (ns),Min (ns),Max (ns),StdDev (ns),Name\n"
+    rows = "".join(f"1.0,100,1,100,100,100,100,0,kernel_{i}\n" for i in range(150))
+    with pytest.raises(BadInput, match="151 lines; regdiag reads nsys stats exports of at most 100 rows"):
+        importers.import_text(head + rows, "k.csv", "nsys")
+
+
+def test_a_diff_of_many_variables_prints_aligned_columns_in_one_piece() -> None:
+    items = [
+        {"group": "env", "field": f"WIDE_{i}", "old": f"v{i}", "new": f"w{i}", "change": "changed", "rank": 6}
+        for i in range(MANY_ROWS + 50)
+    ]
+    console = Console(file=io.StringIO(), width=100)
+    render_diff(items, console, "a.json", "b.json")
+    lines = [ln for ln in console.file.getvalue().splitlines() if "WIDE_" in ln]  # type: ignore[attr-defined]
+    assert len(lines) == MANY_ROWS + 50
+    assert len({ln.index("→") for ln in lines}) == 1 and lines[7].split() == ["WIDE_7", "v7", "→", "w7"]

@@ -79,8 +79,9 @@ def _drop_torn_tail(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _checked(ev: dict[str, Any]) -> dict[str, Any]:
-    """One journal line, its types and values checked (a resumed search trusts every number in it)."""
+def _checked(ev: dict[str, Any], metric: object = None) -> dict[str, Any]:
+    """One journal line, its types and values checked (a resumed search trusts every number in it): a
+    launch that measured (status ok) has a median of the bisected `metric`."""
     kind = ev.get("type")
     if kind not in ("start", "env", "launch", "decision", "end"):
         raise ValueError(f"unknown line type {kind!r}")
@@ -93,9 +94,11 @@ def _checked(ev: dict[str, Any]) -> dict[str, Any]:
         meds = ev.get("medians")
         if not isinstance(meds, dict):
             raise ValueError("launch medians is not an object")
-        for metric, v in meds.items():
+        for name, v in meds.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"launch median {metric!r} is {v!r}, not a finite positive number")
+                raise ValueError(f"launch median {name!r} is {v!r}, not a finite positive number")
+        if ev.get("status", "ok") == "ok" and (not meds or (isinstance(metric, str) and metric not in meds)):
+            raise ValueError(f"a measured launch without a median of {metric or 'any metric'}")
         for key, typ in (("cycles", int), ("duration_s", (int, float)), ("returncode", int)):
             v = ev.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, typ)):
@@ -172,8 +175,9 @@ class Journal:
                 check_schema(head["schema"], str(self.path), (JOURNAL,))
             except RecordError as e:
                 raise BadInput(str(e)) from None
+            head_inputs = head.get("inputs") if isinstance(head.get("inputs"), dict) else {}
             if head.get("inputs_hash") != digest:
-                old = head.get("inputs") or {}
+                old = head_inputs
                 inputs = redact_tree(dict(inputs))
                 changed = sorted(k for k in set(old) | set(inputs) if old.get(k) != inputs.get(k))
                 raise BadInput(
@@ -182,7 +186,7 @@ class Journal:
                 )
             for n, ev in numbered[1:]:
                 try:
-                    self._load(_checked(ev))
+                    self._load(_checked(ev, head_inputs.get("metric")))
                 except (BadInput, KeyError, TypeError, ValueError) as e:
                     why = f"no {e}" if isinstance(e, KeyError) else str(e)
                     raise BadInput(

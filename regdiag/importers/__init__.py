@@ -35,8 +35,8 @@ Importers are library code: standard library (and numpy) only, no typer, no rich
 
 from __future__ import annotations
 
-import gzip
 import importlib
+import zlib
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -96,16 +96,40 @@ def read_text(path: Path) -> str:
     except RecordError as e:
         raise BadInput(str(e)) from None
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
-            raise BadInput(f"{path}: gzip file that cannot be read ({e})") from None
-        if len(raw) > MAX_RECORD_BYTES:
-            raise BadInput(f"{path}: too large once decompressed")
+        raw = gunzip(raw, path, MAX_INFLATED_BYTES)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BadInput(f"{path}: not a text file (not UTF-8)") from None
+
+
+# Another tool's result file, decompressed: pyperf's largest are a few MB. Inflated in steps of at most
+# this much more than is kept, so a gzip bomb (6 MB that inflate to 6 GiB) stops at the cap.
+MAX_INFLATED_BYTES = 64 << 20
+
+
+def gunzip(raw: bytes, path: Path, cap: int = MAX_INFLATED_BYTES) -> bytes:
+    """gzip undone with a cap on what it inflates to (BadInput in one line beyond it, or when damaged)."""
+    d = zlib.decompressobj(wbits=31)
+    out: list[bytes] = []
+    size = 0
+    try:
+        data = raw
+        while data and not d.eof:
+            chunk = d.decompress(data, cap + 1 - size)
+            out.append(chunk)
+            size += len(chunk)
+            if size > cap:
+                raise BadInput(
+                    f"{path}: inflates to more than {cap >> 20} MiB; regdiag reads result files up to that "
+                    "(a gzip bomb, or not a result file)"
+                )
+            data = d.unconsumed_tail
+        if not d.eof:
+            raise BadInput(f"{path}: gzip file that cannot be read (it ends early)")
+    except zlib.error as e:
+        raise BadInput(f"{path}: gzip file that cannot be read ({e})") from None
+    return b"".join(out)
 
 
 def split_selector(ref: str) -> tuple[str, str | None]:
