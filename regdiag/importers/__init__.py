@@ -45,6 +45,7 @@ from regdiag import units
 from regdiag.errors import BadInput
 from regdiag.records import MAX_RECORD_BYTES, RUN, RecordError, check_record, load_record, read_regular
 from regdiag.runs import new_run
+from regdiag.snapshot.redact import scrub_record
 
 # NAME -> module. Sniffed in this order; a format whose markers are a subset of another's goes after it.
 IMPORTERS: dict[str, str] = {
@@ -178,7 +179,9 @@ def import_text(text: str, source: str, fmt: str | None = None) -> list[dict[str
         )
     # each importer declares the unit its tool wrote (pyperf's seconds, nsys' nanoseconds); a stored
     # or compared record holds one unit per dimension (regdiag/units.py: times in ms)
-    records = [units.canonical(r) for r in importer(name).parse(text, source)]
+    # Every string of an imported record (hyperfine's command and parameter labels, nsys range and
+    # kernel names, vllm-bench labels) through the one scrubber, as regdiag's own records are.
+    records = [scrub_record(units.canonical(r)) for r in importer(name).parse(text, source)]
     if not records:
         raise BadInput(f"{source}: the {name} file holds no results")
     for r in records:

@@ -17,6 +17,9 @@ Which function for which sink (docs/redaction.md lists the rules):
   redact_value(name, v)  one variable
   redact_argv(argv)      a command line kept as tokens (launch_cmd, --pid cmdline, build logs)
   redact_tree(obj)       any decoded JSON (server info, journal lines): by key name, then as text
+  scrub_record(rec)      a record or a launch of one, every string field (header config and labels,
+                         footer, teardown, importer labels and commands, range names): numbers kept
+  redact_spec(text)      a bisect/ab side's spec string: each NAME=VALUE as redact_value has it
   scrub_text(text)       free text
   scrub_lines(lines)     a tail of lines, scrubbed as one text (a PEM block spans lines)
 
@@ -245,3 +248,52 @@ def redact_argv(argv: list[str], key: bytes | None = None) -> list[str]:
         else:
             out.append(_token("", tok, k) if i > 0 else scrub_free_text(tok))
     return out
+
+
+_NUMBERS = (int, float)
+
+
+def scrub_record(obj: Any, key: str = "", hkey: bytes | None = None) -> Any:
+    """A copy of a record (or a launch, a header) with every string through the one scrubber: a value
+    under a credential name hidden, an argv list token by token, every other string as free text.
+    Numbers stay numbers (a sample's list is passed as it is), and a value already hidden is kept."""
+    if hkey is None:
+        hkey = default_key() or _NO_KEY
+    if isinstance(obj, dict):  # keys too: a metric named after an nsys range, a label's name
+        return {_key(k): scrub_record(v, str(k), hkey) for k, v in obj.items()}
+    if isinstance(obj, list):
+        if all(isinstance(v, _NUMBERS) for v in obj):
+            return obj
+        if key in _TREE_ARGV_KEYS and all(isinstance(v, str) for v in obj):
+            return redact_argv(list(obj), hkey)
+        return [scrub_record(v, key, hkey) for v in obj]
+    if isinstance(obj, str):
+        if is_hidden(obj) or (key in _ID_KEYS and _HEX_ID.fullmatch(obj)):
+            return obj
+        if key and credential_name(key):
+            return obj if obj.lower() in BOOLEANS else hidden(key, obj, hkey)
+        return scrub_free_text(obj)
+    return obj
+
+
+def _key(k: Any) -> Any:
+    return scrub_free_text(k) if isinstance(k, str) and len(k) >= 14 else k
+
+
+def redact_spec(text: str, key: bytes | None = None) -> str:
+    """A side's spec ('pkg==1.2 NAME=VALUE -NAME commit=REV') with each variable's value as redact_value
+    keeps it (default-deny, as the screen shows it); a spec that is not one (a file name) as free text."""
+    try:
+        tokens = shlex.split(text)
+    except ValueError:
+        return scrub_free_text(text)
+    k = (default_key() if key is None else key) or _NO_KEY
+    out = []
+    for tok in tokens:
+        name, eq, value = tok.partition("=")
+        if eq and not value.startswith("=") and name != "commit" and name.isidentifier():
+            tok = f"{name}={redact_value(name, value, k)[0]}"
+        else:
+            tok = scrub_free_text(tok)
+        out.append(tok)
+    return shlex.join(out) if out != tokens else text
