@@ -334,7 +334,9 @@ class FileLock:
     processes lock two different files of the same name).
     """
 
-    def __init__(self, target: str | os.PathLike[str], what: str, wait: bool = False) -> None:
+    def __init__(
+        self, target: str | os.PathLike[str], what: str, wait: bool = False, shared: bool = False
+    ) -> None:
         import fcntl
 
         self.target = Path(target)
@@ -356,7 +358,8 @@ class FileLock:
             os.close(fd)
             raise RecordError(f"{self.path}: not a lock file of this user's own; remove it")
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX  # shared: a lease many may hold (lease_of)
+            fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
         except OSError:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
             os.close(fd)
@@ -365,7 +368,8 @@ class FileLock:
                 "wait for it to finish, or write to another file"
             ) from None
         with contextlib.suppress(OSError):  # a full disk: the lock holds, only the pid is not shown
-            os.ftruncate(fd, 0)
+            if not shared:
+                os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd: int | None = fd
 
@@ -380,3 +384,10 @@ class FileLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def lease_of(d: str | os.PathLike[str]) -> Path:
+    """What a lease on a directory is taken on (a FileLock of its own, never the directory's build lock):
+    a bisect holds it shared while it uses an environment, `clean` takes it exclusively to remove one."""
+    p = Path(d)
+    return p.parent / f".{p.name}.lease"

@@ -8,6 +8,7 @@ import io
 import itertools
 import json
 import os
+import resource
 import threading
 import zlib
 from pathlib import Path
@@ -17,10 +18,15 @@ from conftest import ROOT
 from rich.console import Console
 
 from regdiag import config, importers
+from regdiag.bandwidth import gpu_bandwidth, lookup
 from regdiag.bisect import journal
+from regdiag.bisect.envs import envs_dir
 from regdiag.bisect.factors import Spec, code_from_record, is_setting, load_side
+from regdiag.cli.clean_cmd import clean_local
+from regdiag.cli.target import target_from_options
 from regdiag.errors import BadInput
-from regdiag.files import append_text, atomic_write_text, check_home, set_shared_home
+from regdiag.files import FileLock, append_text, atomic_write_text, check_home, lease_of, set_shared_home
+from regdiag.hosts.knownhosts import append_known_host
 from regdiag.importers import hyperfine, nsys
 from regdiag.records import RecordError, load_record
 from regdiag.report.snapshot import MANY_ROWS, render_diff
@@ -287,3 +293,56 @@ def test_a_diff_of_many_variables_prints_aligned_columns_in_one_piece() -> None:
     lines = [ln for ln in console.file.getvalue().splitlines() if "WIDE_" in ln]  # type: ignore[attr-defined]
     assert len(lines) == MANY_ROWS + 50
     assert len({ln.index("→") for ln in lines}) == 1 and lines[7].split() == ["WIDE_7", "v7", "→", "w7"]
+
+
+# ------------------------------------------------------------------------- the smaller ones
+
+
+def test_clean_skips_an_environment_a_running_bisect_holds_and_removes_the_rest() -> None:
+    envs = envs_dir()
+    used, stale = envs / "used", envs / "stale"
+    for d in (used, stale):
+        (d / "venv").mkdir(parents=True)
+    lease = FileLock(lease_of(used), "this environment", shared=True)  # as Builder.build holds it
+    try:
+        out = clean_local()
+        assert used.is_dir() and not stale.exists()
+        assert out["in_use"] == {str(used): f"in use by a running bisect (pid {os.getpid()})"}
+    finally:
+        lease.release()
+    assert clean_local()["in_use"] == {} and not envs.exists()
+
+
+def test_an_empty_host_is_refused() -> None:
+    with pytest.raises(BadInput, match="--host '': an empty host name"):
+        target_from_options({"host": [""]})
+
+
+def test_gpu_names_are_matched_by_their_words_or_refused_when_several_fit() -> None:
+    assert gpu_bandwidth("A100 40GB")[0] == pytest.approx(1.555e12)  # not the 80 GB card's 2.039
+    assert lookup("NVIDIA A100-SXM4-40GB")[1] == pytest.approx(1.555e12)  # type: ignore[index]
+    assert lookup("NVIDIA A100-SXM4-80GB")[1] == pytest.approx(2.039e12)  # type: ignore[index]
+    with pytest.raises(BadInput, match="'A100' fits A100 80GB PCIe, A100 80GB, A100 40GB PCIe, A100 40GB"):
+        gpu_bandwidth("A100")
+
+
+def test_trust_on_a_full_disk_names_the_file_and_keeps_the_old_known_hosts(tmp_path: Path) -> None:
+    kh = tmp_path / "ssh" / "known_hosts"
+    kh.parent.mkdir()
+    old = "".join(f"gpu-{i} ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{i:040d}\n" for i in range(4))
+    kh.write_text(old)
+    fresh = tmp_path / "ssh" / "new_known_hosts"
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(old) - 10, hard))  # a full disk, for this process
+    try:
+        with pytest.raises(RecordError) as e:
+            append_known_host(str(kh), "gpu-9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI" + "9" * 40)
+        with pytest.raises(RecordError):
+            append_known_host(str(fresh), "gpu-9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI" + "9" * 40 * 10)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert str(kh) in str(e.value) and "previous version is kept" in str(e.value)
+    assert kh.read_text() == old and not fresh.exists()
+    assert sorted(p.name for p in kh.parent.iterdir()) == ["known_hosts"]
+    append_known_host(str(kh), "gpu-9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI" + "9" * 40)
+    assert kh.read_text().startswith(old) and kh.read_text().count("\n") == 5
