@@ -245,15 +245,11 @@ def diagnosis_output(kind: str, name: str, value: str, sinks: dict[str, Callable
 
 def measure(sinks: dict[str, Callable[..., object]], seeds: int = 3) -> dict[str, object]:
     """Leaks (a shape counts once when any seed's secret shows in any sink) and readable values."""
-    leaks = sorted(
-        label
-        for label in SHAPES
-        if any(
-            planted(label, s).core in o
-            for s in range(seeds)
-            for o in secret_outputs(planted(label, s), sinks).values()
-        )
-    )
+    leaks = []
+    for label in SHAPES:
+        plants = [planted(label, s) for s in range(seeds)]
+        if any(p.core in o for p in plants for o in secret_outputs(p, sinks).values()):
+            leaks.append(label)
     hidden = [(k, n, v) for k, n, v in DIAGNOSIS if v not in diagnosis_output(k, n, v, sinks)]
     return {
         "shapes": len(SHAPES),
