@@ -144,3 +144,15 @@ def test_the_journal_keeps_good_and_bad_as_the_screen_shows_them(tmp_path: Path)
     j = Journal(tmp_path / "j.jsonl", inputs, resume=False, sides=sides)
     text = j.path.read_text()
     assert secret not in text and "OMP_NUM_THREADS=2" in text
+
+
+def test_a_record_written_before_is_scrubbed_as_compare_reads_it(tmp_path: Path) -> None:
+    tok = token(random.Random(4))
+    rec = json.loads((ROOT / "baselines" / "h200-kimi-tp1-baseline.json").read_text())
+    for la in rec["launches"]:
+        la["header"]["labels"] = {"who": tok}
+        la["footer"]["note"] = f"done {tok}"
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(rec))
+    run = importers.load_run(path)
+    assert tok not in json.dumps(run) and run["launches"][0]["samples"] == rec["launches"][0]["samples"]

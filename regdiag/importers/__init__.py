@@ -157,7 +157,7 @@ def load_run(path: Path, fmt: str | None = None, select: str | None = None) -> d
         else:
             if select is not None:
                 raise BadInput(f"{path}#{select}: a regdiag record holds one run; drop '#{select}'")
-            return run
+            return scrub_record(run)  # a record written before every field was scrubbed shows none either
     text = read_text(path)
     if fmt is None and sniff(text) is None:
         raise BadInput(f"{refusal} (nor a file regdiag imports: {', '.join(IMPORTERS)})")
