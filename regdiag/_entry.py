@@ -56,7 +56,7 @@ def main() -> None:
     import json
 
     from regdiag.errors import error_line
-    from regdiag.files import check_output_path
+    from regdiag.files import check_home, check_output_path
     from regdiag.records import RecordError, save_record
     from regdiag.snapshot import collect
 
@@ -65,6 +65,10 @@ def main() -> None:
         sys.exit(2)
 
     output = str(opts["output"]) if opts["output"] else None
+    try:
+        check_home()  # REGDIAG_HOME regdiag's own, as the full CLI checks it (files.check_home)
+    except RecordError as e:
+        fail(str(e))
     try:
         if output:
             check_output_path(output)  # before the snapshot: a bad -o costs nothing

@@ -4,6 +4,7 @@
     [defaults]
     host = "gpu-box"                      # --host, when neither --host nor REGDIAG_HOST is given
     python = "/root/ml-env/bin/python3"   # --python, when neither --python nor REGDIAG_PYTHON is given
+    shared_home = true                    # a team REGDIAG_HOME writable by its group (--shared-home)
 
     [hosts.gpu-box]                       # for one host (its --host spec or SSH alias, as written)
     python = "/root/ml-env/bin/python3"
@@ -11,7 +12,9 @@
 What wins, first to last: the option on the command line; the variable (REGDIAG_HOST,
 REGDIAG_PYTHON); for --python, the section of the host the command runs on; the [defaults] table;
 regdiag's own default. An unreadable file or an unknown key is refused in one line (exit 2), never
-ignored: a default that silently does not apply sends a measurement to the wrong machine.
+ignored: a default that silently does not apply sends a measurement to the wrong machine. The file is
+read like snapshot.key: a regular file (a FIFO or a link to /dev/zero is refused, never waited on or
+read without end) of at most 64 KiB.
 
 Only the standard library: tomllib where Python has it (3.11+), else a reader of the small part of
 TOML this file needs (tables, `key = "string"`), tested against tomllib."""
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,8 @@ from regdiag.files import regdiag_home
 
 ENV = {"host": "REGDIAG_HOST", "python": "REGDIAG_PYTHON"}
 DEFAULT_KEYS = ("host", "python")
+BOOL_KEYS = ("shared_home",)
+MAX_BYTES = 64 * 1024
 HOST_KEYS = ("python",)
 
 
@@ -44,7 +50,7 @@ def parse_toml(text: str) -> dict[str, Any]:
 
 
 _TABLE = re.compile(r'^\[\s*([A-Za-z0-9_-]+|"[^"]*")(?:\s*\.\s*([A-Za-z0-9_.-]+|"[^"]*"))?\s*\]$')
-_PAIR = re.compile(r'^([A-Za-z0-9_-]+)\s*=\s*("(?:[^"\\]|\\.)*"|\'[^\']*\')$')
+_PAIR = re.compile(r'^([A-Za-z0-9_-]+)\s*=\s*("(?:[^"\\]|\\.)*"|\'[^\']*\'|true|false)$')
 
 
 def parse_small_toml(text: str) -> dict[str, Any]:
@@ -67,6 +73,9 @@ def parse_small_toml(text: str) -> dict[str, Any]:
         m = _PAIR.match(line)
         if not m:
             raise ValueError(f'line {n}: expected [table] or key = "value"')
+        if m.group(2) in ("true", "false"):
+            current[m.group(1)] = m.group(2) == "true"
+            continue
         value = m.group(2)[1:-1]
         if m.group(2).startswith('"'):
             value = value.encode("utf-8").decode("unicode_escape") if "\\" in value else value
@@ -78,7 +87,7 @@ def load(path: Path | None = None) -> dict[str, Any]:
     """The config file, checked; {} when there is none."""
     p = path or config_path()
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_small(p, MAX_BYTES).decode("utf-8")
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError) as e:
@@ -91,11 +100,38 @@ def load(path: Path | None = None) -> dict[str, Any]:
     return data
 
 
+def read_small(p: Path, cap: int) -> bytes:
+    """The bytes of a regular file of at most `cap` bytes; BadInput in one line for a FIFO, a device, a
+    directory or a longer file (opened O_NONBLOCK: a FIFO is refused, never waited on)."""
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadInput(f"{p}: not a regular file (a FIFO, a device or a directory); remove it")
+        chunks, n = [], 0
+        while n <= cap:
+            chunk = os.read(fd, cap + 1 - n)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            n += len(chunk)
+        if n > cap:
+            raise BadInput(f"{p}: larger than {cap // 1024} KiB; a config file is a few lines")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def shared_home_wanted(data: dict[str, Any]) -> bool:
+    return data.get("defaults", {}).get("shared_home") is True
+
+
 def _check(data: dict[str, Any], p: Path) -> None:
     for top, value in data.items():
         if top not in ("defaults", "hosts") or not isinstance(value, dict):
             raise BadInput(f"{p}: unknown table [{top}] (config.toml has [defaults] and [hosts.NAME])")
     for key, value in data.get("defaults", {}).items():
+        if key in BOOL_KEYS and isinstance(value, bool):
+            continue
         if key not in DEFAULT_KEYS or not isinstance(value, str):
             raise BadInput(f"{p}: [defaults] {key}: expected one of {', '.join(DEFAULT_KEYS)} as a string")
     for name, section in data.get("hosts", {}).items():

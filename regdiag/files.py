@@ -9,7 +9,11 @@ Every write goes to the target itself, never through a link another user planted
     target is replaced and one at a temporary name is never opened;
   - an appended file (a journal, a build log) is opened with O_NOFOLLOW and refused when it is not a
     regular file of one link (open_appending);
-  - locks live in $REGDIAG_HOME/locks (0700, this user's), never beside the user's files (FileLock).
+  - locks live in $REGDIAG_HOME/locks (0700, this user's), never beside the user's files (FileLock);
+  - REGDIAG_HOME is checked like an ssh directory (check_home): it and each of its directories owned by
+    this user (or root), writable by no one else (by its group only when it is a shared home), and every
+    directory inside it opened from the home's descriptor without following links (open_home_dir), so a
+    link planted or swapped in at runs/, baselines/ or bisect/ is refused, never written through.
 
 Standard library only: it travels to remote hosts in the bundle with regdiag.records, which re-exports
 what readers and writers of records use from here.
@@ -34,6 +38,100 @@ class RecordError(ValueError):
 def regdiag_home() -> Path:
     """$REGDIAG_HOME (default ~/.regdiag): regdiag's own files (runs, baselines, journals, locks, the key)."""
     return Path(os.environ.get("REGDIAG_HOME") or Path.home() / ".regdiag")
+
+
+SHARED_HOME_VAR = "REGDIAG_SHARED_HOME"
+_shared_home = False
+
+
+def set_shared_home(shared: bool) -> None:
+    """Allow a group-writable REGDIAG_HOME (--shared-home, REGDIAG_SHARED_HOME=1, config shared_home)."""
+    global _shared_home
+    _shared_home = shared
+
+
+def shared_home() -> bool:
+    return _shared_home or os.environ.get(SHARED_HOME_VAR, "") not in ("", "0", "no", "false")
+
+
+def _check_home_dir(fd: int, path: str, home_gid: int | None) -> None:
+    """One directory of REGDIAG_HOME (`home_gid` None: the home itself), through its descriptor: this
+    user's or root's (in a shared home, one of the home's group's) and writable by no one else (in a shared
+    home, by no one outside its group). RecordError in one line otherwise."""
+    st = os.fstat(fd)
+    shared = shared_home()
+    ours = st.st_uid in (os.geteuid(), 0)
+    if not ours and not (shared and home_gid is not None and st.st_gid == home_gid):
+        raise RecordError(
+            f"{path}: owned by another user (uid {st.st_uid}); regdiag keeps runs, baselines and journals "
+            "only in directories of its own user (or root): use another REGDIAG_HOME"
+        )
+    if st.st_mode & 0o002 or (st.st_mode & 0o020 and not shared):
+        who = "anyone" if st.st_mode & 0o002 else "its group"
+        hint = "chmod o-w it" if st.st_mode & 0o002 else "chmod g-w it, or pass --shared-home for a team home"
+        raise RecordError(f"{path}: writable by {who} (mode {stat.S_IMODE(st.st_mode):o}); {hint}")
+
+
+def _open_child(dfd: int, name: str, path: str, make: bool) -> int:
+    """`name` in the directory `dfd`, made (0700; 0770 in a shared home) when missing and `make`, opened
+    without following a link."""
+    if make:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o770 if shared_home() else 0o700, dir_fd=dfd)
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            what = "a symbolic link" if os.path.islink(path) else "not a directory"
+            raise RecordError(
+                f"{path}: {what} inside REGDIAG_HOME; regdiag never writes through one (remove it)"
+            ) from None
+        raise
+
+
+def open_home_dir(directory: str | os.PathLike[str], make: bool = True) -> int:
+    """A descriptor of a directory inside REGDIAG_HOME, reached from the home's descriptor one name at a
+    time (O_NOFOLLOW | O_DIRECTORY) and each checked (_check_home_dir): a link swapped in at any step
+    while regdiag runs is refused, never followed. Missing directories are made when `make`."""
+    home = os.path.abspath(regdiag_home())
+    rel = os.path.relpath(os.path.abspath(directory), home)
+    if make:
+        make_private_dirs(Path(home))
+    fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _check_home_dir(fd, home, None)
+        gid = os.fstat(fd).st_gid
+        path = home
+        for name in [] if rel == "." else rel.split(os.sep):
+            path = os.path.join(path, name)
+            child = _open_child(fd, name, path, make)
+            os.close(fd)
+            fd = child
+            _check_home_dir(fd, path, gid)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+HOME_DIRS = ("runs", "baselines", "bisect", "envs", "locks", "cache", "demo")
+
+
+def check_home() -> None:
+    """At start: REGDIAG_HOME and those of its directories that exist are regdiag's own (open_home_dir).
+    Nothing is made. RecordError in one line (exit 2) naming the first that is not."""
+    home = regdiag_home()
+    if not home.exists():
+        return
+    for name in ("", *HOME_DIRS):
+        if name and not os.path.lexists(home / name):
+            continue
+        try:
+            os.close(open_home_dir(home / name if name else home, make=False))
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise RecordError(f"{home / name}: cannot open ({e.strerror or e})") from None
 
 
 def inside_home(directory: str | os.PathLike[str]) -> bool:
@@ -103,7 +201,7 @@ def _open_dir(directory: Path) -> int:
     """A descriptor of the directory an output goes to (made first when it is inside REGDIAG_HOME): every
     step of one write then happens in that one directory, whatever its path is changed into meanwhile."""
     if inside_home(directory):
-        make_private_dirs(directory)
+        return open_home_dir(directory)
     return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
@@ -165,10 +263,15 @@ def open_appending(path: str | os.PathLike[str]) -> int:
     if p.is_symlink():  # said plainly; O_NOFOLLOW below holds it if one is planted after this look
         raise RecordError(link)
     try:
-        if inside_home(p.parent):
-            make_private_dirs(p.parent)
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        fd = os.open(p, flags, 0o600)
+        if inside_home(p.parent):  # reached from the home's descriptor, never through a planted link
+            dfd = open_home_dir(p.parent)
+            try:
+                fd = os.open(p.name, flags, 0o600, dir_fd=dfd)
+            finally:
+                os.close(dfd)
+        else:
+            fd = os.open(p, flags, 0o600)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise RecordError(link) from None
@@ -203,8 +306,11 @@ def lock_path(target: str | os.PathLike[str]) -> Path:
 def _own_dir_fd(d: Path) -> int:
     """A descriptor of a directory of regdiag's own (made 0700 when missing). Refused: a link, another
     user's directory, or one others may write to (they could plant names in it)."""
-    make_private_dirs(d)
-    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if inside_home(d):
+        fd = open_home_dir(d)
+    else:
+        make_private_dirs(d)
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     st = os.fstat(fd)
     if st.st_uid != os.geteuid() or st.st_mode & 0o022:
         os.close(fd)
@@ -228,7 +334,9 @@ class FileLock:
     processes lock two different files of the same name).
     """
 
-    def __init__(self, target: str | os.PathLike[str], what: str, wait: bool = False) -> None:
+    def __init__(
+        self, target: str | os.PathLike[str], what: str, wait: bool = False, shared: bool = False
+    ) -> None:
         import fcntl
 
         self.target = Path(target)
@@ -250,7 +358,8 @@ class FileLock:
             os.close(fd)
             raise RecordError(f"{self.path}: not a lock file of this user's own; remove it")
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX  # shared: a lease many may hold (lease_of)
+            fcntl.flock(fd, mode if wait else mode | fcntl.LOCK_NB)
         except OSError:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
             os.close(fd)
@@ -259,7 +368,8 @@ class FileLock:
                 "wait for it to finish, or write to another file"
             ) from None
         with contextlib.suppress(OSError):  # a full disk: the lock holds, only the pid is not shown
-            os.ftruncate(fd, 0)
+            if not shared:
+                os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd: int | None = fd
 
@@ -274,3 +384,10 @@ class FileLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def lease_of(d: str | os.PathLike[str]) -> Path:
+    """What a lease on a directory is taken on (a FileLock of its own, never the directory's build lock):
+    a bisect holds it shared while it uses an environment, `clean` takes it exclusively to remove one."""
+    p = Path(d)
+    return p.parent / f".{p.name}.lease"

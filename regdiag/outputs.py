@@ -155,6 +155,7 @@ class Cleaned(TypedDict, total=False):
     existed: D[bool, "whether there was anything to remove"]
     kib: D[int | None, "its size in KiB before (remote hosts)"]
     pruned: D[list[str], "checkouts whose worktrees were pruned"]
+    in_use: D[dict[str, str], "environments kept because a running bisect uses them: path -> why"]
     error: D[str, "set instead of the rest when the host failed: why"]
 
 

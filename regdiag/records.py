@@ -311,13 +311,16 @@ def _check_run(record: dict[str, Any], source: str, values: bool = True) -> None
                 found = _check_samples(launch[key], f"{source}: launch {i} {key}", nonempty=ok)
                 if key == "samples":
                     metrics |= found
-    for key in ("probe", "units", "host"):
+    for key in ("probe", "units", "host", "design"):  # an ab run's design: compare reads its fields
         if record.get(key) is not None and not isinstance(record[key], dict):
             raise RecordError(f"{source}: {key!r} is a {type(record[key]).__name__}, not an object")
     for key, label in (("probe", "probe name"), ("host", "host name")):
         name = (record.get(key) or {}).get("name")
         if name is not None and not isinstance(name, str):
             raise RecordError(f"{source}: the {label} is a {type(name).__name__}, not text")
+    diffs = (record.get("design") or {}).get("differences")
+    if diffs is not None and not (isinstance(diffs, list) and all(isinstance(d, dict) for d in diffs)):
+        raise RecordError(f"{source}: the design's differences are not a list of objects")
     config = (record.get("probe") or {}).get("config")
     if config is not None and not isinstance(config, dict):
         raise RecordError(f"{source}: the probe config is a {type(config).__name__}, not an object")

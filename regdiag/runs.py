@@ -15,6 +15,7 @@ from typing import Any
 from regdiag.files import regdiag_home
 from regdiag.records import RUN, RUN_SCHEMA, FileLock, RecordError, load_record, save_record
 from regdiag.run_view import RunView
+from regdiag.snapshot.redact import scrub_record
 from regdiag.version import __version__
 
 
@@ -74,6 +75,9 @@ class RunWriter:
         run: dict[str, Any],
         also: str | os.PathLike[str] | None = None,
     ) -> None:
+        # Every string of the record through the one scrubber (header config and labels, footer,
+        # teardown, commands, labels): in place, so what the caller shows on screen is what is written.
+        _scrub_in_place(run)
         self.run = run
         self.path = Path(path) if path is not None else runs_dir() / f"{run['id']}.json"
         # `also`: a copy the user asked for (probe server -o, probe engine -o), kept as current as the
@@ -96,10 +100,11 @@ class RunWriter:
             self.also.unlink(missing_ok=True)
 
     def set(self, key: str, value: Any) -> None:
-        self.run[key] = value
+        self.run[key] = scrub_record(value, key)
         self.flush()
 
     def add_launch(self, launch: dict[str, Any]) -> None:
+        _scrub_in_place(launch)
         launch.setdefault("index", len(self.run["launches"]))
         self.run["launches"].append(launch)
         self.flush()
@@ -130,6 +135,12 @@ class RunWriter:
             self.finish("interrupted")
         else:
             self.finish("failed" if not self.run["launches"] else "partial")
+
+
+def _scrub_in_place(d: dict[str, Any]) -> None:
+    clean = scrub_record(d)
+    d.clear()
+    d.update(clean)
 
 
 def list_runs(directory: Path | None = None) -> list[dict[str, Any]]:

@@ -112,12 +112,12 @@ def test_a_locks_directory_others_may_write_is_refused(tmp_path: Path) -> None:
     locks = Path(os.environ["REGDIAG_HOME"]) / "locks"
     locks.mkdir(parents=True)
     locks.chmod(0o777)
-    with pytest.raises(RecordError, match="writable by others"):
+    with pytest.raises(RecordError, match="locks: writable by anyone"):
         FileLock(tmp_path / "out.json", "this run")
     locks.chmod(0o700)
     if os.geteuid() == 0:
         os.chown(locks, NOBODY, NOBODY)
-        with pytest.raises(RecordError, match="another user's directory"):
+        with pytest.raises(RecordError, match="locks: owned by another user"):
             FileLock(tmp_path / "out.json", "this run")
 
 
@@ -184,12 +184,18 @@ def test_an_appended_file_is_never_written_through_a_link_or_a_second_name(
 @pytest.mark.skipif(not CAN_PLANT, reason="needs root and setpriv to plant as another user")
 def test_baseline_save_in_a_team_home_with_planted_links(victim: Path, shared: Path) -> None:
     # REGDIAG_HOME shared by a team: its baselines directory is writable by all, and nobody plants
-    # the old sidecar lock name and the baseline's own name, both pointing at the victim.
+    # the old sidecar lock name and the baseline's own name, both pointing at the victim. A directory
+    # anyone may write is refused at start (files.check_home), before anything is read or written.
     home = shared / "team-home"
     (home / "baselines").mkdir(parents=True)
     (home / "baselines").chmod(0o1777)
     plant_link(victim, home / "baselines" / ".x.json.lock")
     plant_link(victim, home / "baselines" / "x.json")
+    r = run_cli("baseline", "save", "x", str(RUN), "--force", env={"REGDIAG_HOME": str(home)}, timeout=120)
+    assert "baselines: writable by anyone (mode 1777)" in one_error_line(r)
+    assert unchanged(victim)
+    # Made private again, the planted link at the baseline's name is replaced, never written through.
+    (home / "baselines").chmod(0o700)
     r = run_cli("baseline", "save", "x", str(RUN), "--force", env={"REGDIAG_HOME": str(home)}, timeout=120)
     assert r.returncode == 0, r.stderr
     assert unchanged(victim)
@@ -398,10 +404,11 @@ def test_bisect_and_ab_refuse_a_record_that_loads_code_unless_allowed(tmp_path: 
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     marker = tmp_path / "marker"
-    good = _planted_snapshot(tmp_path, {"OMP_NUM_THREADS": "2", "MARKER": str(marker)})
-    bad = _planted_snapshot(tmp_path, {"OMP_NUM_THREADS": "2", "MARKER": str(marker), "PYTHONPATH": str(site),
+    good = _planted_snapshot(tmp_path, {"OMP_NUM_THREADS": "2"})
+    bad = _planted_snapshot(tmp_path, {"OMP_NUM_THREADS": "2", "PYTHONPATH": str(site),
                                        "LD_PRELOAD": "", "NCCL_NET_PLUGIN": "evil"})  # fmt: skip
-    env = {"PYTHONPATH": "", "LD_PRELOAD": "", "NCCL_NET_PLUGIN": ""}  # this shell has other values
+    # This shell has other values (and MARKER, which the launches inherit).
+    env = {"PYTHONPATH": "", "LD_PRELOAD": "", "NCCL_NET_PLUGIN": "", "MARKER": str(marker)}
     home = Path(os.environ["REGDIAG_HOME"])
     line = one_error_line(run_cli(*_bisect(good=str(good), bad=str(bad)), env=env, timeout=120))
     assert line.startswith(
@@ -423,7 +430,7 @@ def test_what_counts_as_code_and_what_the_user_already_runs_with() -> None:
     for name in ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT",
                  "PYTHONUSERBASE", "BASH_ENV", "NCCL_NET_PLUGIN", "DYLD_INSERT_LIBRARIES", "PATH"):  # fmt: skip
         assert loads_code(name), name
-    for name in ("NCCL_PROTO", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTHONHASHSEED", "HF_HOME"):
+    for name in ("NCCL_PROTO", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTHONHASHSEED", "HF_HUB_OFFLINE"):
         assert not loads_code(name), name
     spec = Spec(env={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "PYTHONPATH": "/evil", "LD_PRELOAD": None,
                      "LD_AUDIT": "<redacted>", "NCCL_PROTO": "LL"})  # fmt: skip

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from regdiag.bisect.failures import BuildFailed
-from regdiag.files import FileLock, append_text, atomic_write_text, make_private_dirs
+from regdiag.files import FileLock, append_text, atomic_write_text, lease_of, make_private_dirs
 from regdiag.runs import regdiag_home
 from regdiag.snapshot.fields import one_line
 from regdiag.snapshot.redact import redact_argv, scrub_text
@@ -250,6 +250,9 @@ class Builder:
         self.installer = installer
         self._base_versions: dict[str, str] | None = None
         self.built_now = 0
+        # A shared lease on every environment this bisect uses, held until it ends: `regdiag clean`
+        # beside it skips them instead of removing a worktree mid-run.
+        self._leases: dict[str, FileLock] = {}
 
     # -- what the base has --------------------------------------------------------------------
 
@@ -293,6 +296,10 @@ class Builder:
         if key is None:
             return Built("base", self.base_python, None, None, None, True, 0.0)
         make_private_dirs(self.root)
+        if key not in self._leases:  # waits while a `clean` removes it; then it is built again
+            self._leases[key] = FileLock(
+                lease_of(self.root / key), "this environment", wait=True, shared=True
+            )
         with self._lock(key):
             d = self.root / key
             ready = d / READY

@@ -151,10 +151,16 @@ def load_side(arg: str, what: str, allow_code: bool = False) -> Spec:
     names = code_from_record(spec)
     if names and not allow_code:
         raise BadInput(
-            f"{what} {p}: the record sets {', '.join(names)} for every launch, which load code from where "
-            "they point; a record does not choose code to run: pass --allow-code-from-record if you trust it"
+            f"{what} {p}: the record sets {_shown(names)} for every launch, which are not known settings "
+            "(a variable outside the NCCL_, CUDA_, TORCH_, VLLM_, ... families, or one naming a path, a "
+            "plugin or a command); a record does not choose code to run: pass --allow-code-from-record "
+            "if you trust it"
         )
     return spec
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
 
 
 def _check_env(spec: Spec, where: str) -> None:
@@ -183,56 +189,137 @@ def _side_of_record(rec: dict[str, Any], p: Path, what: str) -> Spec:
     return spec_from_snapshot(rec, str(p))
 
 
-# Variables that make a launch load and run code from where their value points: Python's module search
-# path, home and start-up files, the dynamic linker's preloads, search path and audit modules, files a
-# shell sources, the executable search path, CUDA's injection library, plugins (NCCL_NET_PLUGIN, ...) and
-# caches of compiled extensions and kernels. A record is a file anyone may have written, and bisect and ab
-# set such a value in every launch they make (as root, if run as root).
-CODE_VARS = frozenset(
+# A side read from a record may set only variables whose effect is a setting: an allow-list, since a
+# list of the variables that load code never ends (OPENSSL_CONF names a provider .so, SHELLOPTS with PS4
+# runs a command in every bash, NCCL_CONF_FILE sets a plugin behind any check of NCCL_NET_PLUGIN, CC
+# chooses the compiler Triton runs). A setting is a variable of a known family of tuning knobs (or one of
+# SETTING_VARS) whose name does not say it holds a location (CODE_NAME_WORDS: ..._PATH, ..._FILE,
+# ..._PLUGIN, ..._HOME, ...) and whose value is not a location or a shell expansion (_CODE_VALUE).
+# A record is a file anyone may have written, and bisect and ab set such a value in every launch they
+# make (as root, if run as root).
+SETTING_PREFIXES = (
+    "NCCL_",
+    "CUDA_",
+    "CUBLAS_",
+    "CUBLASLT_",
+    "CUDNN_",
+    "NVIDIA_",
+    "NV_",
+    "NVSHMEM_",
+    "UCX_",
+    "GLOO_",
+    "TORCH_",
+    "TORCHINDUCTOR_",
+    "PYTORCH_",
+    "ATEN_",
+    "OMP_",
+    "KMP_",
+    "GOMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "VLLM_",
+    "SGLANG_",
+    "SGL_",
+    "FLASHINFER_",
+    "TRITON_",
+    "DG_",
+    "TOKENIZERS_",
+    "HF_HUB_",
+    "TRANSFORMERS_",
+    "MALLOC_",
+)
+SETTING_VARS = frozenset(
     {
-        "PYTHONPATH",
-        "PYTHONSTARTUP",
-        "PYTHONHOME",
-        "PYTHONUSERBASE",
-        "PYTHONPLATLIBDIR",
-        "PYTHONPYCACHEPREFIX",
-        "PYTHONBREAKPOINT",
-        "PYTHONEXECUTABLE",
-        "GCONV_PATH",
-        "BASH_ENV",
-        "ENV",
-        "PATH",
-        "CUDA_INJECTION64_PATH",
-        "TORCH_EXTENSIONS_DIR",
-        "TORCHINDUCTOR_CACHE_DIR",
-        "TRITON_CACHE_DIR",
-        "PERL5LIB",
-        "PERL5OPT",
-        "RUBYLIB",
-        "RUBYOPT",
-        "NODE_OPTIONS",
-        "NODE_PATH",
+        "PYTHONHASHSEED",
+        "PYTHONUNBUFFERED",
+        "PYTHONMALLOC",
+        "PYTHONTRACEMALLOC",
+        "PYTHONINTMAXSTRDIGITS",
+        "PYTHONNODEBUGRANGES",
+        "PYTHONFAULTHANDLER",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONOPTIMIZE",
+        "PYTHONUTF8",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "TZ",
+        "LANG",
+        "LC_ALL",
     }
 )
-CODE_PREFIXES = ("LD_", "DYLD_")  # LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT; DYLD_INSERT_LIBRARIES
-CODE_SUFFIXES = ("_PLUGIN",)  # NCCL_NET_PLUGIN, NCCL_TUNER_PLUGIN, NCCL_PROFILER_PLUGIN
+# Words of a name that hold a location or choose code, within a family too: NCCL_CONF_FILE,
+# CUDA_INJECTION64_PATH, TRITON_HOME, TORCH_EXTENSIONS_DIR, VLLM_PLUGINS, VLLM_LOGGING_CONFIG_PATH.
+CODE_NAME_WORDS = frozenset(
+    {
+        "PATH",
+        "PATHS",
+        "FILE",
+        "FILES",
+        "DIR",
+        "DIRS",
+        "HOME",
+        "ROOT",
+        "LIB",
+        "LIBS",
+        "LIBRARY",
+        "PLUGIN",
+        "PLUGINS",
+        "INJECTION",
+        "INJECTION64",
+        "PRELOAD",
+        "CACHE",
+        "MODULE",
+        "MODULES",
+        "SO",
+        "EXECUTABLE",
+        "BIN",
+        "CMD",
+        "COMMAND",
+        "SCRIPT",
+        "HOOK",
+        "HOOKS",
+        "LOADER",
+        "CC",
+        "CXX",
+        "NVCC",
+    }
+)
+# A value that is a location or a shell expansion: an absolute, home or relative path, a URL, a
+# command substitution or a variable reference.
+_CODE_VALUE = re.compile(
+    r"^\s*[/~.]|[:=,;\s][/~]|\.\./|\./|://|\$[({A-Za-z_]|`|\.(so|py|pth|dylib|conf|cfg|sh)\b"
+)
+_NAME_WORD = re.compile(r"[A-Z]+\d*")
 
 
-def loads_code(name: str) -> bool:
-    """Whether a variable's value names code a process loads (CODE_VARS)."""
-    return name in CODE_VARS or name.startswith(CODE_PREFIXES) or name.endswith(CODE_SUFFIXES)
+def is_setting(name: str, value: str) -> bool:
+    """Whether a record may set this variable to this value: a setting (the allow-list above)."""
+    if name not in SETTING_VARS and not name.startswith(SETTING_PREFIXES):
+        return False
+    if any(w in CODE_NAME_WORDS for w in _NAME_WORD.findall(name.upper())):
+        return False
+    return not _CODE_VALUE.search(value)
+
+
+def loads_code(name: str, value: str = "1") -> bool:
+    """Whether setting a variable to a value may load code: anything not a setting (is_setting)."""
+    return not is_setting(name, value)
 
 
 def code_from_record(spec: Spec, environ: Mapping[str, str] | None = None) -> list[str]:
-    """The code-loading variables a side would set in every launch with a value that this process does
-    not already run with (the same value as the user's own asks for nothing new). A placeholder (a
+    """The variables a side would set in every launch that are not settings (is_setting), with a value
+    that this process does not already run with (the same value as the user's own asks for nothing new). A placeholder (a
     redacted or hashed value) is never set, so it does not count; a record's own list of redacted names
     is not trusted for this."""
     have = os.environ if environ is None else environ
     return sorted(
         n
         for n, v in spec.env.items()
-        if v is not None and loads_code(n) and have.get(n) != v and not _placeholder(v)
+        if v is not None and loads_code(n, v) and have.get(n) != v and not _placeholder(v)
     )
 
 

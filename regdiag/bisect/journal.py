@@ -40,7 +40,7 @@ from regdiag.records import (
     schema_id,
 )
 from regdiag.runs import now_iso, regdiag_home
-from regdiag.snapshot.redact import redact_tree
+from regdiag.snapshot.redact import redact_spec, redact_tree, redact_value
 
 SCHEMA = schema_id(JOURNAL)
 
@@ -79,8 +79,44 @@ def _drop_torn_tail(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _checked(ev: dict[str, Any]) -> dict[str, Any]:
-    """One journal line, its types and values checked (a resumed search trusts every number in it)."""
+def _recorded_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
+    """The inputs as the journal keeps them: the values of variables (the factors' sides, the ones held
+    fixed) as the screen shows them (redact_value: default-deny, a keyed hash unless harmless by shape),
+    everything else through redact_tree. The journal's inputs_hash is of the inputs as given."""
+    out = dict(inputs)
+    out["factors"] = [
+        {
+            **f,
+            **{
+                s: redact_value(str(f.get("name")), f[s])[0]
+                for s in ("good", "bad")
+                if isinstance(f.get(s), str)
+            },
+        }
+        if isinstance(f, dict) and f.get("kind") == "env"
+        else f
+        for f in out.get("factors") or []
+    ]
+    fixed = out.get("fixed_env")
+    if isinstance(fixed, dict):
+        out["fixed_env"] = {n: v if v is None else redact_value(str(n), str(v))[0] for n, v in fixed.items()}
+    return redact_tree(out)
+
+
+def _changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+def _recorded_sides(sides: Mapping[str, Any]) -> dict[str, Any]:
+    """--good/--bad (ab: --a/--b) as the journal keeps them: each NAME=VALUE as the screen shows it. A
+    value hidden here cannot be read back: `--resume --journal J` then needs the sides given again."""
+    out = {k: redact_spec(v) if k in ("good", "bad") and isinstance(v, str) else v for k, v in sides.items()}
+    return redact_tree(out)
+
+
+def _checked(ev: dict[str, Any], metric: object = None) -> dict[str, Any]:
+    """One journal line, its types and values checked (a resumed search trusts every number in it): a
+    launch that measured (status ok) has a median of the bisected `metric`."""
     kind = ev.get("type")
     if kind not in ("start", "env", "launch", "decision", "end"):
         raise ValueError(f"unknown line type {kind!r}")
@@ -93,9 +129,11 @@ def _checked(ev: dict[str, Any]) -> dict[str, Any]:
         meds = ev.get("medians")
         if not isinstance(meds, dict):
             raise ValueError("launch medians is not an object")
-        for metric, v in meds.items():
+        for name, v in meds.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"launch median {metric!r} is {v!r}, not a finite positive number")
+                raise ValueError(f"launch median {name!r} is {v!r}, not a finite positive number")
+        if ev.get("status", "ok") == "ok" and (not meds or (isinstance(metric, str) and metric not in meds)):
+            raise ValueError(f"a measured launch without a median of {metric or 'any metric'}")
         for key, typ in (("cycles", int), ("duration_s", (int, float)), ("returncode", int)):
             v = ev.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, typ)):
@@ -172,17 +210,16 @@ class Journal:
                 check_schema(head["schema"], str(self.path), (JOURNAL,))
             except RecordError as e:
                 raise BadInput(str(e)) from None
+            head_inputs = head.get("inputs") if isinstance(head.get("inputs"), dict) else {}
             if head.get("inputs_hash") != digest:
-                old = head.get("inputs") or {}
-                inputs = redact_tree(dict(inputs))
-                changed = sorted(k for k in set(old) | set(inputs) if old.get(k) != inputs.get(k))
+                changed = _changed(head_inputs, _recorded_inputs(inputs))
                 raise BadInput(
                     f"{self.path}: --resume with different inputs than the journal was started with "
                     f"({', '.join(changed) or 'unknown'}); resume with the same options"
                 )
             for n, ev in numbered[1:]:
                 try:
-                    self._load(_checked(ev))
+                    self._load(_checked(ev, head_inputs.get("metric")))
                 except (BadInput, KeyError, TypeError, ValueError) as e:
                     why = f"no {e}" if isinstance(e, KeyError) else str(e)
                     raise BadInput(
@@ -196,9 +233,9 @@ class Journal:
                     "type": "start",
                     "schema": SCHEMA,
                     "created": now_iso(),
-                    "inputs": redact_tree(dict(inputs)),
+                    "inputs": _recorded_inputs(inputs),
                     "inputs_hash": digest,
-                    "sides": redact_tree(self._sides),  # what `--resume --journal J` alone reads
+                    "sides": _recorded_sides(self._sides),  # what `--resume --journal J` alone reads
                 },
             )
         self.old_decisions = len(self.decisions)

@@ -67,8 +67,25 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version."
     ),
+    shared_home: bool = typer.Option(
+        False,
+        "--shared-home",
+        help="Accept a REGDIAG_HOME writable by its group (a team's, mode 2770), and directories in it "
+        "of the group's other members; also REGDIAG_SHARED_HOME=1 or shared_home = true in config.toml's "
+        "[defaults]. Without it such a home is refused (exit 2), as one writable by anyone always is.",
+    ),
 ) -> None:
-    pass
+    """REGDIAG_HOME is checked before any command runs (files.check_home): a link planted in it, a
+    directory of another user or one others may write is one line, exit 2."""
+    if any(a in ("--help", "-h") for a in sys.argv[1:]):
+        return
+    from regdiag import config
+    from regdiag.files import check_home, set_shared_home
+
+    set_shared_home(
+        shared_home or (config.config_path().exists() and config.shared_home_wanted(config.load()))
+    )
+    check_home()
 
 
 for _name in COMMAND_MODULES:

@@ -22,7 +22,8 @@ HELP = (
     "With --host H: regdiag's cache directory on H (${XDG_CACHE_HOME:-~/.cache}/regdiag), the only place "
     "regdiag writes to on a host besides each connection's private temporary directory; the worktrees it "
     "registered in H's checkouts are pruned. Without --host: $REGDIAG_HOME/envs on this machine (run "
-    "`git worktree prune` in the engine checkout afterwards). Exit 0, or 4 when a host cannot be reached."
+    "`git worktree prune` in the engine checkout afterwards); an environment a running bisect uses is "
+    "kept and named. Exit 0, or 4 when a host cannot be reached."
 )
 
 
@@ -36,12 +37,9 @@ def clean(
     results: list[dict[str, Any]] = []
     failed = []
     if not target.hosts:
-        from regdiag.bisect.envs import envs_dir
-
-        d = envs_dir()
-        existed = d.is_dir()
-        shutil.rmtree(d, ignore_errors=True)
-        results.append({"host": "local", "path": str(d), "existed": existed, "pruned": []})
+        results.append(clean_local())
+        for path, why in results[-1]["in_use"].items():
+            err_console.print(f"kept {path}: {why}", highlight=False, soft_wrap=True)
     else:
         from regdiag.bisect.remote_envs import clean_remote
 
@@ -56,6 +54,33 @@ def clean(
         err_console.print(error_line(str(o.error)).rstrip("\n"), highlight=False, soft_wrap=True)
     if failed:
         raise typer.Exit(max(o.error.exit_code for o in failed if o.error is not None))
+
+
+def clean_local() -> dict[str, Any]:
+    """$REGDIAG_HOME/envs removed, but for the environments a running bisect holds a lease on (each is
+    taken exclusively, without waiting, while it is removed): those are kept and said so."""
+    from regdiag.bisect.envs import envs_dir
+    from regdiag.files import FileLock, RecordError, lease_of
+
+    d = envs_dir()
+    existed = d.is_dir()
+    in_use: dict[str, str] = {}
+    for env in sorted(d.iterdir()) if existed else []:
+        if not env.is_dir() or env.is_symlink():
+            continue
+        try:
+            lease = FileLock(lease_of(env), "this environment")
+        except RecordError as e:
+            pid = str(e).partition("(pid ")[2].partition(")")[0] or "?"
+            in_use[str(env)] = f"in use by a running bisect (pid {pid})"
+            continue
+        try:
+            shutil.rmtree(env, ignore_errors=True)
+        finally:
+            lease.release()
+    if existed and not in_use:
+        shutil.rmtree(d, ignore_errors=True)
+    return {"host": "local", "path": str(d), "existed": existed, "pruned": [], "in_use": in_use}
 
 
 def register(app: typer.Typer) -> None:

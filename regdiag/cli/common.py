@@ -357,9 +357,10 @@ AllowUnloadedOpt = typer.Option(
 AllowCodeOpt = typer.Option(
     False,
     "--allow-code-from-record",
-    help="Let a snapshot or run record given as a side set variables that load code into every launch "
-    "(PYTHONPATH, LD_PRELOAD, LD_LIBRARY_PATH, ...) to values this shell does not have; refused by "
-    "default (exit 2, naming them).",
+    help="Let a snapshot or run record given as a side set variables that are not known settings "
+    "(anything outside the NCCL_, CUDA_, TORCH_, VLLM_, SGLANG_, OMP_, ... families, a name holding a path "
+    "or plugin, a value that is a path or a shell expansion: PYTHONPATH, LD_PRELOAD, OPENSSL_CONF, PS4, "
+    "...) to values this shell does not have; refused by default (exit 2, naming them).",
 )
 IgnoreOpt = typer.Option(
     None,

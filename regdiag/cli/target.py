@@ -166,6 +166,8 @@ def target_from_options(options: dict[str, Any]) -> Target:
     """A Target from the parsed host options, config.toml's defaults filled in where none was given."""
     from regdiag import config
 
+    if any(not str(h).strip() for h in options.get("host") or []):  # `--host ''`: never this machine unsaid
+        raise BadInput("--host '': an empty host name; leave --host out to run on this machine")
     given = config.apply(
         {"host": options.get("host") or [], "python": options.get("python")}, config.load(), True
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,14 +53,21 @@ def known_hosts_line(name: str, key: paramiko.PKey, *, hashed: bool = False) -> 
 
 
 def append_known_host(path: str, line: str) -> None:
-    """Append one line, creating ~/.ssh (0700) and the file (0600) when they do not exist yet."""
+    """Add one line, creating ~/.ssh (0700) and the file (0600) when they do not exist yet. The file is
+    replaced whole (a new file with the old lines and this one, synced, renamed over it; through a link,
+    the file it names), so a full disk leaves the old known_hosts as it was, never a cut or empty one:
+    RecordError in one line naming the file."""
+    from regdiag.files import RecordError, atomic_write_bytes
+
     p = Path(path)
     if not p.parent.exists():
         p.parent.mkdir(mode=0o700, parents=True)
-    needs_newline = p.exists() and p.stat().st_size > 0 and not p.read_bytes().endswith(b"\n")
-    fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    real = Path(os.path.realpath(p))
     try:
-        os.write(fd, (("\n" if needs_newline else "") + line + "\n").encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        old = real.read_bytes() if real.exists() else b""
+        mode = stat.S_IMODE(real.stat().st_mode) if real.exists() else 0o600
+    except OSError as e:
+        raise RecordError(f"{real}: cannot read ({e.strerror or e}); nothing was written") from None
+    new = old + (b"\n" if old and not old.endswith(b"\n") else b"") + line.encode("ascii") + b"\n"
+    atomic_write_bytes(real, new)
+    os.chmod(real, mode)

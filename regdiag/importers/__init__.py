@@ -35,8 +35,8 @@ Importers are library code: standard library (and numpy) only, no typer, no rich
 
 from __future__ import annotations
 
-import gzip
 import importlib
+import zlib
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -45,6 +45,7 @@ from regdiag import units
 from regdiag.errors import BadInput
 from regdiag.records import MAX_RECORD_BYTES, RUN, RecordError, check_record, load_record, read_regular
 from regdiag.runs import new_run
+from regdiag.snapshot.redact import scrub_record
 
 # NAME -> module. Sniffed in this order; a format whose markers are a subset of another's goes after it.
 IMPORTERS: dict[str, str] = {
@@ -97,16 +98,40 @@ def read_text(path: Path) -> str:
     except RecordError as e:
         raise BadInput(str(e)) from None
     if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
-            raise BadInput(f"{path}: gzip file that cannot be read ({e})") from None
-        if len(raw) > MAX_RECORD_BYTES:
-            raise BadInput(f"{path}: too large once decompressed")
+        raw = gunzip(raw, path, MAX_INFLATED_BYTES)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BadInput(f"{path}: not a text file (not UTF-8)") from None
+
+
+# Another tool's result file, decompressed: pyperf's largest are a few MB. Inflated in steps of at most
+# this much more than is kept, so a gzip bomb (6 MB that inflate to 6 GiB) stops at the cap.
+MAX_INFLATED_BYTES = 64 << 20
+
+
+def gunzip(raw: bytes, path: Path, cap: int = MAX_INFLATED_BYTES) -> bytes:
+    """gzip undone with a cap on what it inflates to (BadInput in one line beyond it, or when damaged)."""
+    d = zlib.decompressobj(wbits=31)
+    out: list[bytes] = []
+    size = 0
+    try:
+        data = raw
+        while data and not d.eof:
+            chunk = d.decompress(data, cap + 1 - size)
+            out.append(chunk)
+            size += len(chunk)
+            if size > cap:
+                raise BadInput(
+                    f"{path}: inflates to more than {cap >> 20} MiB; regdiag reads result files up to that "
+                    "(a gzip bomb, or not a result file)"
+                )
+            data = d.unconsumed_tail
+        if not d.eof:
+            raise BadInput(f"{path}: gzip file that cannot be read (it ends early)")
+    except zlib.error as e:
+        raise BadInput(f"{path}: gzip file that cannot be read ({e})") from None
+    return b"".join(out)
 
 
 def split_selector(ref: str) -> tuple[str, str | None]:
@@ -133,7 +158,7 @@ def load_run(path: Path, fmt: str | None = None, select: str | None = None) -> d
         else:
             if select is not None:
                 raise BadInput(f"{path}#{select}: a regdiag record holds one run; drop '#{select}'")
-            return run
+            return scrub_record(run)  # a record written before every field was scrubbed shows none either
     text = read_text(path)
     if fmt is None and sniff(text) is None:
         raise BadInput(f"{refusal} (nor a file regdiag imports: {', '.join(IMPORTERS)})")
@@ -155,7 +180,9 @@ def import_text(text: str, source: str, fmt: str | None = None) -> list[dict[str
         )
     # each importer declares the unit its tool wrote (pyperf's seconds, nsys' nanoseconds); a stored
     # or compared record holds one unit per dimension (regdiag/units.py: times in ms)
-    records = [units.canonical(r) for r in importer(name).parse(text, source)]
+    # Every string of an imported record (hyperfine's command and parameter labels, nsys range and
+    # kernel names, vllm-bench labels) through the one scrubber, as regdiag's own records are.
+    records = [scrub_record(units.canonical(r)) for r in importer(name).parse(text, source)]
     if not records:
         raise BadInput(f"{source}: the {name} file holds no results")
     for r in records:

@@ -34,6 +34,9 @@ _TABLE_HEADER = re.compile(r"^\|\s*Command\s*\|\s*Mean \[[^\]]+\]\s*\|")
 _CSV_COLUMNS = {"mean", "stddev", "min", "max"}
 
 
+MAX_TIMES = 20_000
+
+
 def sniff(text: str) -> bool:
     head = text.lstrip()
     if summary_export(text):
@@ -83,6 +86,11 @@ def _command(r: Any, source: str, i: int) -> dict[str, Any]:
         raise BadInput(f'{source}: result {i} has no "times" list')
     command = str(r.get("command") or f"command {i}")
     times = r["times"]
+    if len(times) > MAX_TIMES:  # each time is a launch: millions of them would stall every compare
+        raise BadInput(
+            f"{source}: result {i} holds {len(times)} times; regdiag imports at most {MAX_TIMES} a command "
+            "(each is one launch): run hyperfine with fewer --runs"
+        )
     if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 for t in times):
         raise BadInput(f"{source}: result {command!r} holds a time that is not a number of seconds")
     codes: list[Any] = r["exit_codes"] if isinstance(r.get("exit_codes"), list) else [0] * len(times)

@@ -75,7 +75,16 @@ def _console_header(line: str) -> str | None:
 Reports = list[tuple[str, dict[str, float]]]
 
 
+MAX_ROWS = 50_000  # kernels or ranges of one stats export: a real one has hundreds
+
+
 def parse(text: str, source: str) -> list[dict[str, Any]]:
+    rows = text.count("\n")
+    if rows > MAX_ROWS:
+        raise BadInput(
+            f"{source}: {rows} lines; regdiag reads nsys stats exports of at most {MAX_ROWS} rows "
+            "(a summary report: nsys stats --report cuda_gpu_kern_sum --format csv)"
+        )
     reports = _csv_reports(text, source) or _console_reports(text, source)
     if not reports:
         raise BadInput(

@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
+from rich.text import Span, Text
 
 from regdiag.report import layout as L
 from regdiag.report.registry import Out
@@ -439,12 +439,45 @@ def _diff_rows(console: Console, rows: list[list[Text]]) -> None:
     if not rows:
         return
     cols = [L.Col(""), L.Col(""), L.Col(""), L.Col("")]
-    if L.needed_width(cols, rows, 2, header=False) <= console.width:
+    widths = [max(r[k].cell_len for r in rows) for k in range(4)]
+    fits = sum(widths) + 2 * 3 <= console.width
+    if len(rows) <= MANY_ROWS and L.needed_width(cols, rows, 2, header=False) <= console.width:
         console.print(L.table(cols, rows, gap=2, header=False), crop=False)
         return
+    # Many rows (a snapshot of 50 000 variables): one text of padded lines, its styles as spans, printed
+    # once; a table, or a print a row, costs seconds per ten thousand rows.
+    parts: list[str] = []
+    spans: list[Span] = []
+    pos = 0
+    styled = console.color_system is not None or console.record  # else spans only cost time
+
+    def put(cell: Text, pad: int = 0) -> None:
+        nonlocal pos
+        if not styled:
+            parts.append(cell.plain + " " * pad)
+            return
+        if cell.style:
+            spans.append(Span(pos, pos + len(cell.plain), cell.style))
+        spans.extend(Span(pos + sp.start, pos + sp.end, sp.style) for sp in cell.spans)
+        parts.append(cell.plain + " " * pad)
+        pos += len(cell.plain) + pad
+
+    sep = Text(" ")
     for name, old, arrow, new in rows:
-        console.print(name)
-        console.print(Text("      ") + old + " " + arrow + " " + new)
+        if fits:
+            for cell, w in ((name, widths[0]), (old, widths[1]), (arrow, widths[2])):
+                put(cell, w - cell.cell_len + 2)
+            put(new)
+        else:
+            put(name)
+            put(Text("\n      "))
+            for cell in (old, sep, arrow, sep, new):
+                put(cell)
+        put(Text("\n"))
+    console.print(Text("".join(parts), spans=spans), crop=False, end="", soft_wrap=fits)
+
+
+MANY_ROWS = 200
 
 
 # -- behind the registry (regdiag.report.registry) -----------------------------------------------

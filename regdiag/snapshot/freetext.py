@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from regdiag.snapshot.known import known_kind
 from regdiag.snapshot.shapes import BOOLEANS, credential_name, risky_piece
 
 
@@ -38,11 +39,13 @@ _BLOCK = re.compile(
     r"-----BEGIN ([A-Z0-9 ]{1,60})-----.*?(?:-----END \1-----|\Z)|\A.*?-----END [A-Z0-9 ]{1,60}-----", re.S
 )
 _URL_USER = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,30}://)([^\s'\"]+)@")  # to the last '@': p@ss
-_BARE_USER = re.compile(r"(?<![\w/:.@-])([A-Za-z0-9_.-]{1,64}):([^\s@'\"/:]{1,200})@(?=[A-Za-z0-9[])")
+_BARE_USER = re.compile(
+    r"(?<![\w/:.@-])([A-Za-z0-9_.-]{1,64}):([^\s@'\"/:][^\s@'\":]{0,199})@(?=[A-Za-z0-9[])"
+)
 _PARAM = re.compile(
     r"(?i)([?&;](?:x-amz-(?:signature|credential|security-token)|x-goog-(?:signature|credential)|sig|"
     r"signature|policy|key-pair-id|skoid|sktid|[\w-]*token|[\w-]*secret|[\w-]*key|[\w-]*password|passwd|"
-    r"pwd|auth|code|credential|session|apikey)=)([^&\s#\"'<>]+)"
+    r"pwd|auth|code|credential|session|apikey|hmac|mac)=)([^&\s#\"'<>]+)"
 )
 _WEBHOOK = re.compile(
     r"(?i)(hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/|"
@@ -80,6 +83,55 @@ _SPECIAL = [
     # `machine h login u password hunter2` (.netrc), `password s3cret!`: a word with a digit or a sign.
     re.compile(r"(?i)\b(?:password|passwd|passphrase)\s+((?=\S*[\d!#$%^&*@~])[^\s\"']{4,})"),
 ]
+# `Authorization: <scheme> <credentials>` whatever the scheme (Splunk, GenieKey, SSWS, Api-Key, ...),
+# and a credential after a scheme word that only a header uses, wherever it stands.
+_AUTH_HEADER = re.compile(
+    r"(?i)\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:([A-Za-z][\w.-]{0,30})\s+)?([^\s\"',;]+)"
+)
+_SCHEME = re.compile(
+    r"\b(?:Splunk|GenieKey|SSWS|Api-?Key|ApiKey|DeepL-Auth-Key|Negotiate|OAuth|Key|Token)\s+"
+    r"((?=[\w.~+/-]*\d)[\w.~+/=-]{16,})"
+)
+# Programs whose flag takes a credential (by the flag's arity: the next word is its value): redis-cli
+# -a, curl -u/-U/--proxy-user, openssl -k/-pass/-passin/-passout, smbclient -U user%pw, ldap* -w,
+# ipmitool -P, zip/unzip/7z -P, mongo* -p, sqlcmd/bcp -P, docker/podman login -p.
+CREDENTIAL_FLAGS: dict[str, frozenset[str]] = {
+    "redis-cli": frozenset({"-a", "--pass", "--askpass"}),
+    "valkey-cli": frozenset({"-a", "--pass"}),
+    "curl": frozenset({"-u", "--user", "-U", "--proxy-user", "--oauth2-bearer", "--proxy-pass", "--pass"}),
+    "openssl": frozenset({"-k", "-pass", "-passin", "-passout", "-password"}),
+    "smbclient": frozenset({"-U", "--user"}),
+    "ldapsearch": frozenset({"-w"}),
+    "ldapmodify": frozenset({"-w"}),
+    "ldapadd": frozenset({"-w"}),
+    "ldapdelete": frozenset({"-w"}),
+    "ldapwhoami": frozenset({"-w"}),
+    "ipmitool": frozenset({"-P"}),
+    "zip": frozenset({"-P"}),
+    "unzip": frozenset({"-P"}),
+    "mongo": frozenset({"-p"}),
+    "mongosh": frozenset({"-p"}),
+    "mongodump": frozenset({"-p"}),
+    "mongorestore": frozenset({"-p"}),
+    "sqlcmd": frozenset({"-P"}),
+    "bcp": frozenset({"-P"}),
+    "docker": frozenset({"-p"}),
+    "podman": frozenset({"-p"}),
+    "influx": frozenset({"-p"}),
+}
+_PROGRAM_FLAG = re.compile(
+    r"(?<![\w/-])(?:\S*/)?(" + "|".join(re.escape(p) for p in CREDENTIAL_FLAGS) + r")\b([^\n|;&]*)"
+)
+_HTPASSWD = re.compile(r"\bhtpasswd\s+((?:-[A-Za-z]*\s+)*)(\S+)\s+(\S+)\s+(\S+)")
+_HEX_KEY = re.compile(
+    r"(?<![0-9a-fA-F])(?:[0-9a-f]{40}|[0-9a-f]{64}|[0-9A-F]{40}|[0-9A-F]{64})(?![0-9a-fA-F])"
+)
+# A 40- or 64-hex word is a commit or a digest beside these words, and a key beside the others.
+_COMMIT_CONTEXT = re.compile(
+    r"(?i)(commit|sha|rev|revision|head|git|tree|revert|merge|checkout|snapshot|digest|@)"
+)
+_KEY_CONTEXT = re.compile(r"(?i)(key|token|secret|netrc|passw|auth|login|hmac|signature|credential|api)")
+_PATH_WORD = re.compile(r"[.~]?[a-z]{3,}(?:[-_][a-z]+)*")
 _CLAUSE_END = re.compile(r"[;&\n]|\s--?[A-Za-z]|\s[A-Z_][A-Z0-9_]*=")
 _FINGERPRINT = re.compile(r"[A-Za-z0-9+/]{43}=?")
 _RUN = re.compile(r"[A-Za-z0-9+/=_~%.-]{14,}")
@@ -121,13 +173,14 @@ def _assign(text: str) -> str:
     pos = 0
     for m in _ASSIGN.finditer(text):
         name, sep = m.group(2), m.group(3)
-        if m.start() < pos or not credential_name(name):
+        pwd = name.upper() == "PWD"  # the shell's working directory, or ODBC's password (PWD=...;)
+        if m.start() < pos or not (credential_name(name) or pwd):
             continue
         nl = text.find("\n", m.end(), m.end() + 4096)
         line = text[m.end() : nl if nl >= 0 else m.end() + 4096]
         end = _value_end(name, line)
         v = line[:end]
-        if not v or v.lower() in BOOLEANS or v.startswith("<redacted"):
+        if not v or v.lower() in BOOLEANS or v.startswith("<redacted") or (pwd and v.startswith(("/", "~"))):
             continue
         # `api-key: accept env` in a commit subject, `#token: 1234` in SGLang's decode line: after a
         # colon and a space, a plain word or a number is prose (not after a password-like name).
@@ -163,13 +216,57 @@ def _flag(m: re.Match[str]) -> str:
 
 def _run(m: re.Match[str]) -> str:
     run = m.group(0)
-    if run.startswith(("/", "~", ".")) or run.startswith("<"):
-        return run  # a file path: harmless by the rule (a token inside one is matched by shape above)
+    if run.startswith("<") or known_kind(run):
+        return run  # a marker, or a version, model id, kernel name, dtype, GPU name, size (regdiag.snapshot.known)
+    if run.startswith(("/", "~", ".")):
+        # A file path (a random piece in one is a task id, a temporary name), unless it ends as base64 does
+        # or has random pieces and no directory named by a word: `/x+Ab...9Q` is a key, `/root/.cache/x` not.
+        random_piece = any(risky_piece(p) for p in re.split(r"[/+._-]", run))
+        words = any(_PATH_WORD.fullmatch(seg) for seg in run.split("/"))
+        return marker(run) if run.endswith("=") or (random_piece and not words) else run
     if _FINGERPRINT.fullmatch(run) and m.string[max(0, m.start() - 7) : m.start()] == "SHA256:":
         return run  # a public key's fingerprint (ssh's `SHA256:<base64>`), which the user must check
     if any(risky_piece(p) for p in re.split(r"[-_.:]", run)):
         return marker(run)
+    h = _HEX_KEY.search(run)
+    if h is not None:
+        # 40 or 64 hex: a commit or a digest beside commit words; a key behind a prefix (sbp_, bkua_) or
+        # beside key words (`api-key`, `netrc`, `hmac`).
+        line = m.string[max(0, m.start() - 48) : m.start()].rsplit("\n", 1)[-1] + run[: h.start()]
+        if not _COMMIT_CONTEXT.search(line) and (h.start() > 0 or _KEY_CONTEXT.search(line)):
+            return marker(run)
     return run
+
+
+def _auth_header(m: re.Match[str]) -> str:
+    value = m.group(2)
+    if value.startswith("<redacted") or (m.group(1) is None and re.fullmatch(r"[A-Za-z]{1,20}", value)):
+        return m.group(0)  # `authorization: required`: prose
+    return m.group(0)[: m.start(2) - m.start()] + marker(value) + m.group(0)[m.end(2) - m.start() :]
+
+
+def _program_flags(m: re.Match[str]) -> str:
+    """`redis-cli -h h -a PW`, `curl --proxy-user u:pw`: the word after a credential flag of the program."""
+    prog, rest = m.group(1), m.group(2)
+    flags = CREDENTIAL_FLAGS[prog]
+    if prog in ("docker", "podman") and " login" not in rest:
+        return m.group(0)  # `docker run -p 8000:8000` maps a port
+    out, pending = [], False
+    for sp, tok in re.findall(r"(\s*)(\S+)", rest):
+        flag, eq, value = tok.partition("=")
+        if pending and not tok.startswith("<redacted"):
+            tok = marker(tok)
+        elif eq and flag in flags and value and not value.startswith("<redacted"):
+            tok = f"{flag}={marker(value)}"
+        pending = tok in flags
+        out.append(sp + tok)
+    return m.group(0)[: m.start(2) - m.start()] + "".join(out)
+
+
+def _htpasswd(m: re.Match[str]) -> str:
+    if "b" not in m.group(1) or m.group(4).startswith("<redacted"):
+        return m.group(0)  # without -b the password is asked for, not given
+    return m.group(0)[: m.start(4) - m.start()] + marker(m.group(4))
 
 
 def _url_path(m: re.Match[str]) -> str:
@@ -267,8 +364,12 @@ _STEPS: list[Callable[[str], str]] = [
     lambda t: _sub_group(_WEBHOOK, t, 2),
     lambda t: _TELEGRAM.sub(lambda m: marker(m.group(0)), t),
     lambda t: _QUOTED.sub(_quoted, t),
+    lambda t: _AUTH_HEADER.sub(_auth_header, t),
+    lambda t: _sub_group(_SCHEME, t, 1),
     _assign,
     lambda t: _FLAG.sub(_flag, t),
+    lambda t: _PROGRAM_FLAG.sub(_program_flags, t),
+    lambda t: _HTPASSWD.sub(_htpasswd, t),
     *[(lambda t, p=p: _sub_group(p, t, 1)) for p in _SPECIAL],
     lambda t: _URL.sub(_url_path, t),
     lambda t: _RUN.sub(_run, t),

@@ -17,6 +17,9 @@ Which function for which sink (docs/redaction.md lists the rules):
   redact_value(name, v)  one variable
   redact_argv(argv)      a command line kept as tokens (launch_cmd, --pid cmdline, build logs)
   redact_tree(obj)       any decoded JSON (server info, journal lines): by key name, then as text
+  scrub_record(rec)      a record or a launch of one, every string field (header config and labels,
+                         footer, teardown, importer labels and commands, range names): numbers kept
+  redact_spec(text)      a bisect/ab side's spec string: each NAME=VALUE as redact_value has it
   scrub_text(text)       free text
   scrub_lines(lines)     a tail of lines, scrubbed as one text (a PEM block spans lines)
 
@@ -25,13 +28,16 @@ Standard library only (detect-secrets is optional).
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 from collections.abc import Iterable
 from typing import Any
 
 from regdiag.snapshot import keyedhash
-from regdiag.snapshot.freetext import marker, scrub_free_text
+from regdiag.snapshot.freetext import CREDENTIAL_FLAGS, marker, scrub_free_text
+from regdiag.snapshot.known import known_kind
 from regdiag.snapshot.shapes import BOOLEANS, NUMBER, credential_name, harmless_value
 
 REDACTED = "<redacted>"
@@ -93,8 +99,46 @@ def redact_value(name: str, value: str, key: bytes | None = None) -> tuple[str, 
 
 
 def _harmless(name: str, value: str, loose: bool = False) -> bool:
-    """Harmless by shape, and no token shape inside either (xoxb-1234567890-abcdefghijkl reads as words)."""
-    return harmless_value(name, value, loose) and scrub_free_text(value, detector=False) == value
+    """Harmless by shape or of a known harmless kind (regdiag.snapshot.known), with no token shape inside
+    (xoxb-1234567890-abcdefghijkl reads as words) and, for a command line, no credential after a flag
+    that takes one (`redis-cli -a PW` in a VLLM_* value). JSON is judged field by field."""
+    if not credential_name(name) and _json_harmless(value):
+        return True
+    shaped = harmless_value(name, value, loose) or (not credential_name(name) and known_kind(value))
+    return shaped and scrub_free_text(value, detector=False) == value and _command_clean(value)
+
+
+def _command_clean(value: str) -> bool:
+    if not _SPACE.search(value.strip()):
+        return True
+    try:
+        tokens = shlex.split(value)
+    except ValueError:
+        return False
+    return redact_argv(tokens, _NO_KEY) == tokens
+
+
+def _json_harmless(value: str) -> bool:
+    """A JSON object or list (vLLM's --speculative-config) whose every field is harmless by its name and
+    value; the text is kept as it is then."""
+    v = value.strip()
+    if not v.startswith(("{", "[")) or len(v) > 8192:
+        return False
+    try:
+        obj = json.loads(v)
+    except ValueError:
+        return False
+
+    def ok(o: Any, key: str) -> bool:
+        if isinstance(o, dict):
+            return all(isinstance(k, str) and not credential_name(k) and ok(x, k) for k, x in o.items())
+        if isinstance(o, list):
+            return all(ok(x, key) for x in o)
+        if isinstance(o, str):
+            return o == "" or _harmless(key or "value", o, loose=True)
+        return True  # numbers, booleans, null
+
+    return ok(obj, "")
 
 
 def redact_env(env: dict[str, str], key: bytes | None = None) -> tuple[dict[str, str], list[str]]:
@@ -153,6 +197,8 @@ def _token(name: str, tok: str, key: bytes) -> str:
 
 def _flag_value(prog: str, flag: str, tok: str, key: bytes) -> str:
     name = flag.lstrip("-")
+    if flag in CREDENTIAL_FLAGS.get(prog, ()) and prog not in ("docker", "podman"):  # (-p: a port too)
+        return hidden(name, tok, key)  # redis-cli -a, curl -U, openssl -k, ldapsearch -w, ipmitool -P
     if credential_name(name) or (name in _PASSWORD_SHORT_FLAGS and prog in _MYSQL | {"sshpass"}):
         return tok if tok.lower() in BOOLEANS else hidden(name, tok, key)
     if name in _PASSWORD_SHORT_FLAGS and not re.fullmatch(r"\d{1,5}", tok):
@@ -189,10 +235,65 @@ def redact_argv(argv: list[str], key: bytes | None = None) -> list[str]:
                 out.append(tok)
                 pending = opt
             continue
-        if eq and opt.isidentifier():
+        if (
+            prog == "htpasswd"
+            and i == len(argv) - 1
+            and any(re.fullmatch(r"-[A-Za-z]*b[A-Za-z]*", t) for t in argv[1:i])
+        ):
+            out.append(hidden("htpasswd", tok, k))  # htpasswd -b FILE USER PASSWORD
+        elif eq and opt.isidentifier():
             out.append(f"{opt}={redact_value(opt, value, k)[0]}")
         elif i > 0 and argv[i - 1] == "login":
             out.append(hidden("login", tok, k))
         else:
             out.append(_token("", tok, k) if i > 0 else scrub_free_text(tok))
     return out
+
+
+_NUMBERS = (int, float)
+
+
+def scrub_record(obj: Any, key: str = "", hkey: bytes | None = None) -> Any:
+    """A copy of a record (or a launch, a header) with every string through the one scrubber: a value
+    under a credential name hidden, an argv list token by token, every other string as free text.
+    Numbers stay numbers (a sample's list is passed as it is), and a value already hidden is kept."""
+    if hkey is None:
+        hkey = default_key() or _NO_KEY
+    if isinstance(obj, dict):  # keys too: a metric named after an nsys range, a label's name
+        return {_key(k): scrub_record(v, str(k), hkey) for k, v in obj.items()}
+    if isinstance(obj, list):
+        if all(isinstance(v, _NUMBERS) for v in obj):
+            return obj
+        if key in _TREE_ARGV_KEYS and all(isinstance(v, str) for v in obj):
+            return redact_argv(list(obj), hkey)
+        return [scrub_record(v, key, hkey) for v in obj]
+    if isinstance(obj, str):
+        if is_hidden(obj) or (key in _ID_KEYS and _HEX_ID.fullmatch(obj)):
+            return obj
+        if key and credential_name(key):
+            return obj if obj.lower() in BOOLEANS else hidden(key, obj, hkey)
+        return scrub_free_text(obj)
+    return obj
+
+
+def _key(k: Any) -> Any:
+    return scrub_free_text(k) if isinstance(k, str) and len(k) >= 14 else k
+
+
+def redact_spec(text: str, key: bytes | None = None) -> str:
+    """A side's spec ('pkg==1.2 NAME=VALUE -NAME commit=REV') with each variable's value as redact_value
+    keeps it (default-deny, as the screen shows it); a spec that is not one (a file name) as free text."""
+    try:
+        tokens = shlex.split(text)
+    except ValueError:
+        return scrub_free_text(text)
+    k = (default_key() if key is None else key) or _NO_KEY
+    out = []
+    for tok in tokens:
+        name, eq, value = tok.partition("=")
+        if eq and not value.startswith("=") and name != "commit" and name.isidentifier():
+            tok = f"{name}={redact_value(name, value, k)[0]}"
+        else:
+            tok = scrub_free_text(tok)
+        out.append(tok)
+    return shlex.join(out) if out != tokens else text

@@ -52,6 +52,7 @@ CREDENTIAL_WORDS = frozenset(
         "PIN",
         "OTP",
         "JWT",  # SLURM_JWT: slurmrestd's token
+        "HMAC",
     }
 )
 CREDENTIAL_SUFFIXES = ("PASSWORD", "PASSWD", "PASS", "PWD", "PW", "SECRET", "TOKEN", "APIKEY")
