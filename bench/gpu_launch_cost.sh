@@ -20,6 +20,7 @@ KIMI=${KIMI:-"--preset kimi-k2 --tp-slice 8 --layers 8 --cycles 30"}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__)"
 
+if [ -z "${SKIP_LAUNCH:-}" ]; then  # SKIP_LAUNCH=1: the bisect alone
 log "1. launch cost, warm vs cold, alternated: $KIMI"
 t0=$SECONDS
 timeout -k 10 230 python3 bench/bench_launch.py --runs 2 --launches 6 --out "$TMP/launch" -- $KIMI \
@@ -27,6 +28,7 @@ timeout -k 10 230 python3 bench/bench_launch.py --runs 2 --launches 6 --out "$TM
 echo "bench exit $? in $((SECONDS - t0)) s"
 cp "$TMP/launch/launch.json" "$OUT/" 2>/dev/null
 cat "$OUT/launch.md"; tail -4 "$OUT/launch.err"
+fi
 
 log "2. 4-variable env bisect, metric verify, eager verify: $KIMI --verify-graph off"
 t0=$SECONDS
