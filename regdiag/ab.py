@@ -37,7 +37,7 @@ from regdiag.bisect.lab import EnvBuilder, builder_for
 from regdiag.bisect.loaded import check_before, check_launch
 from regdiag.bisect.run import Request as BisectRequest
 from regdiag.bisect.run import argv_builder
-from regdiag.errors import BadInput, ProbeError
+from regdiag.errors import BadInput, HostError, ProbeError
 from regdiag.hosts.base import CommandResult, Host
 from regdiag.measure.launch import UsageAbort, launch, measure_launch
 from regdiag.measure.nodes import NodeFailed
@@ -272,13 +272,20 @@ class Pairs:
         self.adopted: set[str] = set()
         self.loaded_checked = False  # B's first launch loaded every package factor (bisect/loaded.py)
         self.total = 2 * req.launches
+        self.at: dict[str, int] = {}  # each node's latest launch (its place in the run, 0-based)
+        self.ended_at: int | None = None  # the first launch that found the host's allocation ended
 
     def run(self) -> None:
         from regdiag.measure.nodes import fit_nodes, run_lanes
 
         nodes = self.host.nodes()
         if len(nodes) == 1:
-            self.lane(nodes[0], pair_plan(self.req.launches, 1)[0], alone=True)
+            try:
+                self.lane(nodes[0], pair_plan(self.req.launches, 1)[0], alone=True)
+            except HostError:
+                if not getattr(self.host, "ended", None):
+                    raise
+                self.cut_short()
             return
         nodes, unfit, snaps = fit_nodes(nodes, lambda ev: self.emit({"event": "health", **ev}))
         for w in self.writers.values():
@@ -290,6 +297,10 @@ class Pairs:
             w.run["design"]["nodes"] = {
                 n.name: [p for p, _ in lane] for n, lane in zip(nodes, lanes, strict=True)
             }
+        if getattr(self.host, "ended", None):  # scancel, TIMEOUT: every lane ended with it
+            record_node_failures(self.writers, unfit)
+            self.cut_short()
+            return
         record_node_failures(self.writers, {**unfit, **failed})
         if len(failed) == len(nodes):
             raise ProbeError(f"every node failed: {'; '.join(f'{k}: {v}' for k, v in failed.items())}")
@@ -302,7 +313,14 @@ class Pairs:
             if down is not None:
                 raise NodeFailed(f"{down} before pair {pair}")
             for label in order:
-                why = self.launch(node, label, pair)
+                try:
+                    why = self.launch(node, label, pair)
+                except HostError as e:  # the node went DOWN, the allocation ended: named by the host
+                    at = self.at.get(node.name, 0)
+                    with self.lock:
+                        if getattr(self.host, "ended", None):
+                            self.ended_at = min(at, self.ended_at if self.ended_at is not None else at)
+                    raise HostError(at_launch(e, at)) from None
                 if why is None:
                     continue
                 if alone:
@@ -318,6 +336,7 @@ class Pairs:
         s, w = self.plan.sides[label], self.writers[label]
         with self.lock:
             pos, self.order = self.order, self.order + 1
+            self.at[node.name] = pos
         where = node.placement()
         self.emit({"event": "launch", "side": label, "index": pair, "order": pos, "of": self.total, **where})
 
@@ -352,6 +371,24 @@ class Pairs:
                 warn(self.writers["B"], note)
         return why
 
+    def cut_short(self) -> None:
+        """The allocation ended under the run (scancel, TIMEOUT): what was measured is the result, said
+        so in both records, when it holds two complete pairs; fewer end the run (exit 4)."""
+        ended = at_launch(getattr(self.host, "ended", None), self.ended_at or 0)
+        done = complete_pairs(self.writers)
+        note = f"{ended}: the result is from the {done} complete pairs measured before it"
+        for w in self.writers.values():
+            warn(w, note)
+            w.run["design"]["ended"] = ended
+            w.flush()
+        self.emit({"event": "ended", "why": note})
+        if done < 2:
+            w = self.writers
+            raise HostError(
+                f"{ended}; {done} complete pair(s) measured, too few to compare (kept in {w['A'].path} "
+                f"and {w['B'].path})"
+            )
+
     def _record_env(self, w: RunWriter, variables: dict[str, str | None]) -> None:
         """The variables a side's launches get, as its record says (redacted like a snapshot)."""
         with self.lock:
@@ -381,6 +418,20 @@ class Pairs:
             timeout=self.req.launch_timeout,
             regdiag_code=own,
         )
+
+
+def at_launch(fault: BaseException | None, pos: int) -> str:
+    """A host's fault with where in the run it struck (hosts/slurm_state.py: "n3 went DOWN at launch 14
+    (reason)"); `pos` is the launch's place in the run, 0-based."""
+    where = f"at launch {pos + 1}"
+    at = getattr(fault, "at", None)
+    return at(where) if at is not None else f"{fault} {where}"
+
+
+def complete_pairs(writers: dict[str, RunWriter]) -> int:
+    """The pairs whose two halves both measured."""
+    ok = [{la.get("pair") for la in w.run["launches"] if la.get("status") == "ok"} for w in writers.values()]
+    return len(set.intersection(*ok) - {None})
 
 
 def record_node_failures(writers: dict[str, RunWriter], failed: dict[str, str]) -> None:

@@ -143,9 +143,12 @@ def _show(result: AbResult, margin: float, out_fmt: str) -> None:
     from regdiag.report.fleet import reading, show_fleet
 
     fleet = reading(result.runs["A"], result.runs["B"], margin)
+    ended = result.runs["A"].get("design", {}).get("ended")  # the allocation's end cut the run short
     if out_fmt == "json":
         out = c.to_dict()
         out["records"] = {k: str(p) for k, p in result.paths.items()}
+        if ended:
+            out["ended"] = ended
         if fleet is not None:
             out["fleet"] = fleet.to_dict()
         print_json(out)
@@ -155,6 +158,8 @@ def _show(result: AbResult, margin: float, out_fmt: str) -> None:
         terminal.render(c, console, str(result.paths["A"]), str(result.paths["B"]))
         if fleet is not None:
             show_fleet(fleet, console)
+        if ended:
+            console.print(f"note: {ended}: the result is from the pairs measured before it", highlight=False)
     else:  # markdown, html, csv: as compare writes them, on stdout
         from regdiag.report.registry import Out, render
 
@@ -195,6 +200,8 @@ def _printer() -> Any:
         elif kind == "launch":
             on = f" on {ev['node']}" if ev.get("node") else ""
             say(f"launch {ev['order'] + 1}/{ev['of']}: {ev['side']} #{ev['index'] + 1}{on}")
+        elif kind == "ended":
+            err_console.print(f"regdiag: warning: {escape(ev['why'])}", soft_wrap=True, highlight=False)
         elif kind == "health" and not ev.get("fit"):
             say(f"node {ev['node']} left out: {ev['why']}")
 

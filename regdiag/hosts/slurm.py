@@ -39,6 +39,7 @@ from regdiag.errors import BadInput, HostError
 from regdiag.hosts.base import CommandResult, Host, LineCallback
 from regdiag.hosts.bundle import BundleHost, local_bundle_path
 from regdiag.hosts.local import LocalHost, local_regdiag_argv
+from regdiag.hosts.slurm_state import SLURM_LINE, SlurmFault, job_fault
 
 JOB_PREFIX = "regdiag-"
 DEFAULT_TIME = "240"  # minutes: the allocation's bound when --slurm-args gives no --time
@@ -141,18 +142,33 @@ class SlurmNode(BundleHost):
         on_stderr_line: LineCallback | None = None,
         keep_output: bool = True,
     ) -> CommandResult:
-        step = ["srun", "--jobid", self.alloc.job_id, "-w", self.name, *STEP_OPTIONS]
+        if self.alloc.ended:
+            raise self.alloc.ended  # no step can start on an allocation that is gone
+        step = ["srun", "--jobid", self.alloc.job_id, "-w", self.name, *self.alloc.step_options]
         if cwd:
             step.append(f"--chdir={cwd}")
-        return self.alloc.local.run(
+        said: list[str] = []  # srun's and slurmstepd's own error lines about the step
+
+        def on_err(line: str) -> None:
+            if SLURM_LINE.match(line):
+                said.append(line)
+            if on_stderr_line is not None:
+                on_stderr_line(line)
+
+        res = self.alloc.local.run(
             [*step, "--", *argv],
             stdin=stdin,
             env=env,
             timeout=timeout,
             on_stdout_line=on_stdout_line,
-            on_stderr_line=on_stderr_line,
+            on_stderr_line=on_err,
             keep_output=keep_output,
         )
+        if said or res.returncode >= 128:  # srun said something, or the step died of a signal
+            fault = self.alloc.fault(self.name, said)
+            if fault is not None:
+                raise fault
+        return res
 
     def regdiag_argv(self, entry: Sequence[str], python: str | None = None) -> list[str]:
         return local_regdiag_argv(entry, python or self.python)  # the shared filesystem's copy
@@ -193,6 +209,8 @@ class SlurmAllocation(SlurmNode):
         self.alloc = self
         self.job_name = f"{JOB_PREFIX}{socket.gethostname().split('.')[0]}-{os.getpid()}"
         self.job_id = ""
+        self.ended: SlurmFault | None = None  # the allocation's end, once a failed step found it (fault())
+        self.step_options: tuple[str, ...] = STEP_OPTIONS
         self._closed = False
         self._lock = threading.Lock()
         self.stale = clean_stale()
@@ -224,8 +242,24 @@ class SlurmAllocation(SlurmNode):
         nodelist = next((str(j.get("nodes")) for j in jobs if str(j.get("job_id")) == self.job_id), "")
         if not nodelist:
             raise HostError(f"Slurm job {self.job_id} has no nodes (squeue --json)")
-        names = _run(["scontrol", "show", "hostnames", nodelist]).stdout.decode().split()
-        return names
+        return self._hostnames(nodelist)
+
+    def fault(self, node: str | None = None, said: Sequence[str] = ()) -> SlurmFault | None:
+        """What Slurm says went wrong under a failed step on `node` (`said`: srun's error lines): the
+        allocation's end ("the allocation was cancelled (scancel)", kept: every later step fails with
+        it at once), the node gone DOWN, or None (the launch failed on its own)."""
+        if self.ended or self._closed:
+            return self.ended
+        found = job_fault(self.job_id, node, said, self._hostnames)
+        if found is None:
+            return None
+        kind, fault = found
+        if kind == "job":
+            self.ended = fault
+        return fault
+
+    def _hostnames(self, nodelist: str) -> list[str]:
+        return _run(["scontrol", "show", "hostnames", nodelist]).stdout.decode().split()
 
     def run(self, argv: Sequence[str], **kw: Any) -> CommandResult:  # type: ignore[override]
         return self._nodes[0].run(argv, **kw)
