@@ -98,16 +98,7 @@ class AbResult:
 def make_plan(req: AbRequest, host: Host) -> AbPlan:
     """The two sides as factors of bisect's kinds, each kind checking its own (exit 2 for what cannot be
     measured here: a GPU clock without NVML, a commit without --repo)."""
-    # An empty spec is this environment as it is (the usual A of "does this one change matter?").
-    allow = req.allow_code_from_record
-    a = load_side(req.a, "--a", allow) if req.a.strip() else Spec(source="this environment")
-    b = load_side(req.b, "--b", allow) if req.b.strip() else Spec(source="this environment")
-    if (a.commit is None) != (b.commit is None):
-        raise BadInput("commit= is given for one side only: give the engine commit of both sides")
-    d = diff(a, b)
-    if d.notes:
-        # A difference that cannot be reproduced here: measuring anyway would compare something else.
-        raise BadInput(f"--a and --b: {d.notes[0]}")
+    a, b, d = _sides(req)
     if d.factors and (req.ignore or req.only):
         d = select(d, req.ignore, req.only)
     here = host.builds_here
@@ -124,12 +115,36 @@ def make_plan(req: AbRequest, host: Host) -> AbPlan:
     return AbPlan(factors, dict(d.same_env), sides, repo)
 
 
+def _sides(req: AbRequest) -> tuple[Spec, Spec, Any]:
+    """The two specs as given (files read, specs parsed) and their difference; bad input refused."""
+    # An empty spec is this environment as it is (the usual A of "does this one change matter?").
+    allow = req.allow_code_from_record
+    a = load_side(req.a, "--a", allow) if req.a.strip() else Spec(source="this environment")
+    b = load_side(req.b, "--b", allow) if req.b.strip() else Spec(source="this environment")
+    if (a.commit is None) != (b.commit is None):
+        raise BadInput("commit= is given for one side only: give the engine commit of both sides")
+    d = diff(a, b)
+    if d.notes:
+        # A difference that cannot be reproduced here: measuring anyway would compare something else.
+        raise BadInput(f"--a and --b: {d.notes[0]}")
+    return a, b, d
+
+
+def precheck(req: AbRequest) -> None:
+    """What can be refused before any host is opened (no Slurm allocation is asked for bad input): the
+    launches, --probe / --command, both sides' specs."""
+    if req.launches < 2:
+        raise BadInput("--launches must be at least 2 per side (a paired comparison needs two pairs)")
+    argv_builder(BisectRequest(good=req.a, bad=req.b, command=req.command, probe=req.probe), None)
+    _sides(req)
+
+
 def _check(req: AbRequest, host: Host) -> None:
     if req.launches < 2:
         raise BadInput("--launches must be at least 2 per side (a paired comparison needs two pairs)")
     if req.find_links and host.builds_here and not Path(req.find_links).is_dir():
         raise BadInput(f"--find-links {req.find_links}: no such directory")
-    if req.command and not host.builds_here:
+    if req.command and not (host.builds_here or getattr(host, "shares_files", False)):
         raise BadInput(f"a --command runs on this machine; on {host.name} give --probe")
 
 

@@ -96,7 +96,7 @@ def ab(
     fmt: str | None = format_opt("compare"),
     target: Target = TARGET,
 ) -> None:
-    from regdiag.ab import AbRequest
+    from regdiag.ab import AbRequest, precheck
     from regdiag.cli.common import build_fields, probe_args
     from regdiag.cli.compare_cmd import _margin
 
@@ -120,6 +120,7 @@ def ab(
         ignore=list(ignore or []),
         only=list(only or []),
     )
+    precheck(req)  # before a host is opened: bad input costs no allocation
     result = _run(req, target.open())
     _show(result, m, chosen)
 

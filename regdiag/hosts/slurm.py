@@ -124,6 +124,7 @@ class SlurmNode(BundleHost):
     via = "slurm"
     builds_here = False
     keeps_warm = False  # each launch is a job step; a warm parent would hold the node
+    shares_files = True  # the nodes see this machine's files: a --command runs there as it would here
 
     def __init__(self, alloc: SlurmAllocation, node: str) -> None:
         self.alloc = alloc
