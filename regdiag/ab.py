@@ -312,8 +312,12 @@ class Pairs:
             w.run["design"]["nodes"] = {
                 n.name: [p for p, _ in lane] for n, lane in zip(nodes, lanes, strict=True)
             }
-        if getattr(self.host, "ended", None):  # scancel, TIMEOUT: every lane ended with it
-            record_node_failures(self.writers, unfit)
+        end = getattr(self.host, "ended", None)
+        if end is not None:  # scancel, TIMEOUT: the lanes still running ended with it
+            what = str(getattr(end, "what", end))
+            record_node_failures(
+                self.writers, {**unfit, **{k: v for k, v in failed.items() if what not in v}}
+            )
             self.cut_short()
             return
         record_node_failures(self.writers, {**unfit, **failed})

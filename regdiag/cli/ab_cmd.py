@@ -99,6 +99,7 @@ def ab(
     from regdiag.ab import AbRequest, precheck
     from regdiag.cli.common import build_fields, probe_args
     from regdiag.cli.compare_cmd import _margin
+    from regdiag.measure.needs import gpu_need
 
     extra = probe_args(ctx, probe)
     build = build_fields(repo, setup, find_links, index_url, target.python, installer)
@@ -121,7 +122,7 @@ def ab(
         only=list(only or []),
     )
     precheck(req)  # before a host is opened: bad input costs no allocation
-    result = _run(req, target.open())
+    result = _run(req, target.open(gpus=gpu_need(probe, extra)))
     _show(result, m, chosen)
 
 

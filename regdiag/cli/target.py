@@ -85,15 +85,16 @@ class Target:
             return replace(self, hosts=(), host_defaulted=False)  # --slurm on the command line wins
         return self
 
-    def open(self) -> Any:
+    def open(self, **needs: Any) -> Any:
         """The one host the command runs on (the caller closes it): this machine, an SSH host or a host
-        of another kind (a Slurm allocation); the kind is chosen here and nowhere else."""
+        of another kind (a Slurm allocation); the kind is chosen here and nowhere else. `needs`: what
+        one launch needs (gpus=measure.needs.GpuNeed), for a kind that asks for resources."""
         from regdiag.hosts.resolve import open_host, open_kind
 
         t = self.checked()
         kind = t.kind
         if kind:
-            return open_kind(kind, t.options[kind], t.python, dict(t.options))
+            return open_kind(kind, t.options[kind], t.python, {**t.options, **needs})
         return open_host(t.host, t.python, t.ssh_config)
 
     def for_each(self, fn: Callable[[Any], Any]) -> list[Any]:

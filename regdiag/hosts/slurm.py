@@ -39,6 +39,7 @@ from regdiag.errors import BadInput, HostError
 from regdiag.hosts.base import CommandResult, Host, LineCallback
 from regdiag.hosts.bundle import BundleHost, local_bundle_path
 from regdiag.hosts.local import LocalHost, local_regdiag_argv
+from regdiag.hosts.slurm_check import per_node, salloc_gpus, start_check, step_gpus
 from regdiag.hosts.slurm_state import SLURM_LINE, SlurmFault, job_fault
 
 JOB_PREFIX = "regdiag-"
@@ -204,7 +205,9 @@ class SlurmNode(BundleHost):
 class SlurmAllocation(SlurmNode):
     """The allocation: its nodes, and commands that need no particular node run on the first one."""
 
-    def __init__(self, count: int, python: str | None = None, salloc_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self, count: int, python: str | None = None, salloc_args: Sequence[str] = (), need: Any = None
+    ) -> None:
         self.local = LocalHost(python)
         self.python = self.local.python
         self.alloc = self
@@ -216,13 +219,20 @@ class SlurmAllocation(SlurmNode):
         self._lock = threading.Lock()
         self.stale = clean_stale()
         self._watchdog = _start_watchdog(self.job_name)
+        self.need = need  # the GPUs one launch uses (measure/needs.py), or None
+        self.per_node = (1, 0)  # the CPUs and GPUs the allocation holds on each node
         try:
             self.job_id = self._allocate(count, list(salloc_args))
             self.node_names = self._node_names()
+            self.step_options = (*STEP_OPTIONS, *step_gpus(need, *self.per_node))
+            self._nodes = [SlurmNode(self, n) for n in self.node_names]
+            problems = start_check(self._nodes, self.python, need)
+            if problems:
+                more = f" (and {len(problems) - 1} more node(s) alike)" if len(problems) > 1 else ""
+                raise HostError(problems[0] + more)
         except BaseException:
             self.close()
             raise
-        self._nodes = [SlurmNode(self, n) for n in self.node_names]
         self.name = "slurm"
         self._reopen = {"slurm": str(count), "slurm_args": shlex.join(salloc_args) or None}
 
@@ -230,17 +240,25 @@ class SlurmAllocation(SlurmNode):
         argv = ["salloc", "--no-shell", "-N", str(count), "--job-name", self.job_name, "--no-kill"]
         if not any(a == "-t" or a.startswith(("--time", "-t")) for a in extra):
             argv += ["--time", DEFAULT_TIME]
-        res = self.local.run([*argv, *extra], timeout=GRANT_TIMEOUT_S)
+        gpus = salloc_gpus(extra, self.need)
+        res = self.local.run([*argv, *gpus, *extra], timeout=GRANT_TIMEOUT_S)
         err = res.stderr.decode("utf-8", "replace")
         m = re.search(r"Granted job allocation (\d+)", err)
         if m is None or not res.ok:
-            raise HostError(_slurm_error("salloc", res))
+            asked = (
+                f" (regdiag asked for {gpus[0]} for the probe's {self.need.why}: give the probe --device cpu, "
+                "or ask for GPUs in --slurm-args)"
+                if gpus
+                else ""
+            )
+            raise HostError(_slurm_error("salloc", res) + asked)
         return m.group(1)
 
     def _node_names(self) -> list[str]:
         res = _run(["squeue", "--json", "--jobs", self.job_id])
         jobs = json.loads(res.stdout.decode("utf-8", "replace") or "{}").get("jobs", [])
-        nodelist = next((str(j.get("nodes")) for j in jobs if str(j.get("job_id")) == self.job_id), "")
+        job = next((j for j in jobs if str(j.get("job_id")) == self.job_id), {})
+        nodelist, self.per_node = str(job.get("nodes") or ""), per_node(job)
         if not nodelist:
             raise HostError(f"Slurm job {self.job_id} has no nodes (squeue --json)")
         return self._hostnames(nodelist)
@@ -276,7 +294,8 @@ class SlurmAllocation(SlurmNode):
         return dict(self._reopen)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "nodes": list(self.node_names)}  # name, python, via, allocation
+        gpus = {"per_launch": getattr(self.need, "count", 0), "per_node": self.per_node[1]}
+        return {**super().describe(), "nodes": list(self.node_names), "gpus": gpus}  # name, python, via, ...
 
     def close(self) -> None:
         """Cancel the allocation (every step on it ends) and stop the watchdog; safe to call twice."""
@@ -312,4 +331,4 @@ def open_slurm(value: str, python: str | None, options: Mapping[str, Any]) -> Ho
         extra = shlex.split(str(options.get("slurm_args") or ""))
     except ValueError as e:
         raise BadInput(f"--slurm-args: cannot split it: {e}") from None
-    return SlurmAllocation(count, python, extra)
+    return SlurmAllocation(count, python, extra, options.get("gpus"))
