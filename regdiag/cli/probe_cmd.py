@@ -318,6 +318,7 @@ def _run(
     target: Target,
     cold: bool = False,
 ) -> None:
+    from regdiag.measure.needs import gpu_need
     from regdiag.measure.probe import run_probe
 
     if launches < 1:
@@ -326,8 +327,8 @@ def _run(
     if len(dict.fromkeys(target.hosts)) > 1:
         _run_many(name, options, launches, timeout, no_snapshot, output, out_fmt, target, cold)
         return
-    host = target.open()
     args = options_argv(options)
+    host = target.open(gpus=gpu_need(name, args))  # --slurm asks for the GPUs these options need
     progress = _progress()
     task = progress.add_task(f"{name}: starting", total=None)
     plain = PlainProgress(f"probe {name}")
