@@ -144,7 +144,7 @@ def _check(req: AbRequest, host: Host) -> None:
         raise BadInput("--launches must be at least 2 per side (a paired comparison needs two pairs)")
     if req.find_links and host.builds_here and not Path(req.find_links).is_dir():
         raise BadInput(f"--find-links {req.find_links}: no such directory")
-    if req.command and not (host.builds_here or getattr(host, "shares_files", False)):
+    if req.command and not (host.builds_here or host.shares_files):
         raise BadInput(f"a --command runs on this machine; on {host.name} give --probe")
 
 
@@ -298,7 +298,7 @@ class Pairs:
             try:
                 self.lane(nodes[0], pair_plan(self.req.launches, 1)[0], alone=True)
             except HostError:
-                if not getattr(self.host, "ended", None):
+                if self.host.ended is None:
                     raise
                 self.cut_short()
             return
@@ -312,7 +312,7 @@ class Pairs:
             w.run["design"]["nodes"] = {
                 n.name: [p for p, _ in lane] for n, lane in zip(nodes, lanes, strict=True)
             }
-        end = getattr(self.host, "ended", None)
+        end = self.host.ended
         if end is not None:  # scancel, TIMEOUT: the lanes still running ended with it
             what = str(getattr(end, "what", end))
             record_node_failures(
@@ -337,7 +337,7 @@ class Pairs:
                 except HostError as e:  # the node went DOWN, the allocation ended: named by the host
                     at = self.at.get(node.name, 0)
                     with self.lock:
-                        if getattr(self.host, "ended", None):
+                        if self.host.ended is not None:
                             self.ended_at = min(at, self.ended_at if self.ended_at is not None else at)
                     raise HostError(at_launch(e, at)) from None
                 if why is None:
@@ -393,7 +393,7 @@ class Pairs:
     def cut_short(self) -> None:
         """The allocation ended under the run (scancel, TIMEOUT): what was measured is the result, said
         so in both records, when it holds two complete pairs; fewer end the run (exit 4)."""
-        ended = at_launch(getattr(self.host, "ended", None), self.ended_at or 0)
+        ended = at_launch(self.host.ended, self.ended_at or 0)
         done = complete_pairs(self.writers)
         note = f"{ended}: the result is from the {done} complete pairs measured before it"
         for w in self.writers.values():

@@ -368,3 +368,30 @@ def test_a_cuda_probe_is_given_gpus_and_refused_where_its_steps_see_none(cli, sl
     assert "the probe needs 2 (--device cuda --tp 2)" in lines[0] and "1 more node(s)" in lines[0]
     assert slurm.submitted() == before + 1
     assert not Path(f"{tmp_path / 'ab'}-a.json").exists()  # nothing was measured, no record was made
+
+
+def test_environments_are_built_where_every_node_sees_them(cli, slurm, tmp_path):
+    # n2's tasks look for regdiag's cache in a directory of their own, as a node-local cache does.
+    slurm.node_env("n2", {"XDG_CACHE_HOME": str(tmp_path / "n2-local")})
+    sides = ["--a", "packaging==26.4", "--b", "packaging==23.0", "--allow-unloaded", "--launches", "2"]
+    base = ["ab", "--slurm", "2", *sides, "--no-snapshot", "--json", *TINY]
+    r = cli(*base, env=slurm.env, timeout=300)
+    assert r.returncode == 4, r.stderr[-3000:]
+    lines = r.stderr.strip().splitlines()
+    assert "n2 does not see" in lines[-1] and f"it looks in {tmp_path / 'n2-local'}/regdiag" in lines[-1]
+    assert "give --env-dir a directory every node shares" in lines[-1]
+
+    before = slurm.submitted()
+    r = cli(*base[:3], "--env-dir", str(tmp_path / "nowhere"), *base[3:], env=slurm.env, timeout=120)
+    assert r.returncode == 2 and "--env-dir" in r.stderr and slurm.submitted() == before, r.stderr
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    r = cli(
+        *base[:3], "--env-dir", str(shared), *base[3:], "-o", str(tmp_path / "ab"), env=slurm.env, timeout=600
+    )
+    assert r.returncode in (0, 1, 3), r.stderr[-3000:]
+    a, b = _records(tmp_path / "ab")
+    assert b["host"]["env_dir"] == str(shared) and list((shared / "envs").iterdir())
+    assert {la["node"] for la in b["launches"]} == {"n1", "n2"}
+    assert all(la["status"] == "ok" for la in a["launches"] + b["launches"])

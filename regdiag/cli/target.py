@@ -79,6 +79,10 @@ class Target:
             if value and base != name and base in HOST_KINDS and not self.options.get(base):
                 raise BadInput(f"--{name.replace('_', '-')} needs --{base} N")
         kind = self.kind
+        if self.options.get("env_dir") and kind != "slurm":
+            raise BadInput(
+                "--env-dir needs --slurm N (elsewhere environments are built in regdiag's own cache)"
+            )
         if kind and self.hosts:
             if not self.host_defaulted:
                 raise BadInput(f"--{kind} and --host: give one of them")
@@ -135,9 +139,9 @@ def _host_option(hosts: str, help_verb: str) -> Any:
 
 def _kind_parameters(kind: str) -> list[tuple[str, Any]]:
     """The options of a host kind beyond SSH, as (parameter name, typer option); a new kind adds its own."""
-    from regdiag.cli.common import SlurmArgsOpt, SlurmOpt
+    from regdiag.cli.common import EnvDirOpt, SlurmArgsOpt, SlurmOpt
 
-    table = {"slurm": [("slurm", SlurmOpt), ("slurm_args", SlurmArgsOpt)]}
+    table = {"slurm": [("slurm", SlurmOpt), ("slurm_args", SlurmArgsOpt), ("env_dir", EnvDirOpt)]}
     return table[kind]
 
 

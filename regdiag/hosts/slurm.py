@@ -190,6 +190,9 @@ class SlurmNode(BundleHost):
     def placement(self) -> dict[str, Any]:
         return {"node": self.name, "allocation": self.alloc.job_id}
 
+    def cache_dir(self) -> str | None:
+        return self.alloc.cache_dir()
+
     def unavailable(self) -> str | None:
         """Drained, draining, down or failed (its steps would still run inside the allocation)."""
         res = self.alloc.local.run(["sinfo", "-h", "-N", "-n", self.name, "-o", "%T|%E"], timeout=30)
@@ -206,35 +209,49 @@ class SlurmAllocation(SlurmNode):
     """The allocation: its nodes, and commands that need no particular node run on the first one."""
 
     def __init__(
-        self, count: int, python: str | None = None, salloc_args: Sequence[str] = (), need: Any = None
+        self,
+        count: int,
+        python: str | None = None,
+        salloc_args: Sequence[str] = (),
+        need: Any = None,
+        env_dir: str | None = None,
     ) -> None:
         self.local = LocalHost(python)
         self.python = self.local.python
         self.alloc = self
         self.job_name = f"{JOB_PREFIX}{socket.gethostname().split('.')[0]}-{os.getpid()}"
         self.job_id = ""
-        self.ended: SlurmFault | None = None  # the allocation's end, once a failed step found it (fault())
+        self.ended = None  # the allocation's end, once fault() found it (a SlurmFault)
         self.step_options: tuple[str, ...] = STEP_OPTIONS
         self._closed = False
         self._lock = threading.Lock()
         self.stale = clean_stale()
         self._watchdog = _start_watchdog(self.job_name)
         self.need = need  # the GPUs one launch uses (measure/needs.py), or None
+        self.env_dir = env_dir  # --env-dir: where environments are built (every node must see it)
+        self.unshared: str | None = None  # why the default cache is not shared (raised at a build)
         self.per_node = (1, 0)  # the CPUs and GPUs the allocation holds on each node
         try:
             self.job_id = self._allocate(count, list(salloc_args))
             self.node_names = self._node_names()
             self.step_options = (*STEP_OPTIONS, *step_gpus(need, *self.per_node))
             self._nodes = [SlurmNode(self, n) for n in self.node_names]
-            problems = start_check(self._nodes, self.python, need)
+            problems, unshared = start_check(self._nodes, self.python, need, env_dir)
+            if env_dir and unshared:
+                problems += [f"--env-dir {env_dir}: {unshared[0]}"]
             if problems:
-                more = f" (and {len(problems) - 1} more node(s) alike)" if len(problems) > 1 else ""
+                more = f" (and {len(problems) - 1} more alike)" if len(problems) > 1 else ""
                 raise HostError(problems[0] + more)
+            self.unshared = unshared[0] if unshared else None
         except BaseException:
             self.close()
             raise
         self.name = "slurm"
-        self._reopen = {"slurm": str(count), "slurm_args": shlex.join(salloc_args) or None}
+        self._reopen = {
+            "slurm": str(count),
+            "slurm_args": shlex.join(salloc_args) or None,
+            "env_dir": env_dir,
+        }
 
     def _allocate(self, count: int, extra: list[str]) -> str:
         argv = ["salloc", "--no-shell", "-N", str(count), "--job-name", self.job_name, "--no-kill"]
@@ -289,13 +306,25 @@ class SlurmAllocation(SlurmNode):
     def placement(self) -> dict[str, Any]:
         return {"allocation": self.job_id}
 
+    def cache_dir(self) -> str | None:
+        """Where environments are built: --env-dir, else the nodes' own ~/.cache/regdiag, which the
+        start check found shared (an environment built there must be seen by every node)."""
+        if self.env_dir is None and self.unshared is not None:
+            raise HostError(self.unshared)
+        return self.env_dir
+
     def reopen(self) -> dict[str, Any]:
         """--slurm N and its --slurm-args: a resumed bisect asks Slurm for a new allocation alike."""
         return dict(self._reopen)
 
     def describe(self) -> dict[str, Any]:
         gpus = {"per_launch": getattr(self.need, "count", 0), "per_node": self.per_node[1]}
-        return {**super().describe(), "nodes": list(self.node_names), "gpus": gpus}  # name, python, via, ...
+        return {
+            **super().describe(),
+            "nodes": list(self.node_names),
+            "gpus": gpus,
+            "env_dir": self.env_dir,
+        }  # name, python, via, ...
 
     def close(self) -> None:
         """Cancel the allocation (every step on it ends) and stop the watchdog; safe to call twice."""
@@ -331,4 +360,11 @@ def open_slurm(value: str, python: str | None, options: Mapping[str, Any]) -> Ho
         extra = shlex.split(str(options.get("slurm_args") or ""))
     except ValueError as e:
         raise BadInput(f"--slurm-args: cannot split it: {e}") from None
-    return SlurmAllocation(count, python, extra, options.get("gpus"))
+    env_dir = str(options.get("env_dir") or "") or None
+    if env_dir is not None:
+        env_dir = os.path.abspath(os.path.expanduser(env_dir))
+        if not os.path.isdir(env_dir):
+            raise BadInput(
+                f"--env-dir {env_dir}: no such directory here (give a directory every node shares)"
+            )
+    return SlurmAllocation(count, python, extra, options.get("gpus"), env_dir)

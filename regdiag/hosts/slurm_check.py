@@ -16,15 +16,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 # What a step sees: the GPUs NVML finds, as CUDA_VISIBLE_DEVICES narrows them (Slurm sets it per step).
 CHECK = r"""
-import json, os
+import json, os, sys
 cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-out = {"cvd": cvd, "gpus": 0, "nvml": None}
+cache = sys.argv[2] or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "regdiag")
+out = {"cvd": cvd, "gpus": 0, "nvml": None, "cache": cache, "marker": os.path.exists(os.path.join(cache, sys.argv[1]))}
 try:
     import pynvml
     pynvml.nvmlInit()
@@ -80,9 +83,20 @@ def step_gpus(need: Any, cpus: int, gpus: int) -> list[str]:
     return ["--exact", f"--gpus={count}", f"--cpus-per-task={max(1, cpus // lanes)}"]
 
 
-def _one(node: Any, python: str, need: Any) -> str | None:
-    """What is wrong with `node` for these launches, in one line; None: nothing."""
-    res = node.run([python, "-c", CHECK], timeout=120)
+def local_cache(env_dir: str | None) -> str:
+    """regdiag's cache directory as this machine sees it: --env-dir, else as the nodes' builder finds
+    it (bisect/remote_envs.py: ${XDG_CACHE_HOME:-$HOME/.cache}/regdiag)."""
+    return env_dir or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "regdiag"
+    )
+
+
+def _one(
+    node: Any, python: str, need: Any, marker: str, env_dir: str | None
+) -> tuple[str | None, str | None]:
+    """What is wrong with `node` for these launches, in one line (None: nothing), and what is wrong
+    with its cache directory (None: the one this machine sees)."""
+    res = node.run([python, "-c", CHECK, marker, env_dir or ""], timeout=120)
     text = res.stdout.decode("utf-8", "replace")
     found = next((ln for ln in text.splitlines() if ln.startswith("REGDIAG-CHECK ")), None)
     if found is None:
@@ -90,8 +104,16 @@ def _one(node: Any, python: str, need: Any) -> str | None:
         return (
             f"{node.name}: cannot start {python} there ({said}): the nodes do not share this "
             f"machine's files (docs/fleet.md)"
-        )
+        ), None
     seen = json.loads(found.split(" ", 1)[1])
+    cache = None
+    if not seen["marker"]:
+        where = local_cache(env_dir)
+        also = "" if seen["cache"] == where else f" (it looks in {seen['cache']})"
+        cache = (
+            f"{node.name} does not see {where} as this machine does{also}: an environment built on one "
+            f"node would be missing on the others; give --env-dir a directory every node shares"
+        )
     count = getattr(need, "count", 0)
     if count and seen["gpus"] < count:
         what = "no GPU" if not seen["gpus"] else f"{seen['gpus']} GPU(s)"
@@ -108,12 +130,23 @@ def _one(node: Any, python: str, need: Any) -> str | None:
         return (
             f"{node.name}: a launch there sees {what} ({detail}), but the probe needs {count} ({need.why}): "
             f"ask for them in --slurm-args, or give the probe --device cpu"
-        )
-    return None
+        ), cache
+    return None, cache
 
 
-def start_check(nodes: Sequence[Any], python: str, need: Any) -> list[str]:
-    """One step per node, all at once: what is wrong with each node for these launches (empty: nothing)."""
-    with ThreadPoolExecutor(max_workers=min(16, len(nodes)) or 1) as pool:
-        found = list(pool.map(lambda n: _one(n, python, need), nodes))
-    return [f for f in found if f]
+def start_check(
+    nodes: Sequence[Any], python: str, need: Any, env_dir: str | None = None
+) -> tuple[list[str], list[str]]:
+    """One step per node, all at once: what is wrong with each node for these launches, and which
+    nodes do not share this machine's cache directory (--env-dir, else ~/.cache/regdiag): each sees a
+    file written there from here, or not. Both empty: nothing."""
+    where = Path(local_cache(env_dir))
+    where.mkdir(parents=True, exist_ok=True)
+    marker = f".regdiag-shared-{os.getpid()}-{secrets.token_hex(4)}"
+    (where / marker).write_text("written by regdiag's start check of a Slurm allocation\n")
+    try:
+        with ThreadPoolExecutor(max_workers=min(16, len(nodes)) or 1) as pool:
+            found = list(pool.map(lambda n: _one(n, python, need, marker, env_dir), nodes))
+    finally:
+        (where / marker).unlink(missing_ok=True)
+    return [f for f, _ in found if f], [c for _, c in found if c]
