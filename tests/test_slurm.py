@@ -365,7 +365,7 @@ def test_a_cuda_probe_is_given_gpus_and_refused_where_its_steps_see_none(cli, sl
     # salloc was asked for the probe's 2 GPUs a node and granted them; the step took its 2 (Slurm set
     # them); NVML found none behind them: refused before any launch.
     assert lines[0].startswith("regdiag: error: n1: a launch there sees no GPU (CUDA_VISIBLE_DEVICES=0,1")
-    assert "the probe needs 2 (--device cuda --tp 2)" in lines[0] and "1 more node(s)" in lines[0]
+    assert "the probe needs 2 (--device cuda --tp 2)" in lines[0] and "(and 1 more alike)" in lines[0]
     assert slurm.submitted() == before + 1
     assert not Path(f"{tmp_path / 'ab'}-a.json").exists()  # nothing was measured, no record was made
 

@@ -33,6 +33,7 @@ from regdiag.cli.common import (
 )
 from regdiag.cli.target import TARGET, Target, target_options
 from regdiag.errors import BadInput, RegdiagError
+from regdiag.measure import needs
 from regdiag.records import listed, tagged
 
 SPEC_HELP = """Synchronized per-phase timing of a speculative-decoding cycle on a synthetic MoE.
@@ -318,7 +319,6 @@ def _run(
     target: Target,
     cold: bool = False,
 ) -> None:
-    from regdiag.measure.needs import gpu_need
     from regdiag.measure.probe import run_probe
 
     if launches < 1:
@@ -328,7 +328,7 @@ def _run(
         _run_many(name, options, launches, timeout, no_snapshot, output, out_fmt, target, cold)
         return
     args = options_argv(options)
-    host = target.open(gpus=gpu_need(name, args))  # --slurm asks for the GPUs these options need
+    host = target.open(gpus=needs.gpu_need(name, args))  # --slurm asks for the GPUs these options need
     progress = _progress()
     task = progress.add_task(f"{name}: starting", total=None)
     plain = PlainProgress(f"probe {name}")

@@ -247,11 +247,9 @@ class SlurmAllocation(SlurmNode):
             self.close()
             raise
         self.name = "slurm"
-        self._reopen = {
-            "slurm": str(count),
-            "slurm_args": shlex.join(salloc_args) or None,
-            "env_dir": env_dir,
-        }
+        self._reopen = {"slurm": str(count), "slurm_args": shlex.join(salloc_args) or None}
+        if env_dir:
+            self._reopen["env_dir"] = env_dir
 
     def _allocate(self, count: int, extra: list[str]) -> str:
         argv = ["salloc", "--no-shell", "-N", str(count), "--job-name", self.job_name, "--no-kill"]
