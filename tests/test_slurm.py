@@ -388,7 +388,7 @@ def test_environments_are_built_where_every_node_sees_them(cli, slurm, tmp_path)
     shared = tmp_path / "shared"
     shared.mkdir()
     r = cli(
-        *base[:3], "--env-dir", str(shared), *base[3:], "-o", str(tmp_path / "ab"), env=slurm.env, timeout=600
+        *base[:3], "--env-dir", str(shared), "-o", str(tmp_path / "ab"), *base[3:], env=slurm.env, timeout=600
     )
     assert r.returncode in (0, 1, 3), r.stderr[-3000:]
     a, b = _records(tmp_path / "ab")

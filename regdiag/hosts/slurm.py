@@ -18,7 +18,10 @@ this machine whose pid is gone are cancelled. The `--time` bound ends it should 
 The nodes are assumed to share this machine's filesystem (home and the checkout), as cluster nodes
 do: regdiag's probes and bundle run from where they are here, environments are built by the same
 builder an SSH host uses (bisect/remote_envs.py, through a step on the first node) in the shared
-cache directory.
+cache directory, or in --env-dir. A start check (hosts/slurm_check.py, one step per node) holds that
+much, and that a probe that wants GPUs sees them; salloc is asked for the probe's GPUs. A step that
+fails is asked about (hosts/slurm_state.py): the allocation's end or a node gone DOWN is the host's
+failure, named, not the launch's.
 """
 
 from __future__ import annotations
