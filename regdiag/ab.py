@@ -135,7 +135,15 @@ def precheck(req: AbRequest) -> None:
     launches, --probe / --command, both sides' specs."""
     if req.launches < 2:
         raise BadInput("--launches must be at least 2 per side (a paired comparison needs two pairs)")
-    argv_builder(BisectRequest(good=req.a, bad=req.b, command=req.command, probe=req.probe), None)
+    measured = BisectRequest(
+        good=req.a,
+        bad=req.b,
+        command=req.command,
+        probe=req.probe,
+        probe_args=req.probe_args,
+        python=req.python,
+    )
+    argv_builder(measured, None)
     _sides(req)
 
 
