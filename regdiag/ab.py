@@ -201,7 +201,7 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
             w.finish("partial" if ok else "failed")
         raise
     for w in writers.values():
-        w.finish()
+        w.finish("partial" if w.run["design"].get("ended") else None)  # cut short: both halves say so
     return AbResult({k: w.also or w.path for k, w in writers.items()}, {k: w.run for k, w in writers.items()})
 
 
