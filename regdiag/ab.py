@@ -38,7 +38,7 @@ from regdiag.bisect.loaded import check_before, check_launch
 from regdiag.bisect.measure import launch_argv
 from regdiag.bisect.run import Request as BisectRequest
 from regdiag.bisect.run import argv_builder
-from regdiag.errors import BadInput, ProbeError
+from regdiag.errors import BadInput, HostError, ProbeError
 from regdiag.hosts.base import CommandResult, Host
 from regdiag.measure.launch import UsageAbort, launch, measure_launch
 from regdiag.measure.nodes import NodeFailed
@@ -101,16 +101,7 @@ class AbResult:
 def make_plan(req: AbRequest, host: Host) -> AbPlan:
     """The two sides as factors of bisect's kinds, each kind checking its own (exit 2 for what cannot be
     measured here: a GPU clock without NVML, a commit without --repo)."""
-    # An empty spec is this environment as it is (the usual A of "does this one change matter?").
-    allow = req.allow_code_from_record
-    a = load_side(req.a, "--a", allow) if req.a.strip() else Spec(source="this environment")
-    b = load_side(req.b, "--b", allow) if req.b.strip() else Spec(source="this environment")
-    if (a.commit is None) != (b.commit is None):
-        raise BadInput("commit= is given for one side only: give the engine commit of both sides")
-    d = diff(a, b)
-    if d.notes:
-        # A difference that cannot be reproduced here: measuring anyway would compare something else.
-        raise BadInput(f"--a and --b: {d.notes[0]}")
+    a, b, d = _sides(req)
     if d.factors and (req.ignore or req.only):
         d = select(d, req.ignore, req.only)
     here = host.builds_here
@@ -127,12 +118,44 @@ def make_plan(req: AbRequest, host: Host) -> AbPlan:
     return AbPlan(factors, dict(d.same_env), sides, repo)
 
 
+def _sides(req: AbRequest) -> tuple[Spec, Spec, Any]:
+    """The two specs as given (files read, specs parsed) and their difference; bad input refused."""
+    # An empty spec is this environment as it is (the usual A of "does this one change matter?").
+    allow = req.allow_code_from_record
+    a = load_side(req.a, "--a", allow) if req.a.strip() else Spec(source="this environment")
+    b = load_side(req.b, "--b", allow) if req.b.strip() else Spec(source="this environment")
+    if (a.commit is None) != (b.commit is None):
+        raise BadInput("commit= is given for one side only: give the engine commit of both sides")
+    d = diff(a, b)
+    if d.notes:
+        # A difference that cannot be reproduced here: measuring anyway would compare something else.
+        raise BadInput(f"--a and --b: {d.notes[0]}")
+    return a, b, d
+
+
+def precheck(req: AbRequest) -> None:
+    """What can be refused before any host is opened (no Slurm allocation is asked for bad input): the
+    launches, --probe / --command, both sides' specs."""
+    if req.launches < 2:
+        raise BadInput("--launches must be at least 2 per side (a paired comparison needs two pairs)")
+    measured = BisectRequest(
+        good=req.a,
+        bad=req.b,
+        command=req.command,
+        probe=req.probe,
+        probe_args=req.probe_args,
+        python=req.python,
+    )
+    argv_builder(measured, None)
+    _sides(req)
+
+
 def _check(req: AbRequest, host: Host) -> None:
     if req.launches < 2:
         raise BadInput("--launches must be at least 2 per side (a paired comparison needs two pairs)")
     if req.find_links and host.builds_here and not Path(req.find_links).is_dir():
         raise BadInput(f"--find-links {req.find_links}: no such directory")
-    if req.command and not host.builds_here:
+    if req.command and not (host.builds_here or host.shares_files):
         raise BadInput(f"a --command runs on this machine; on {host.name} give --probe")
 
 
@@ -187,7 +210,7 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
             w.finish("partial" if ok else "failed")
         raise
     for w in writers.values():
-        w.finish()
+        w.finish("partial" if w.run["design"].get("ended") else None)  # cut short: both halves say so
     return AbResult({k: w.also or w.path for k, w in writers.items()}, {k: w.run for k, w in writers.items()})
 
 
@@ -284,13 +307,20 @@ class Pairs:
         self.adopted: set[str] = set()
         self.loaded_checked = False  # B's first launch loaded every package factor (bisect/loaded.py)
         self.total = 2 * req.launches
+        self.at: dict[str, int] = {}  # each node's latest launch (its place in the run, 0-based)
+        self.ended_at: int | None = None  # the first launch that found the host's allocation ended
 
     def run(self) -> None:
         from regdiag.measure.nodes import fit_nodes, run_lanes
 
         nodes = self.host.nodes()
         if len(nodes) == 1:
-            self.lane(nodes[0], pair_plan(self.req.launches, 1)[0], alone=True)
+            try:
+                self.lane(nodes[0], pair_plan(self.req.launches, 1)[0], alone=True)
+            except HostError:
+                if self.host.ended is None:
+                    raise
+                self.cut_short()
             return
         nodes, unfit, snaps = fit_nodes(nodes, lambda ev: self.emit({"event": "health", **ev}))
         for w in self.writers.values():
@@ -302,6 +332,14 @@ class Pairs:
             w.run["design"]["nodes"] = {
                 n.name: [p for p, _ in lane] for n, lane in zip(nodes, lanes, strict=True)
             }
+        end = self.host.ended
+        if end is not None:  # scancel, TIMEOUT: the lanes still running ended with it
+            what = str(getattr(end, "what", end))
+            record_node_failures(
+                self.writers, {**unfit, **{k: v for k, v in failed.items() if what not in v}}
+            )
+            self.cut_short()
+            return
         record_node_failures(self.writers, {**unfit, **failed})
         if len(failed) == len(nodes):
             raise ProbeError(f"every node failed: {'; '.join(f'{k}: {v}' for k, v in failed.items())}")
@@ -314,7 +352,14 @@ class Pairs:
             if down is not None:
                 raise NodeFailed(f"{down} before pair {pair}")
             for label in order:
-                why = self.launch(node, label, pair)
+                try:
+                    why = self.launch(node, label, pair)
+                except HostError as e:  # the node went DOWN, the allocation ended: named by the host
+                    at = self.at.get(node.name, 0)
+                    with self.lock:
+                        if self.host.ended is not None:
+                            self.ended_at = min(at, self.ended_at if self.ended_at is not None else at)
+                    raise HostError(at_launch(e, at)) from None
                 if why is None:
                     continue
                 if alone:
@@ -330,6 +375,7 @@ class Pairs:
         s, w = self.plan.sides[label], self.writers[label]
         with self.lock:
             pos, self.order = self.order, self.order + 1
+            self.at[node.name] = pos
         where = node.placement()
         self.emit({"event": "launch", "side": label, "index": pair, "order": pos, "of": self.total, **where})
 
@@ -367,6 +413,24 @@ class Pairs:
                 warn(self.writers["B"], note)
         return why
 
+    def cut_short(self) -> None:
+        """The allocation ended under the run (scancel, TIMEOUT): what was measured is the result, said
+        so in both records, when it holds two complete pairs; fewer end the run (exit 4)."""
+        ended = at_launch(self.host.ended, self.ended_at or 0)
+        done = complete_pairs(self.writers)
+        note = f"{ended}: the result is from the {done} complete pairs measured before it"
+        for w in self.writers.values():
+            warn(w, note)
+            w.run["design"]["ended"] = ended
+            w.flush()
+        self.emit({"event": "ended", "why": note})
+        if done < 2:
+            w = self.writers
+            raise HostError(
+                f"{ended}; {done} complete pair(s) measured, too few to compare (kept in {w['A'].path} "
+                f"and {w['B'].path})"
+            )
+
     def _record_env(self, w: RunWriter, variables: dict[str, str | None]) -> None:
         """The variables a side's launches get, as its record says (redacted like a snapshot)."""
         with self.lock:
@@ -395,6 +459,20 @@ class Pairs:
         return lambda stream: launch(
             node, argv, stream, env=env, unset=unset, cwd=cwd, timeout=timeout, regdiag_code=own
         )
+
+
+def at_launch(fault: BaseException | None, pos: int) -> str:
+    """A host's fault with where in the run it struck (hosts/slurm_state.py: "n3 went DOWN at launch 14
+    (reason)"); `pos` is the launch's place in the run, 0-based."""
+    where = f"at launch {pos + 1}"
+    at = getattr(fault, "at", None)
+    return at(where) if at is not None else f"{fault} {where}"
+
+
+def complete_pairs(writers: dict[str, RunWriter]) -> int:
+    """The pairs whose two halves both measured."""
+    ok = [{la.get("pair") for la in w.run["launches"] if la.get("status") == "ok"} for w in writers.values()]
+    return len(set.intersection(*ok) - {None})
 
 
 def record_node_failures(writers: dict[str, RunWriter], failed: dict[str, str]) -> None:

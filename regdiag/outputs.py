@@ -288,6 +288,7 @@ class MetricVerdict(TypedDict, total=False):
 class _ComparisonExtras(TypedDict, total=False):
     records: D[dict[str, str], "ab: the two records written (A, B)"]
     fleet: D[dict[str, Any], "records of several nodes (ab --slurm): the node-as-block reading"]
+    ended: D[str, "ab --slurm: the allocation's end that cut the run short, and at which launch"]
 
 
 class Comparison(_ComparisonExtras):

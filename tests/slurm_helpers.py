@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ TOOLS = (
     "scontrol",
     "scancel",
     "sinfo",
+    "sdiag",
 )
 
 ENDED = (
@@ -50,6 +52,8 @@ ENDED = (
     "DEADLINE",
     "OUT_OF_MEMORY",
 )
+
+GPUS = 2  # fake GPUs per node (_fake_gpus)
 
 # The task prolog runs what node_env()/node_script() wrote for the node the task runs on, with the
 # task's environment: each `export NAME=VALUE` line it prints is set in the task.
@@ -109,6 +113,15 @@ class Cluster:
     def drain(self, node: str) -> None:
         self.run("scontrol", "update", f"nodename={node}", "state=drain", "reason=regdiag-test")
 
+    def down(self, node: str) -> None:
+        """The node set DOWN, as an administrator or a health check does: its steps are killed."""
+        self.run("scontrol", "update", f"nodename={node}", "state=down", "reason=regdiag-test-down")
+
+    def submitted(self) -> int:
+        """How many jobs slurmctld has been asked for since it started (sdiag)."""
+        out = self.run("sdiag").stdout
+        return int(next(ln for ln in out.splitlines() if "Jobs submitted" in ln).split(":")[1])
+
     def resume(self, node: str) -> None:
         self.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
 
@@ -160,13 +173,28 @@ def _config(d: Path, nodes: list[str], ctld_port: int, ports: list[int], cpus: i
         "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none", "MpiDefault=none",
         "SchedulerType=sched/backfill", "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core",
         "ReturnToService=2", "KillWait=2", "MinJobAge=2", "InactiveLimit=0", f"TaskProlog={d}/task_prolog.sh",
+        "GresTypes=gpu",
     ]  # fmt: skip
     for n, p in zip(nodes, ports, strict=True):
         lines.append(
-            f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={p} CPUs={cpus} RealMemory=4000 State=UNKNOWN"
+            f"NodeName={n} NodeHostname={host} NodeAddr=127.0.0.1 Port={p} CPUs={cpus} RealMemory=4000 "
+            f"Gres=gpu:{GPUS} State=UNKNOWN"
         )
     lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
     return "\n".join(lines) + "\n"
+
+
+def _fake_gpus(d: Path, nodes: list[str]) -> None:
+    """GPUS GPUs per node as Slurm's GRES, each a character device like /dev/null (Slurm wants a
+    device): Slurm hands them out and sets CUDA_VISIBLE_DEVICES in a step that asks for them, but
+    nothing behind them is a GPU (NVML finds none), as on a node whose driver is missing."""
+    (d / "dev").mkdir(exist_ok=True)
+    for i in range(GPUS):
+        os.mknod(d / "dev" / f"gpu{i}", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    files = f"{d}/dev/gpu[0-{GPUS - 1}]" if GPUS > 1 else f"{d}/dev/gpu0"
+    (d / "etc" / "gres.conf").write_text(
+        "AutoDetect=off\n" + "".join(f"NodeName={n} Name=gpu File={files}\n" for n in nodes)
+    )
 
 
 def _daemon(c: Cluster, argv: list[str], log: str) -> None:
@@ -210,6 +238,7 @@ def slurm_cluster(d: Path, nodes: int = 2, cpus: int = 4) -> Iterator[Cluster]:
             raise RuntimeError("munged did not start")
         ports = [_free_port() for _ in names]
         (d / "etc" / "slurm.conf").write_text(_config(d, names, _free_port(), ports, cpus))
+        _fake_gpus(d, names)
         conf = str(d / "etc" / "slurm.conf")
         _daemon(c, ["slurmctld", "-D", "-f", conf], "slurmctld.out")
         for n in names:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -92,6 +93,7 @@ def test_ab_over_nodes_finds_the_slowdown_with_each_pair_on_one_node(cli, slurm,
     _assert_pairs_on_one_node(a, b)
     used = {la["node"] for la in a["launches"]}
     assert used == set(slurm.nodes[:nodes]) and a["host"]["via"] == "slurm"
+    assert a["host"]["gpus"] == {"per_launch": 0, "per_node": 0}  # the tiny CPU probe asked for none
     fleet = out["fleet"]
     assert [n["node"] for n in fleet["nodes"]] == sorted(used)
     if fleet["pooled"] is not None:
@@ -250,3 +252,146 @@ def test_no_slurm_configuration_is_one_line(cli, tmp_path):
     assert r.stderr.strip().splitlines() == [
         "regdiag: error: Slurm has no configuration here: set SLURM_CONF to the cluster's slurm.conf"
     ]
+
+
+# --- faults named as faults, options before salloc, --command (docs/fleet.md, "Faults") -------------
+
+
+def _start_ab(slurm, tmp_path, nodes, launches, extra=()):
+    """`ab --slurm N` in the background, its progress lines in a file to watch."""
+    prefix, err = tmp_path / "ab", tmp_path / "stderr.txt"
+    argv = [sys.executable, "-m", "regdiag", "ab", "--slurm", str(nodes), "--a", "", "--b", "X=1",
+            "--launches", str(launches), "--no-snapshot", "-o", str(prefix), "--json", *extra, *TINY]  # fmt: skip
+    env = {**os.environ, **slurm.env}
+    with open(err, "w") as f:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=f, text=True)
+    return proc, prefix, err
+
+
+def _ok_launches(prefix, side="b"):
+    path = Path(f"{prefix}-{side}.json")
+    try:
+        return [la for la in json.loads(path.read_text())["launches"] if la["status"] == "ok"]
+    except (OSError, ValueError):
+        return []
+
+
+def _wait_for(pred, timeout=300.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.2)
+    raise AssertionError("timed out waiting")
+
+
+def test_a_node_set_down_and_scancel_are_named_and_what_was_measured_is_reported(slurm, tmp_path):
+    proc, prefix, err = _start_ab(slurm, tmp_path, 3, launches=12)
+    _wait_for(lambda: any(la["node"] == "n3" for la in _ok_launches(prefix)))
+    slurm.down("n3")  # its running step is killed; Slurm takes n3 out of the allocation
+    _wait_for(lambda: len([la for la in _ok_launches(prefix) if la["node"] != "n3"]) >= 4)
+    job = slurm.regdiag_jobs()[0]["job_id"]
+    slurm.run("scancel", str(job))
+    out, _ = proc.communicate(timeout=300)
+    stderr = err.read_text()
+    # Whatever was measured is the result, on stdout: the comparison of the complete pairs.
+    assert proc.returncode in (0, 1, 3), stderr[-3000:]
+    result = json.loads(out)
+    assert result["verdict"] in ("UNCHANGED", "REGRESSED", "IMPROVED", "INCONCLUSIVE")
+    assert re.fullmatch(r"the allocation was cancelled at launch \d+ \(scancel\)", result["ended"]), result
+    assert "regdiag: warning: the allocation was cancelled at launch" in stderr
+    assert "every node failed" not in stderr and "status 143" not in stderr
+    a, b = _records(prefix)
+    # The reason while Slurm still lists n3 as down (ReturnToService brings it back at once here).
+    down = r"n3 went DOWN at launch \d+ \((regdiag-test-down|node failure: it left the allocation)\)"
+    assert re.fullmatch(down, a["design"]["failed_nodes"]["n3"]), a["design"]["failed_nodes"]
+    assert a["design"]["ended"] == result["ended"] and set(a["design"]["failed_nodes"]) == {"n3"}
+    assert any(w.startswith("the allocation was cancelled at launch") for w in b["warnings"])
+
+
+def test_timeout_is_named_and_the_pairs_before_it_are_the_result(slurm, tmp_path):
+    # --time=0:05 is a one-minute allocation (Slurm's least); the run wants far more.
+    proc, prefix, err = _start_ab(slurm, tmp_path, 2, launches=40, extra=("--slurm-args", "--time=0:05"))
+    out, _ = proc.communicate(timeout=400)
+    stderr = err.read_text()
+    assert "every node failed" not in stderr, stderr[-3000:]
+    if proc.returncode == 4:  # a machine too loaded for two complete pairs in a minute: one line
+        last = stderr.strip().splitlines()[-1]
+        assert "the allocation reached its time limit at launch" in last and "(TIMEOUT)" in last, last
+        return
+    assert proc.returncode in (0, 1, 3), stderr[-3000:]
+    result = json.loads(out)
+    assert re.fullmatch(r"the allocation reached its time limit at launch \d+ \(TIMEOUT\)", result["ended"])
+    assert result["design"]["pairs"] >= 2
+    a, _b = _records(prefix)
+    assert a["status"] == "partial" and a["design"]["ended"] == result["ended"]
+
+
+def test_ab_checks_its_options_before_salloc_and_runs_a_command_on_the_nodes(cli, slurm, tmp_path):
+    before = slurm.submitted()
+    for bad in (
+        ["--b", "X=1", "--probe", "no-such-probe"],
+        ["--b", "commit=HEAD", "--probe", "spec-decode"],
+        ["--b", "X=1", "--command", "'unclosed"],
+        ["--b", "X=1", "--command", "true", "--probe", "spec-decode"],
+    ):
+        r = cli("ab", "--slurm", "2", "--a", "", *bad, env=slurm.env, timeout=120)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
+    assert slurm.submitted() == before  # no allocation was asked for
+
+    probe = f"{{python}} {ROOT / 'probes' / 'spec_decode.py'} --preset tiny --cycles 12"
+    r = cli(
+        "ab", "--slurm", "2", "--a", "", "--b", f"REGDIAG_PROBE_SLOW=verify:{SLOW_MS}", "--command", probe,
+        "--launches", "2", "--margin", "25%", "--no-snapshot", "-o", str(tmp_path / "ab"), "--json",
+        env=slurm.env, timeout=600,
+    )  # fmt: skip
+    assert r.returncode in (0, 1, 3), r.stderr[-3000:]
+    a, b = _records(tmp_path / "ab")
+    assert {la["node"] for la in b["launches"]} == {"n1", "n2"} and a["probe"]["name"] == "command"
+    assert all(la["status"] == "ok" for la in a["launches"] + b["launches"])
+
+
+def test_a_cuda_probe_is_given_gpus_and_refused_where_its_steps_see_none(cli, slurm, tmp_path):
+    # The nodes have 2 GPUs each as Slurm sees them (slurm_helpers._fake_gpus), no driver behind them.
+    before = slurm.submitted()
+    r = cli(
+        "ab", "--slurm", "2", "--a", "", "--b", "X=1", "--launches", "2", "--no-snapshot", "-o", str(tmp_path / "ab"),
+        "--probe", "spec-decode", "--", "--preset", "tiny", "--device", "cuda", "--tp", "2",
+        env=slurm.env, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 4, r.stderr[-3000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    # salloc was asked for the probe's 2 GPUs a node and granted them; the step took its 2 (Slurm set
+    # them); NVML found none behind them: refused before any launch.
+    assert lines[0].startswith("regdiag: error: n1: a launch there sees no GPU (CUDA_VISIBLE_DEVICES=0,1")
+    assert "the probe needs 2 (--device cuda --tp 2)" in lines[0] and "(and 1 more alike)" in lines[0]
+    assert slurm.submitted() == before + 1
+    assert not Path(f"{tmp_path / 'ab'}-a.json").exists()  # nothing was measured, no record was made
+
+
+def test_environments_are_built_where_every_node_sees_them(cli, slurm, tmp_path):
+    # n2's tasks look for regdiag's cache in a directory of their own, as a node-local cache does.
+    slurm.node_env("n2", {"XDG_CACHE_HOME": str(tmp_path / "n2-local")})
+    sides = ["--a", "packaging==26.4", "--b", "packaging==23.0", "--allow-unloaded", "--launches", "2"]
+    base = ["ab", "--slurm", "2", *sides, "--no-snapshot", "--json", *TINY]
+    r = cli(*base, env=slurm.env, timeout=300)
+    assert r.returncode == 4, r.stderr[-3000:]
+    lines = r.stderr.strip().splitlines()
+    assert "n2 does not see" in lines[-1] and f"it looks in {tmp_path / 'n2-local'}/regdiag" in lines[-1]
+    assert "give --env-dir a directory every node shares" in lines[-1]
+
+    before = slurm.submitted()
+    r = cli(*base[:3], "--env-dir", str(tmp_path / "nowhere"), *base[3:], env=slurm.env, timeout=120)
+    assert r.returncode == 2 and "--env-dir" in r.stderr and slurm.submitted() == before, r.stderr
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    r = cli(
+        *base[:3], "--env-dir", str(shared), "-o", str(tmp_path / "ab"), *base[3:], env=slurm.env, timeout=600
+    )
+    assert r.returncode in (0, 1, 3), r.stderr[-3000:]
+    a, b = _records(tmp_path / "ab")
+    assert b["host"]["env_dir"] == str(shared) and list((shared / "envs").iterdir())
+    assert {la["node"] for la in b["launches"]} == {"n1", "n2"}
+    assert all(la["status"] == "ok" for la in a["launches"] + b["launches"])

@@ -47,7 +47,11 @@ CACHE_DIR_SCRIPT = 'printf "%s\\n" "${XDG_CACHE_HOME:-$HOME/.cache}/regdiag"'
 
 
 def remote_cache_dir(host: Host, timeout: float = 60.0) -> str:
-    """regdiag's cache directory on `host` (not created)."""
+    """regdiag's cache directory on `host` (not created): the one it was given (Slurm's --env-dir), else
+    as its shell finds it."""
+    chosen = host.cache_dir()
+    if chosen:
+        return chosen
     res = command(host, ["/bin/sh", "-c", CACHE_DIR_SCRIPT], timeout=timeout)
     lines = [ln for ln in res.stdout.decode("utf-8", "replace").splitlines() if ln.startswith("/")]
     if not res.ok or not lines:

@@ -102,9 +102,10 @@ def ab(
     fmt: str | None = format_opt("compare"),
     target: Target = TARGET,
 ) -> None:
-    from regdiag.ab import AbRequest
+    from regdiag.ab import AbRequest, precheck
     from regdiag.cli.common import build_fields, probe_args
     from regdiag.cli.compare_cmd import parse_margin
+    from regdiag.measure.needs import gpu_need
 
     extra = probe_args(ctx, probe)
     build = build_fields(repo, setup, find_links, index_url, target.python, installer)
@@ -127,7 +128,8 @@ def ab(
         only=list(only or []),
         cold=cold,
     )
-    result = _run(req, target.open())
+    precheck(req)  # before a host is opened: bad input costs no allocation
+    result = _run(req, target.open(gpus=gpu_need(probe, extra)))
     _show(result, m, chosen)
 
 
@@ -147,14 +149,19 @@ def _show(result: AbResult, margin: float, out_fmt: str) -> None:
     from regdiag.compare import compare_runs
 
     c = compare_runs(result.runs["A"], result.runs["B"], margin=margin, old_label="A", new_label="B")
+    ended = result.runs["A"].get("design", {}).get("ended")  # the allocation's end cut the run short
     if out_fmt == "json":
         out = c.to_dict()  # with the fleet's reading where the pairs ran on several nodes
         out["records"] = {k: str(p) for k, p in result.paths.items()}
+        if ended:
+            out["ended"] = ended
         print_json(out)
     elif out_fmt == "terminal":
         from regdiag.report import terminal
 
         terminal.render(c, console, str(result.paths["A"]), str(result.paths["B"]))
+        if ended:
+            console.print(f"note: {ended}: the result is from the pairs measured before it", highlight=False)
     else:  # markdown, html, csv: as compare writes them, on stdout
         from regdiag.report.registry import Out, render
 
@@ -195,6 +202,8 @@ def _printer() -> Any:
         elif kind == "launch":
             on = f" on {ev['node']}" if ev.get("node") else ""
             say(f"launch {ev['order'] + 1}/{ev['of']}: {ev['side']} #{ev['index'] + 1}{on}")
+        elif kind == "ended":
+            err_console.print(f"regdiag: warning: {escape(ev['why'])}", soft_wrap=True, highlight=False)
         elif kind == "health" and not ev.get("fit"):
             say(f"node {ev['node']} left out: {ev['why']}")
 

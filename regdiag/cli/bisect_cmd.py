@@ -306,9 +306,10 @@ def _run(req: Request, target: Target) -> dict[str, Any]:
     """run_bisect here, on --host or on --slurm N nodes, with progress on stderr; a connection lost on
     the way says how to continue from the journal."""
     from regdiag.bisect.run import run_bisect
+    from regdiag.measure.needs import gpu_need
 
     on_event, status = _progress_printer(quiet=False)
-    where = target.open() if target.checked().remote else None
+    where = target.open(gpus=gpu_need(req.probe, req.probe_args)) if target.checked().remote else None
     try:
         with status if status is not None else contextlib.nullcontext():
             return run_bisect(req, progress=on_event, host=where)

@@ -72,8 +72,19 @@ SlurmOpt = typer.Option(
 SlurmArgsOpt = typer.Option(
     None,
     "--slurm-args",
-    help="Options for salloc, e.g. '--partition=gpu --gpus-per-node=8 --time=60' (default: none; "
-    "SLURM_* and SALLOC_* variables hold).",
+    help="Options for salloc, e.g. '--partition=gpu --time=60' (default: none; SLURM_* and SALLOC_* "
+    "variables hold). Without a GPU request here regdiag asks for the GPUs the probe needs (its --tp, "
+    "unless --device cpu or --preset tiny): --gpus-per-node=TP.",
+)
+
+
+EnvDirOpt = typer.Option(
+    None,
+    "--env-dir",
+    metavar="DIR",
+    help="With --slurm: build environments (packages, commits) in DIR, a directory every node shares "
+    "(checked at the start, one step per node). Default: ~/.cache/regdiag as the nodes see it, which "
+    "must be shared too.",
 )
 
 

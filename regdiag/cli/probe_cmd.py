@@ -31,6 +31,7 @@ from regdiag.cli.common import (
 from regdiag.cli.probe_options import PROBE_ARGS, probe_options
 from regdiag.cli.target import TARGET, Target, target_options
 from regdiag.errors import BadInput, RegdiagError
+from regdiag.measure import needs
 from regdiag.records import listed, tagged
 
 SPEC_HELP = """Synchronized per-phase timing of a speculative-decoding cycle on a synthetic MoE.
@@ -169,7 +170,7 @@ def _run(asked: Asked, target: Target) -> None:
     if len(dict.fromkeys(target.hosts)) > 1:
         _run_many(asked, target)
         return
-    host = target.open()
+    host = target.open(gpus=needs.gpu_need(asked.name, asked.args))  # --slurm asks for the GPUs they need
     progress = _progress()
     task = progress.add_task(f"{name}: starting", total=None)
     plain = PlainProgress(f"probe {name}")

@@ -79,21 +79,26 @@ class Target:
             if value and base != name and base in HOST_KINDS and not self.options.get(base):
                 raise BadInput(f"--{name.replace('_', '-')} needs --{base} N")
         kind = self.kind
+        if self.options.get("env_dir") and kind != "slurm":
+            raise BadInput(
+                "--env-dir needs --slurm N (elsewhere environments are built in regdiag's own cache)"
+            )
         if kind and self.hosts:
             if not self.host_defaulted:
                 raise BadInput(f"--{kind} and --host: give one of them")
             return replace(self, hosts=(), host_defaulted=False)  # --slurm on the command line wins
         return self
 
-    def open(self) -> Any:
+    def open(self, **needs: Any) -> Any:
         """The one host the command runs on (the caller closes it): this machine, an SSH host or a host
-        of another kind (a Slurm allocation); the kind is chosen here and nowhere else."""
+        of another kind (a Slurm allocation); the kind is chosen here and nowhere else. `needs`: what
+        one launch needs (gpus=measure.needs.GpuNeed), for a kind that asks for resources."""
         from regdiag.hosts.resolve import open_host, open_kind
 
         t = self.checked()
         kind = t.kind
         if kind:
-            return open_kind(kind, t.options[kind], t.python, dict(t.options))
+            return open_kind(kind, t.options[kind], t.python, {**t.options, **needs})
         return open_host(t.host, t.python, t.ssh_config)
 
     def for_each(self, fn: Callable[[Any], Any]) -> list[Any]:
@@ -134,9 +139,9 @@ def _host_option(hosts: str, help_verb: str) -> Any:
 
 def _kind_parameters(kind: str) -> list[tuple[str, Any]]:
     """The options of a host kind beyond SSH, as (parameter name, typer option); a new kind adds its own."""
-    from regdiag.cli.common import SlurmArgsOpt, SlurmOpt
+    from regdiag.cli.common import EnvDirOpt, SlurmArgsOpt, SlurmOpt
 
-    table = {"slurm": [("slurm", SlurmOpt), ("slurm_args", SlurmArgsOpt)]}
+    table = {"slurm": [("slurm", SlurmOpt), ("slurm_args", SlurmArgsOpt), ("env_dir", EnvDirOpt)]}
     return table[kind]
 
 

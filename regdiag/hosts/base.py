@@ -101,6 +101,12 @@ class Host(ABC):
     # One warm interpreter can serve this host's launches (measure/warm.py): False where every launch is
     # a job step of its own (a Slurm node), which a long-lived process there would block.
     keeps_warm: bool = True
+    # A --command (an argv of this machine's paths) runs there as it would here: this machine, or nodes
+    # that share its files (Slurm).
+    shares_files: bool = False
+    # The end of the host under the run, once a failed launch found it (a Slurm allocation cancelled or
+    # out of time: hosts/slurm_state.py), or None: what was measured before it is the result.
+    ended: Exception | None = None
 
     def reopen(self) -> dict[str, Any]:
         """How to open this host again (a bisect's journal keeps it, so `--resume` reaches the same
@@ -129,6 +135,11 @@ class Host(ABC):
 
     def unavailable(self) -> str | None:
         """Why this machine should take no more launches now (a drained node), or None."""
+        return None
+
+    def cache_dir(self) -> str | None:
+        """regdiag's cache directory there when the host chooses it (Slurm's --env-dir), raising
+        HostError when it knows the default one will not do; None: the host's shell finds it."""
         return None
 
     def placement(self) -> dict[str, Any]:

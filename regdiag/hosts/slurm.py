@@ -18,7 +18,10 @@ this machine whose pid is gone are cancelled. The `--time` bound ends it should 
 The nodes are assumed to share this machine's filesystem (home and the checkout), as cluster nodes
 do: regdiag's probes and bundle run from where they are here, environments are built by the same
 builder an SSH host uses (bisect/remote_envs.py, through a step on the first node) in the shared
-cache directory.
+cache directory, or in --env-dir. A start check (hosts/slurm_check.py, one step per node) holds that
+much, and that a probe that wants GPUs sees them; salloc is asked for the probe's GPUs. A step that
+fails is asked about (hosts/slurm_state.py): the allocation's end or a node gone DOWN is the host's
+failure, named, not the launch's.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from regdiag.errors import BadInput, HostError
 from regdiag.hosts.base import CommandResult, Host, LineCallback
 from regdiag.hosts.bundle import BundleHost, local_bundle_path
 from regdiag.hosts.local import LocalHost, local_regdiag_argv
+from regdiag.hosts.slurm_check import per_node, salloc_gpus, start_check, step_gpus
+from regdiag.hosts.slurm_state import SLURM_LINE, SlurmFault, job_fault
 
 JOB_PREFIX = "regdiag-"
 DEFAULT_TIME = "240"  # minutes: the allocation's bound when --slurm-args gives no --time
@@ -123,6 +128,7 @@ class SlurmNode(BundleHost):
     via = "slurm"
     builds_here = False
     keeps_warm = False  # each launch is a job step; a warm parent would hold the node
+    shares_files = True  # the nodes see this machine's files: a --command runs there as it would here
 
     def __init__(self, alloc: SlurmAllocation, node: str) -> None:
         self.alloc = alloc
@@ -141,18 +147,33 @@ class SlurmNode(BundleHost):
         on_stderr_line: LineCallback | None = None,
         keep_output: bool = True,
     ) -> CommandResult:
-        step = ["srun", "--jobid", self.alloc.job_id, "-w", self.name, *STEP_OPTIONS]
+        if self.alloc.ended:
+            raise self.alloc.ended  # no step can start on an allocation that is gone
+        step = ["srun", "--jobid", self.alloc.job_id, "-w", self.name, *self.alloc.step_options]
         if cwd:
             step.append(f"--chdir={cwd}")
-        return self.alloc.local.run(
+        said: list[str] = []  # srun's and slurmstepd's own error lines about the step
+
+        def on_err(line: str) -> None:
+            if SLURM_LINE.match(line):
+                said.append(line)
+            if on_stderr_line is not None:
+                on_stderr_line(line)
+
+        res = self.alloc.local.run(
             [*step, "--", *argv],
             stdin=stdin,
             env=env,
             timeout=timeout,
             on_stdout_line=on_stdout_line,
-            on_stderr_line=on_stderr_line,
+            on_stderr_line=on_err,
             keep_output=keep_output,
         )
+        if said or res.returncode >= 128:  # srun said something, or the step died of a signal
+            fault = self.alloc.fault(self.name, said)
+            if fault is not None:
+                raise fault
+        return res
 
     def regdiag_argv(self, entry: Sequence[str], python: str | None = None) -> list[str]:
         return local_regdiag_argv(entry, python or self.python)  # the shared filesystem's copy
@@ -172,6 +193,9 @@ class SlurmNode(BundleHost):
     def placement(self) -> dict[str, Any]:
         return {"node": self.name, "allocation": self.alloc.job_id}
 
+    def cache_dir(self) -> str | None:
+        return self.alloc.cache_dir()
+
     def unavailable(self) -> str | None:
         """Drained, draining, down or failed (its steps would still run inside the allocation)."""
         res = self.alloc.local.run(["sinfo", "-h", "-N", "-n", self.name, "-o", "%T|%E"], timeout=30)
@@ -187,45 +211,92 @@ class SlurmNode(BundleHost):
 class SlurmAllocation(SlurmNode):
     """The allocation: its nodes, and commands that need no particular node run on the first one."""
 
-    def __init__(self, count: int, python: str | None = None, salloc_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        count: int,
+        python: str | None = None,
+        salloc_args: Sequence[str] = (),
+        need: Any = None,
+        env_dir: str | None = None,
+    ) -> None:
         self.local = LocalHost(python)
         self.python = self.local.python
         self.alloc = self
         self.job_name = f"{JOB_PREFIX}{socket.gethostname().split('.')[0]}-{os.getpid()}"
         self.job_id = ""
+        self.ended = None  # the allocation's end, once fault() found it (a SlurmFault)
+        self.step_options: tuple[str, ...] = STEP_OPTIONS
         self._closed = False
         self._lock = threading.Lock()
         self.stale = clean_stale()
         self._watchdog = _start_watchdog(self.job_name)
+        self.need = need  # the GPUs one launch uses (measure/needs.py), or None
+        self.env_dir = env_dir  # --env-dir: where environments are built (every node must see it)
+        self.unshared: str | None = None  # why the default cache is not shared (raised at a build)
+        self.per_node = (1, 0)  # the CPUs and GPUs the allocation holds on each node
         try:
             self.job_id = self._allocate(count, list(salloc_args))
             self.node_names = self._node_names()
+            self.step_options = (*STEP_OPTIONS, *step_gpus(need, *self.per_node))
+            self._nodes = [SlurmNode(self, n) for n in self.node_names]
+            problems, unshared = start_check(self._nodes, self.python, need, env_dir)
+            if env_dir and unshared:
+                problems += [f"--env-dir {env_dir}: {unshared[0]}"]
+            if problems:
+                more = f" (and {len(problems) - 1} more alike)" if len(problems) > 1 else ""
+                raise HostError(problems[0] + more)
+            self.unshared = unshared[0] if unshared else None
         except BaseException:
             self.close()
             raise
-        self._nodes = [SlurmNode(self, n) for n in self.node_names]
         self.name = "slurm"
         self._reopen = {"slurm": str(count), "slurm_args": shlex.join(salloc_args) or None}
+        if env_dir:
+            self._reopen["env_dir"] = env_dir
 
     def _allocate(self, count: int, extra: list[str]) -> str:
         argv = ["salloc", "--no-shell", "-N", str(count), "--job-name", self.job_name, "--no-kill"]
         if not any(a == "-t" or a.startswith(("--time", "-t")) for a in extra):
             argv += ["--time", DEFAULT_TIME]
-        res = self.local.run([*argv, *extra], timeout=GRANT_TIMEOUT_S)
+        gpus = salloc_gpus(extra, self.need)
+        res = self.local.run([*argv, *gpus, *extra], timeout=GRANT_TIMEOUT_S)
         err = res.stderr.decode("utf-8", "replace")
         m = re.search(r"Granted job allocation (\d+)", err)
         if m is None or not res.ok:
-            raise HostError(_slurm_error("salloc", res))
+            asked = (
+                f" (regdiag asked for {gpus[0]} for the probe's {self.need.why}: give the probe --device cpu, "
+                "or ask for GPUs in --slurm-args)"
+                if gpus
+                else ""
+            )
+            raise HostError(_slurm_error("salloc", res) + asked)
         return m.group(1)
 
     def _node_names(self) -> list[str]:
         res = _run(["squeue", "--json", "--jobs", self.job_id])
         jobs = json.loads(res.stdout.decode("utf-8", "replace") or "{}").get("jobs", [])
-        nodelist = next((str(j.get("nodes")) for j in jobs if str(j.get("job_id")) == self.job_id), "")
+        job = next((j for j in jobs if str(j.get("job_id")) == self.job_id), {})
+        nodelist, self.per_node = str(job.get("nodes") or ""), per_node(job)
         if not nodelist:
             raise HostError(f"Slurm job {self.job_id} has no nodes (squeue --json)")
-        names = _run(["scontrol", "show", "hostnames", nodelist]).stdout.decode().split()
-        return names
+        return self._hostnames(nodelist)
+
+    def fault(self, node: str | None = None, said: Sequence[str] = ()) -> SlurmFault | None:
+        """What Slurm says went wrong under a failed step on `node` (`said`: srun's error lines): the
+        allocation's end ("the allocation was cancelled (scancel)", kept: every later step fails with
+        it at once), the node gone DOWN, or None (the launch failed on its own)."""
+        if self.ended or self._closed:
+            return self.ended
+        found = job_fault(self.job_id, node, said, self._hostnames)
+        if found is None:
+            return None
+        kind, fault = found
+        if kind == "job":
+            self.ended = fault
+        return fault
+
+    def _hostnames(self, nodelist: str) -> list[str]:
+        return _run(["scontrol", "show", "hostnames", nodelist]).stdout.decode().split()
 
     def run(self, argv: Sequence[str], **kw: Any) -> CommandResult:  # type: ignore[override]
         return self._nodes[0].run(argv, **kw)
@@ -236,12 +307,25 @@ class SlurmAllocation(SlurmNode):
     def placement(self) -> dict[str, Any]:
         return {"allocation": self.job_id}
 
+    def cache_dir(self) -> str | None:
+        """Where environments are built: --env-dir, else the nodes' own ~/.cache/regdiag, which the
+        start check found shared (an environment built there must be seen by every node)."""
+        if self.env_dir is None and self.unshared is not None:
+            raise HostError(self.unshared)
+        return self.env_dir
+
     def reopen(self) -> dict[str, Any]:
         """--slurm N and its --slurm-args: a resumed bisect asks Slurm for a new allocation alike."""
         return dict(self._reopen)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "nodes": list(self.node_names)}  # name, python, via, allocation
+        gpus = {"per_launch": getattr(self.need, "count", 0), "per_node": self.per_node[1]}
+        return {
+            **super().describe(),
+            "nodes": list(self.node_names),
+            "gpus": gpus,
+            "env_dir": self.env_dir,
+        }  # name, python, via, ...
 
     def close(self) -> None:
         """Cancel the allocation (every step on it ends) and stop the watchdog; safe to call twice."""
@@ -277,4 +361,11 @@ def open_slurm(value: str, python: str | None, options: Mapping[str, Any]) -> Ho
         extra = shlex.split(str(options.get("slurm_args") or ""))
     except ValueError as e:
         raise BadInput(f"--slurm-args: cannot split it: {e}") from None
-    return SlurmAllocation(count, python, extra)
+    env_dir = str(options.get("env_dir") or "") or None
+    if env_dir is not None:
+        env_dir = os.path.abspath(os.path.expanduser(env_dir))
+        if not os.path.isdir(env_dir):
+            raise BadInput(
+                f"--env-dir {env_dir}: no such directory here (give a directory every node shares)"
+            )
+    return SlurmAllocation(count, python, extra, options.get("gpus"), env_dir)
