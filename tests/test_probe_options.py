@@ -37,6 +37,7 @@ RUNNER_ONLY = {
     "--ssh-config",
     "--slurm",
     "--slurm-args",
+    "--env-dir",
     "--help",
 }
 
