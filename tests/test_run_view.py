@@ -50,7 +50,7 @@ def test_compare_explain_runs_and_baselines_count_the_same_launches(tmp_path):
     assert [la.index for la in view.usable] == [0, 1, 2]
     c = compare_runs(run, run, allow_mismatch=True)
     assert c.old.launches_used == 3
-    assert len(explain._ok_launches(run)) == 3
+    assert len(explain.ok_launches(run)) == 3
     runs_dir = tmp_path / "runs"
     runs_dir.mkdir()  # a record is written only into a directory that exists (docs/reliability.md)
     write(runs_dir / "r.json", run)
