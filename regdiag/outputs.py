@@ -344,6 +344,7 @@ class BisectReport(TypedDict, total=False):
     unexplained_ms: D[dict[str, float], "the regression no culprit accounts for"]
     unexplained_share: D[float | None, "the same, as a share"]
     skipped: D[list[Any], "points that could not be built or run"]
+    cleared: D[list[Any], "package factors no measured process loads, cleared without a launch"]
     unresolved: D[list[Any], "factors left undecided"]
     cost: D[dict[str, Any], "environments built, launches run and reused, seconds"]
     resumed: D[bool, "whether a journal was continued"]

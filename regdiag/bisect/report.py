@@ -79,6 +79,7 @@ def build_report(outcome: Outcome, lab: Lab, metric: str, notes: list[str], wall
         "unexplained_ms": rest,
         "unexplained_share": round(rest[metric] / total[metric], 4) if total.get(metric) else None,
         "skipped": outcome.skipped,
+        "cleared": outcome.cleared,
         "unresolved": outcome.unresolved,
         "cost": _cost(lab, wall_s),
         "resumed": lab.journal.resumed,

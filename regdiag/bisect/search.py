@@ -97,6 +97,7 @@ class Outcome:
     skipped: list[dict[str, str]] = field(default_factory=list)
     statement: str = ""
     wall_s: float = 0.0
+    cleared: list[dict[str, Any]] = field(default_factory=list)  # factors no measured process loads
 
 
 def order_from_middle(lo: int, hi: int) -> list[int]:
@@ -110,11 +111,21 @@ def order_from_middle(lo: int, hi: int) -> list[int]:
 
 
 class Search:
-    def __init__(self, lab: Lab, options: Options, values_between: ValuesBetween | None = None) -> None:
+    def __init__(
+        self,
+        lab: Lab,
+        options: Options,
+        values_between: ValuesBetween | None = None,
+        clear: Callable[[], list[tuple[Factor, str]]] | None = None,
+    ) -> None:
         self.lab = lab
         self.o = options
         self.values_between = values_between or (lambda f: [f.good, f.bad])
         self.factors = lab.factors
+        # After the endpoints: the factors no measured process loads, each with the line that says so
+        # (bisect/loaded.py). They are held at their good value in every point but the bad endpoint.
+        self.clear = clear or (lambda: [])
+        self.cleared: list[tuple[Factor, str]] = []
         self.skipped: list[dict[str, str]] = []
         self.skip_known: dict[str, str] = {}
         self.unresolved: list[dict[str, Any]] = []  # found outside the ordered search (unconfirmed partners)
@@ -423,20 +434,30 @@ class Search:
         if not self.factors:
             raise BadInput("the two sides do not differ in any factor this bisect can change")
         ends = self._endpoints(good, bad)
+        self.cleared = self.clear()
+        gone = {f.key for f, _ in self.cleared}
+        self.factors = [f for f in lab.factors if f.key not in gone]
+        cleared = [{"factor": f.to_dict(), "why": why} for f, why in self.cleared]
         if ends.verdict != C.REPRODUCED:
             return Outcome(
-                ends.verdict, ends, statement=self._not_reproduced(ends), wall_s=time.monotonic() - t0
+                ends.verdict,
+                ends,
+                statement=self._not_reproduced(ends),
+                wall_s=time.monotonic() - t0,
+                cleared=cleared,
             )
+        # The chain flips the factors left one by one; the cleared ones stay good until the bad endpoint.
         chain = [
-            lab.with_values(good, {f.key: f.bad for f in self.factors[:i]})
-            for i in range(len(self.factors) + 1)
-        ]
+            lab.with_values(good, {f.key: f.bad for f in self.factors[:i]}) for i in range(len(self.factors))
+        ] + [bad]
         culprits, unresolved = self._search(chain)
         culprits = self._confirmed(culprits)
         unresolved += self.unresolved
         verdict = "CULPRIT" if culprits else C.INCONCLUSIVE
         statement = "" if culprits else "no culprit could be named"
-        return Outcome(verdict, ends, culprits, unresolved, self.skipped, statement, time.monotonic() - t0)
+        return Outcome(
+            verdict, ends, culprits, unresolved, self.skipped, statement, time.monotonic() - t0, cleared
+        )
 
     def _endpoints(self, good: Point, bad: Point) -> C.Regression:
         """Do the endpoints differ? A side that cannot be measured is the user's input or the probe's."""

@@ -73,6 +73,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines.append("")
     for s in report["skipped"]:
         lines.append(f"- SKIP {s['point']}: {s['reason']}")
+    for c in report.get("cleared", []):
+        lines.append(f"- {c['why']}")
     for u in report["unresolved"]:
         lines.append(f"- unresolved between {u['between'][0]} and {u['between'][1]}: {u['why']}")
     for n in report["notes"]:
@@ -94,6 +96,8 @@ def render(report: dict[str, Any], console: Any) -> None:
         console.print(_culprits(report, names, console.width), crop=False)
     for s in report["skipped"]:
         console.print(f"[yellow]SKIP[/] {e(s['point'])}: {e(s['reason'])}")
+    for c in report.get("cleared", []):
+        console.print(f"[dim]{e(c['why'])}[/]")
     for u in report["unresolved"]:
         console.print(
             f"[yellow]unresolved[/] between {e(u['between'][0])} and {e(u['between'][1])}: {e(u['why'])}"
