@@ -92,6 +92,15 @@ def _culprit(c: Culprit, lab: Lab, metric: str, total: dict[str, float]) -> dict
     the whole regression of `metric`."""
     ms, ms_ci = _effect(lab, c.lo, c.hi)
     share = ms.get(metric, 0.0) / total[metric] if total.get(metric) else None
+    extra: dict[str, Any] = {}
+    if c.members and c.together is not None:
+        # f, found last in the chain, first: "interaction: A with B"
+        names = [g.name for g, _ in c.members]
+        extra["interaction_of"] = f"interaction: {names[-1]} with {' and '.join(names[:-1])}"
+        extra["members"] = [
+            {"name": g.name, "label": g.label(), **_part(lab, p, metric, total)} for g, p in c.members
+        ]
+        extra["together"] = _part(lab, c.together, metric, total)
     return {
         "change": _change(c),
         "factors": [f.to_dict() for f in c.factors],
@@ -106,6 +115,21 @@ def _culprit(c: Culprit, lab: Lab, metric: str, total: dict[str, float]) -> dict
         "to": lab.label(c.hi),
         "skipped": c.skipped,
         "exact": not c.skipped,
+        **extra,
+    }
+
+
+def _part(lab: Lab, p: Point, metric: str, total: dict[str, float]) -> dict[str, Any]:
+    """A point's effect against all-good (a member tried alone, a group together): ms of `metric` with
+    its Welch 95 % CI, its share of the regression, the launches on each side."""
+    ms, ci = _effect(lab, lab.good(), p)
+    got = ms.get(metric)
+    share = got / total[metric] if got is not None and total.get(metric) else None
+    return {
+        "ms": got,
+        "ms_ci": ci.get(metric),
+        "share": None if share is None else round(share, 4),
+        "launches": [len(lab.launches(lab.good())), len(lab.launches(p))],
     }
 
 
@@ -134,5 +158,17 @@ def _statement(verdict: str, culprits: list[dict[str, Any]], metric: str) -> str
         tail = f" ({ms:+.2f} ms {metric}" + (
             f", {share:.0%} of the regression)" if share is not None else ")"
         )
+        if c.get("members"):
+            tail += f"; {c['interaction_of']}: {_shares(c)}"
         parts.append(c["change"] + tail)
     return ("culprit: " if len(parts) == 1 else f"{len(parts)} culprits: ") + "; ".join(parts)
+
+
+def _shares(c: dict[str, Any]) -> str:
+    """Each member's share alone and the group's together: "A alone 33 %, B alone 0 %, together 100 %"."""
+
+    def one(part: dict[str, Any]) -> str:
+        return "?" if part["share"] is None else f"{part['share']:.0%}"
+
+    alone = ", ".join(f"{m['name']} alone {one(m)}" for m in c["members"])
+    return f"{alone}, together {one(c['together'])}"

@@ -35,6 +35,20 @@ def _pct(x: float | None) -> str:
     return "" if x is None else f"{x:.0%}"
 
 
+def interaction_line(c: dict[str, Any]) -> str:
+    """ "interaction: A with B: A alone +1.31 ms [+1.10, +1.52] (33 %), ..., together ..." (95 % CIs)."""
+
+    def one(name: str, part: dict[str, Any]) -> str:
+        ci = part.get("ms_ci")
+        ms = "" if part["ms"] is None else f" {part['ms']:+.2f} ms"
+        ci_s = f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""
+        share = f" ({part['share']:.0%})" if part["share"] is not None else ""
+        return f"{name}{ms}{ci_s}{share}"
+
+    parts = [one(f"{m['name']} alone", m) for m in c["members"]] + [one("together", c["together"])]
+    return f"{c['interaction_of']}: " + ", ".join(parts)
+
+
 def headline(report: dict[str, Any]) -> str:
     e = report["endpoints"]
     metric = report["metric"]
@@ -71,6 +85,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         cells = " | ".join(_ms(rest.get(n)) for n in names)
         lines.append(f"| unexplained rest | {cells} | {_pct(report['unexplained_share'])} |")
         lines.append("")
+        lines += [f"- {interaction_line(c)}" for c in report["culprits"] if c.get("members")]
     for s in report["skipped"]:
         lines.append(f"- SKIP {s['point']}: {s['reason']}")
     for c in report.get("cleared", []):
@@ -94,6 +109,9 @@ def render(report: dict[str, Any], console: Any) -> None:
     names = _phases(report)
     if report["culprits"]:
         console.print(_culprits(report, names, console.width), crop=False)
+        for c in report["culprits"]:
+            if c.get("members"):
+                console.print(e(interaction_line(c)))
     for s in report["skipped"]:
         console.print(f"[yellow]SKIP[/] {e(s['point'])}: {e(s['reason'])}")
     for c in report.get("cleared", []):
