@@ -145,6 +145,21 @@ def classify(t: Theta, final: bool) -> str:
     return INCONCLUSIVE
 
 
+def classify_alone(t: Theta, final: bool, whole: float = 0.9) -> str:
+    """A factor tried alone against its effect in context (theta_effect): GOOD (it does not do it
+    alone: the CI lies below 1/2), BAD (it does most of it alone: above 1/2), PARTIAL (it does a part:
+    the CI straddles 1/2 but lies below `whole`, 1 - min_share; at the launch cap, as `classify`
+    says). GOOD and PARTIAL send the search after its partners; a PARTIAL is said as soon as the CI
+    shows it, not only at the cap."""
+    if t.lo > 0.5:
+        return BAD
+    if t.hi < 0.5:
+        return GOOD
+    if t.hi < whole and t.lo > 0.0:
+        return PARTIAL
+    return classify(t, final)
+
+
 @dataclass(frozen=True)
 class Regression:
     verdict: str  # REPRODUCED, NOT-REPRODUCED, MORE, INCONCLUSIVE

@@ -13,7 +13,7 @@ from regdiag.bisect.lab import Point
 
 @dataclass
 class Options:
-    launches: int = 3  # per point before the first classification, and the step when adding
+    launches: int = 3  # per point before the first look; then one more at a time (sequential)
     max_launches: int = 9  # per point: the cap after which a step is PARTIAL or INCONCLUSIVE
     margin: float = 0.02  # the endpoints must differ by more than this (ratio - 1)
     min_share: float = 0.1  # a residual smaller than this share of the regression is not searched
@@ -51,6 +51,8 @@ class Culprit:
     # good but the group): the report gives each its ms and share of the regression.
     members: list[tuple[Factor, Point]] = field(default_factory=list)
     together: Point | None = None
+    # What was left open about it (its partners): reported unresolved only when it is named (confirmed).
+    doubts: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

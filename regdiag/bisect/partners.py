@@ -55,7 +55,9 @@ class Interactions:
     def effect_present(self, x_hi: Point, x_lo: Point, ref_hi: Point, ref_lo: Point, what: str) -> str:
         raise NotImplementedError
 
-    def _effect_est(self, x_hi: Point, x_lo: Point, ref_hi: Point, ref_lo: Point, what: str) -> Any:
+    def _effect_est(
+        self, x_hi: Point, x_lo: Point, ref_hi: Point, ref_lo: Point, what: str, alone: bool = False
+    ) -> Any:
         raise NotImplementedError
 
     def _ensure(self, targets: Any) -> None:
@@ -82,7 +84,7 @@ class Interactions:
         if prefix:
             alone = lab.with_values(lab.good(), {f.key: f.bad})
             culprit.alone, est = self._effect_est(
-                alone, lab.good(), chain[i], chain[i - 1], f"{f.name} alone"
+                alone, lab.good(), chain[i], chain[i - 1], f"{f.name} alone", alone=True
             )
             if culprit.alone in (C.GOOD, C.PARTIAL):
                 partners, unconfirmed = self.partners(prefix, f, chain[i], chain[i - 1], culprit.alone)
@@ -99,19 +101,19 @@ class Interactions:
                         else "did part of it alone"
                     )
                     names = ", ".join(g.name for g in unconfirmed) or "none of them"
-                    self.unresolved.append(
+                    culprit.doubts.append(
                         {
                             "between": between,
                             "factors": [g.label() for g in unconfirmed or prefix],
-                            "why": f"{f.name} {did}; {names} could be shown to add to it (without each, "
-                            "the effect was not shown smaller): not named as partners",
+                            "why": f"{f.name} {did}; {names} could not be shown necessary to it (without "
+                            "each, the effect was not shown smaller): not named as culprits",
                         }
                     )
             elif culprit.alone != C.BAD:
                 used = min(est.launches.values()) if est is not None else self.o.max_launches
                 need = launches_needed(est, used)
                 more = f"; about {need} launches per point would decide it" if need else ""
-                self.unresolved.append(
+                culprit.doubts.append(
                     {
                         "between": between,
                         "factors": [g.label() for g in prefix],
@@ -260,4 +262,4 @@ class Interactions:
             if verdict != C.MORE:
                 self._decide(what, verdict, est, points)
                 return verdict
-            n = min(self.o.max_launches, n + self.o.launches)
+            n = min(self.o.max_launches, n + 1)

@@ -129,18 +129,27 @@ class Search(Interactions):
             if r.verdict != C.MORE:
                 self._decide(what, r.verdict, r, {"good": good, "bad": bad})
                 return r
-            n = min(self.o.max_launches, n + self.o.launches)
+            n = min(self.o.max_launches, n + 1)
 
     def _classify(
-        self, what: str, points: dict[str, Point], theta: Callable[[dict[str, list[float]]], C.Theta]
+        self,
+        what: str,
+        points: dict[str, Point],
+        theta: Callable[[dict[str, list[float]]], C.Theta],
+        decide: Callable[[C.Theta, bool], str] = C.classify,
     ) -> tuple[str, C.Theta | None]:
-        """Classify the first of `points` (BAD / GOOD / PARTIAL / INCONCLUSIVE / SKIP), adding launches."""
+        """Classify the first of `points` (BAD / GOOD / PARTIAL / INCONCLUSIVE / SKIP), adding launches.
+
+        Sequential: the question is asked again after each launch added to its new points, and stops as
+        soon as the CI decides it. A point measured before for another question brings every launch
+        this search has asked of it (the count a resume replays alike), not only the first n."""
         n = self.o.launches
         first = next(iter(points))
         while True:
             self._note({"event": "step", "what": what, "label": self.lab.label(points[first])})
-            self._ensure([(p, n) for p in points.values()])
-            got = {name: self.lab.samples(p, n) for name, p in points.items()}
+            want = {name: max(n, self.asked.get(self.lab.key(p), 0)) for name, p in points.items()}
+            self._ensure([(p, want[name]) for name, p in points.items()])
+            got = {name: self.lab.samples(p, want[name]) for name, p in points.items()}
             if got[first].values is None:
                 key = self.lab.key(points[first])
                 if key not in self.skip_known:
@@ -154,11 +163,11 @@ class Search(Interactions):
                 self._decide(what, C.INCONCLUSIVE, None, points)
                 return C.INCONCLUSIVE, None
             est = theta({name: s.values for name, s in got.items() if s.values is not None})
-            verdict = C.classify(est, final=n >= self.o.max_launches)
+            verdict = decide(est, n >= self.o.max_launches)
             if verdict != C.MORE:
                 self._decide(what, verdict, est, points)
                 return verdict, est
-            n = min(self.o.max_launches, n + self.o.launches)
+            n = min(self.o.max_launches, n + 1)
 
     def classify_point(self, x: Point, lo: Point, hi: Point, what: str) -> tuple[str, C.Theta | None]:
         keys = {n: self.lab.key(p) for n, p in (("x", x), ("lo", lo), ("hi", hi))}
@@ -172,7 +181,7 @@ class Search(Interactions):
         return self._effect_est(x_hi, x_lo, ref_hi, ref_lo, what)[0]
 
     def _effect_est(
-        self, x_hi: Point, x_lo: Point, ref_hi: Point, ref_lo: Point, what: str
+        self, x_hi: Point, x_lo: Point, ref_hi: Point, ref_lo: Point, what: str, alone: bool = False
     ) -> tuple[str, C.Theta | None]:
         """Does x_lo -> x_hi do what ref_lo -> ref_hi did (BAD), not (GOOD), in part (PARTIAL)?"""
         names = {"x_hi": x_hi, "x_lo": x_lo, "ref_hi": ref_hi, "ref_lo": ref_lo}
@@ -189,6 +198,7 @@ class Search(Interactions):
             lambda s: C.theta_effect(
                 *[(keys[n], s[role[n]]) for n in ("x_hi", "x_lo", "ref_hi", "ref_lo")]  # type: ignore[arg-type]
             ),
+            (lambda t, final: C.classify_alone(t, final, 1.0 - self.o.min_share)) if alone else C.classify,
         )
 
     # -- the ordered search ----------------------------------------------------------------------
@@ -362,6 +372,7 @@ class Search(Interactions):
             doubt = self.confirm(c)
             if doubt is None:
                 confirmed.append(c)
+                self.unresolved += [d for d in c.doubts if d not in self.unresolved]
             else:
                 self.unresolved.append(
                     {
@@ -400,6 +411,7 @@ class Search(Interactions):
                     alone=parent.alone,
                     unconfirmed=parent.unconfirmed,
                     within=m,
+                    doubts=parent.doubts,
                     skipped=[{"point": m.show(values[j]), "reason": r} for j, r in st.skipped],
                 )
             )

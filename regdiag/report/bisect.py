@@ -35,6 +35,13 @@ def _pct(x: float | None) -> str:
     return "" if x is None else f"{x:.0%}"
 
 
+def _together(c: dict[str, Any]) -> str:
+    """An interaction's tag: its factors act only together, or one does a part alone."""
+    if not c["interaction"]:
+        return ""
+    return " (only together)" if c.get("alone") in (None, "GOOD") else " (interaction)"
+
+
 def interaction_line(c: dict[str, Any]) -> str:
     """ "interaction: A with B: A alone +1.31 ms [+1.10, +1.52] (33 %), ..., together ..." (95 % CIs)."""
 
@@ -76,7 +83,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines.append("| change | " + " | ".join(f"{n} (ms)" for n in names) + " | share |")
         lines.append("| --- | " + " | ".join("---:" for _ in names) + " | ---: |")
         for c in report["culprits"]:
-            tag = " (only together)" if c["interaction"] else ""
+            tag = _together(c)
             tag += "" if c["exact"] else " (range: points in between SKIP)"
             cells = " | ".join(_cell(c, n, report["metric"]) for n in names)
             subject = f" ({_subjects(c)})" if _subjects(c) else ""
@@ -144,7 +151,7 @@ def _culprits(report: dict[str, Any], names: list[str], width: int) -> Any:
         if _subjects(c):
             label.append(f"\n{_subjects(c)}", style="dim")
         if c["interaction"]:
-            label.append(" (only together)", style="dim")
+            label.append(_together(c), style="dim")
         if not c["exact"]:
             label.append(" (range: points in between SKIP)", style="dim")
         rows.append([label, *[_cell(c, n, report["metric"]) for n in names], _pct(c["share"])])
