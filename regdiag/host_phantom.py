@@ -16,7 +16,9 @@ Nothing here decides a verdict: compare reports the flags, and leaves them out o
 from __future__ import annotations
 
 import math
+import os
 import statistics
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -259,3 +261,79 @@ def side_differences(sides: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> l
         if mine and other and (why := _stands_out(mine, other, {})):
             out.append(f"the {label} side's host: {'; '.join(w.replace('its ', 'the ') for w in why)}")
     return out
+
+
+# -- a busy machine, said --------------------------------------------------------------------------
+
+BUSY_PCT = 25.0  # a launch during which other work took at least this share of the machine's CPUs
+BUSY_SHARE = 1 / 3  # ... in at least this share of the launches: the answer is said to need a quieter box
+
+
+def busy_line(others_pct: Sequence[float | None], cpus: int | None, advice: str) -> str | None:
+    """'others used 71 % of the 2 CPUs during 9 of 12 launches; answers need a quieter machine or more
+    launches (--max-launches 20)': what other work took while the launches ran (each launch's share of
+    the machine's CPUs other processes used, None where not told), when enough launches were busy;
+    None otherwise. `advice`: what more launches means to the command that asks."""
+    told = [p for p in others_pct if p is not None]
+    busy = [p for p in told if p >= BUSY_PCT]
+    if not busy or len(busy) < BUSY_SHARE * len(told):
+        return None
+    of = f"the {cpus} CPUs" if cpus else "the CPUs"
+    return (
+        f"others used {statistics.median(busy):.0f} % of {of} during {len(busy)} of {len(told)} launches; "
+        f"answers need a quieter machine or more launches ({advice})"
+    )
+
+
+def others_pct(launch: dict[str, Any]) -> float | None:
+    """The share of the machine's CPUs other processes took during a launch, as its host record says."""
+    h = launch.get("host")
+    o = h.get("others") if isinstance(h, dict) else None
+    return _num(o.get("pct")) if isinstance(o, dict) else None
+
+
+def cpus_of(launches: Sequence[dict[str, Any]]) -> int | None:
+    """How many CPUs the launches' host had online, as their host records say."""
+    for la in launches:
+        h = la.get("host")
+        if isinstance(h, dict) and isinstance(h.get("cpus_online"), int):
+            return int(h["cpus_online"])
+    return None
+
+
+class OthersLoad:
+    """What other work took of this machine's CPUs while a child process ran here: the whole machine's
+    busy CPU time (/proc/stat) less this process's and its waited-for children's (os.times), over the
+    wall time and the CPUs. For measurements that record no host of their own (a --command); `pct` is
+    None where /proc/stat cannot be read."""
+
+    def __init__(self) -> None:
+        self.pct: float | None = None
+        self.cpus = os.cpu_count() or 1
+
+    @staticmethod
+    def _busy_s() -> float | None:
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                fields = [float(x) for x in f.readline().split()[1:9]]
+        except (OSError, ValueError):
+            return None
+        if len(fields) < 5:
+            return None
+        return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # all but idle, iowait
+
+    @staticmethod
+    def _ours_s() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def __enter__(self) -> OthersLoad:
+        self._t0, self._b0, self._o0 = time.monotonic(), self._busy_s(), self._ours_s()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall, b1 = time.monotonic() - self._t0, self._busy_s()
+        if b1 is None or self._b0 is None or wall <= 0:
+            return
+        rest = max(0.0, (b1 - self._b0) - (self._ours_s() - self._o0))
+        self.pct = round(min(100.0, 100 * rest / (wall * self.cpus)), 1)

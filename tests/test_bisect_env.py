@@ -192,3 +192,31 @@ def test_endpoint_that_cannot_run_is_a_clear_error(tmp_path, cli) -> None:
 
     with pytest.raises(BadInput, match="--metric 'nope': the probe reports"):
         run_bisect(_req(tmp_path, "A=0", "A=1", metric="nope"))
+
+
+def test_a_busy_machine_is_said_never_a_bare_answer(tmp_path, cli) -> None:
+    """Beside real CPU hogs (one per CPU, each in a session of its own as another user's job), a
+    bisect whose differences cost nothing says what the others took of the CPUs, exit 3 as ever."""
+    import os
+    import subprocess
+    import sys
+
+    probe = write_probe(tmp_path)
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(os.cpu_count() or 1)
+    ]
+    try:
+        res = cli(
+            "bisect", "--good", HARMLESS_GOOD, "--bad", HARMLESS_BAD, "--command", command(probe),
+            "--launches", "2", "--max-launches", "4", "--journal", str(tmp_path / "j.jsonl"), "--json",
+        )  # fmt: skip
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert res.returncode == 3, res.stderr
+    r = json.loads(res.stdout)
+    assert r["verdict"] == "NOT-REPRODUCED"
+    assert r["busy"] and re.search(r"others used \d+ % of the \d+ CPUs during \d+ of \d+ launches", r["busy"])
+    assert r["statement"].endswith(r["busy"]) and "(--max-launches 8)" in r["statement"]

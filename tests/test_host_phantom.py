@@ -132,6 +132,12 @@ def test_hogs_are_named_as_host_contention(runs: dict[str, tuple[Path, dict[str,
     text = "\n".join(c.phantom) + f"\n(features: {seen})"
     assert "host contention on hogs" in text or "the hogs side's host" in text, text
     assert any(w in text for w in ("other processes took", "of the time", "context switches")), text
+    # ten hogs on one of the machine's CPUs: others took at least that CPU's share in every hogs launch
+    hogged = [la["host"]["others"]["pct"] for la in hogs["launches"]]
+    if min(hogged) >= 100 / (os.cpu_count() or 1) * 0.5:
+        assert f"of the {os.cpu_count()} CPUs during" in text and "answers need a quieter machine" in text, (
+            text
+        )
     # the CLI: --exclude-flagged leaves the flagged launches out and shows the verdict with them
     r = run_cli("compare", str(qp), str(hp), "--json")
     d = json.loads(r.stdout)
@@ -229,3 +235,15 @@ def test_process_names_go_through_the_scrubber() -> None:
            "measured": {"per_process": [{"name": secret, "user_s": 1.0}]}}  # fmt: skip
     kept = json.dumps(scrub_host(rec))
     assert secret not in kept and "cpu_s" in kept
+
+
+def test_a_busy_machine_is_said_only_when_enough_launches_were_busy() -> None:
+    from regdiag.host_phantom import busy_line
+
+    line = busy_line([71.0, 80.0, 65.0, 10.0, None], 2, "--max-launches 20")
+    assert line == (
+        "others used 71 % of the 2 CPUs during 3 of 4 launches; answers need a quieter machine or more "
+        "launches (--max-launches 20)"
+    )
+    assert busy_line([30.0, 5.0, 5.0, 5.0], 2, "x") is None  # one busy launch of four
+    assert busy_line([None, None], 2, "x") is None and busy_line([], None, "x") is None

@@ -17,6 +17,7 @@ import numpy as np
 from regdiag import stats
 from regdiag.bisect.lab import Lab, Point
 from regdiag.bisect.search import Culprit, Outcome
+from regdiag.host_phantom import busy_line
 from regdiag.records import BISECT_REPORT, schema_id
 
 REPORT_KIND = schema_id(BISECT_REPORT)
@@ -51,7 +52,12 @@ def _change(c: Culprit) -> str:
     return " + ".join(f.label() for f in c.factors)
 
 
-def build_report(outcome: Outcome, lab: Lab, metric: str, notes: list[str], wall_s: float) -> dict[str, Any]:
+NO_CULPRIT = "no culprit could be named"
+
+
+def build_report(
+    outcome: Outcome, lab: Lab, metric: str, notes: list[str], wall_s: float, max_launches: int = 9
+) -> dict[str, Any]:
     good, bad = lab.good(), lab.bad()
     total, total_ci = _effect(lab, good, bad)
     culprits = [_culprit(c, lab, metric, total) for c in outcome.culprits]
@@ -61,10 +67,17 @@ def build_report(outcome: Outcome, lab: Lab, metric: str, notes: list[str], wall
             explained[k] += c["ms"].get(k, 0.0)
     rest = {k: round(total[k] - explained[k], 4) for k in total} if culprits else dict(total)
     ends = outcome.endpoints
+    busy = busy_line(lab.others_pct, lab.host_cpus(), f"--max-launches {2 * max_launches}")
+    statement = outcome.statement or _statement(outcome.verdict, culprits, metric)
+    if busy and outcome.verdict != "CULPRIT":
+        statement = f"{statement}: {busy}" if statement == NO_CULPRIT else f"{statement}; {busy}"
+    elif busy:
+        notes = [*notes, busy]
     return {
         "kind": REPORT_KIND,
         "verdict": outcome.verdict,
-        "statement": outcome.statement or _statement(outcome.verdict, culprits, metric),
+        "statement": statement,
+        "busy": busy,
         "metric": metric,
         "factors": [f.to_dict() for f in lab.factors],
         "notes": notes,
@@ -150,7 +163,7 @@ def _cost(lab: Lab, wall_s: float) -> dict[str, Any]:
 
 def _statement(verdict: str, culprits: list[dict[str, Any]], metric: str) -> str:
     if not culprits:
-        return "no culprit could be named"
+        return NO_CULPRIT
     parts = []
     for c in culprits:
         ms = c["ms"].get(metric)

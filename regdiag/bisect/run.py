@@ -289,7 +289,7 @@ def run_bisect(
         options = Options(req.launches, req.max_launches, req.margin, req.min_share)
         between = lambda f: kind_of(f).values_between(f, plan.where)  # noqa: E731
         outcome = Search(lab, options, between, clear).run()
-        report = _final_report(outcome, lab, req.metric, notes, plan, time.monotonic() - t0)
+        report = _final_report(outcome, lab, req, notes, plan, time.monotonic() - t0)
         journal.end(report)
         return report
     finally:
@@ -354,11 +354,11 @@ def _clearing(lab: Lab, req: Request, before: list[Factor]) -> Callable[[], list
 
 
 def _final_report(
-    outcome: Outcome, lab: Lab, metric: str, notes: list[str], plan: Plan, wall_s: float
+    outcome: Outcome, lab: Lab, req: Request, notes: list[str], plan: Plan, wall_s: float
 ) -> dict[str, Any]:
     """The report as it is journalled and returned: each culprit's factors annotated by their kind,
     redacted like a snapshot."""
-    report = build_report(outcome, lab, metric, notes, wall_s=wall_s)
+    report = build_report(outcome, lab, req.metric, notes, wall_s=wall_s, max_launches=req.max_launches)
     report["fixed_env"] = plan.fixed_env
     for c in report["culprits"]:
         for f in c["factors"]:
