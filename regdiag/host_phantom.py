@@ -192,7 +192,8 @@ def explain_launches(
     sides: Sequence[tuple[str, Sequence[dict[str, Any]]]], metrics: Sequence[str], unit: str = "ms"
 ) -> list[str]:
     """A line for each launch whose metric median is far from its side's others, with what was
-    recorded about it that stood out from all the other launches, or that nothing did."""
+    recorded about it that stood out from all the other launches, or that nothing did, and what the
+    canary says of the host's speed in its window."""
     pooled = [la for _, ls in sides for la in ls]
     feats = [features(la) for la in pooled]
     out, pos = [], 0
@@ -203,16 +204,70 @@ def explain_launches(
                 metric, mine, rest = worst
                 why = _stands_out(feats[pos + j], _reference(feats, pos + j), la) if feats[pos + j] else []
                 head = f"launch {la.get('index', j)} of {label}: {metric} {_fmt(mine)} {unit} vs {_fmt(rest)}"
-                if why:
-                    out.append(f"{head}; {' and '.join(why)}")
-                elif feats[pos + j] or la.get("clocks"):
+                speed = canary_phrase(la, [x for k, x in enumerate(pooled) if k != pos + j], ls, metric)
+                slower = speed is not None and "slower" in speed
+                if why or slower:
+                    out.append(f"{head}; {' and '.join([*why, *([speed] if speed else [])])}")
+                elif feats[pos + j] or la.get("clocks") or speed:
+                    tail = f"; {speed}" if speed else ""
                     out.append(
-                        f"{head}; nothing recorded about its host or GPU differs from the other launches"
+                        f"{head}; nothing recorded about its host or GPU differs from the other launches{tail}"
                     )
                 else:
                     out.append(f"{head}; no host record to explain it (recorded before host sampling)")
         pos += len(ls)
     return out
+
+
+# -- the canary (probes/_canary.py): the host's speed in each launch's window ---------------------------
+
+CANARY_OFF = 0.10  # a launch's canary this much slower (or faster) than the others' median is said so
+
+
+def canary_ms(launch: dict[str, Any], column: str = "py_ms") -> float | None:
+    """The median of a launch's canary samples (before, between and after its cycles), None without."""
+    c = (launch.get("footer") or {}).get("canary") if isinstance(launch.get("footer"), dict) else None
+    vals = [v for v in (c.get(column) or []) if _num(v) is not None] if isinstance(c, dict) else []
+    return float(statistics.median(vals)) if vals else None
+
+
+def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    if len(xs) < 3:
+        return None
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
+    sy = math.sqrt(sum((y - my) ** 2 for y in ys))
+    return sxy / (sx * sy) if sx > 0 and sy > 0 else None
+
+
+def canary_phrase(
+    la: dict[str, Any], others: Sequence[dict[str, Any]], side: Sequence[dict[str, Any]], metric: str
+) -> str | None:
+    """'the host ran 31 % slower in that window (canary: Python loop 2.6 ms vs 2.0; r = 0.93 between
+    the canary and verify over 6 launches)', 'faster', or 'the host's speed did not change (canary
+    ...)'; None when the launch or the others recorded no canary."""
+    mine = canary_ms(la)
+    ref_vals = [v for x in others if (v := canary_ms(x)) is not None]
+    if mine is None or not ref_vals:
+        return None
+    ref = float(statistics.median(ref_vals))
+    off = mine / ref - 1 if ref > 0 else 0.0
+    detail = f"Python loop {_fmt(mine)} ms vs {_fmt(ref)}"
+    k_mine, k_ref = canary_ms(la, "launch_us"), [v for x in others if (v := canary_ms(x, "launch_us"))]
+    if k_mine and k_ref:
+        detail += f", kernel launch {_fmt(k_mine)} us vs {_fmt(float(statistics.median(k_ref)))}"
+    pairs = [
+        (c, m) for x in side if (c := canary_ms(x)) is not None and (m := _median_of(x, metric)) is not None
+    ]
+    r = _pearson([c for c, _ in pairs], [m for _, m in pairs])
+    if r is not None:
+        detail += f"; r = {r:.2f} between the canary and {metric} over {len(pairs)} launches"
+    if off > CANARY_OFF:
+        return f"the host ran {off * 100:.0f} % slower in that window (canary: {detail})"
+    if off < -CANARY_OFF:
+        return f"the host ran {-off * 100:.0f} % faster in that window (canary: {detail})"
+    return f"the host's speed did not change (canary: {detail})"
 
 
 def _disagreement(
