@@ -203,7 +203,9 @@ def run_case(case: Case, probe: Path, journal: Path) -> dict[str, Any]:
 
 # -- held-out-style cases, before and after ----------------------------------------------------------
 
-HELD_OUT_JITTER = "0.08,0.03"  # the eager GPU spread seen: launches of one configuration 10-15 % apart
+# PROBE_JITTER per case: 8 % between launches (launches of one configuration 10-15 % apart), and 20 %
+# (the eager GPU verify launches seen: 10.3 and 13.7 ms, or 15.1, 10.3 and 10.1 ms)
+SPREAD, WIDE = "0.08,0.03", "0.2,0.03"
 
 
 def four_factors_x2() -> Case:
@@ -221,12 +223,16 @@ def partial_with_partner() -> Case:
     return Case("a third alone, the rest with a partner", good, bad, lambda v: 0.0, {"FEAT_A+FEAT_B"})
 
 
-HELD_OUT = {"x2": four_factors_x2, "partner": partial_with_partner}
+HELD_OUT = {
+    "x2": (four_factors_x2, SPREAD),
+    "x2-wide": (four_factors_x2, WIDE),
+    "partner": (partial_with_partner, SPREAD),
+}
 
 
 def held_out_child(case: str, workdir: str) -> int:
     """One bisection of a held-out case with the regdiag on sys.path; one JSON line on stdout."""
-    c = HELD_OUT[case]()
+    c = HELD_OUT[case][0]()
     work = Path(workdir)
     probe = write_probe(work)
     t0 = time.monotonic()
@@ -269,7 +275,7 @@ def held_out(a: argparse.Namespace) -> int:
                             "BENCH_REGDIAG_ROOT": str(root),
                             "PROBE_CLOCK": a.clock,
                             "PROBE_CYCLES": "10",
-                            "PROBE_JITTER": HELD_OUT_JITTER,
+                            "PROBE_JITTER": HELD_OUT[case][1],
                             "REGDIAG_HOME": str(Path(tmp) / f"home-{label}"),
                         }
                         res = subprocess.run(
@@ -294,14 +300,16 @@ def held_out(a: argparse.Namespace) -> int:
         f"Measured by `python bench/bench_bisect.py --held-out {a.held_out} --before {a.before} --clock "
         f"{a.clock}` on {os.cpu_count()} cores (load average {load0:.1f} at the start, shared with other "
         f"work); {(time.monotonic() - t_start) / 60:.1f} min in all. Before: regdiag at {a.before}; "
-        "after: this tree. The same probe (tests/bisect_helpers, thread CPU clock) with a wide launch-to-"
-        f"launch spread (PROBE_JITTER={HELD_OUT_JITTER}), {LAUNCHES} launches per point first, at most "
+        "after: this tree. The same probe (tests/bisect_helpers, thread CPU clock) with a wide "
+        "launch-to-launch spread (PROBE_JITTER: sd of log between launches, within a launch), "
+        f"{LAUNCHES} launches per point first, at most "
         f"{MAX_LAUNCHES}; the two take turns case by case.",
         "",
-        "| case | regdiag | bisections | right answer | launches (median, max) | machine s (median) |",
-        "| --- | --- | ---: | ---: | --- | ---: |",
+        "| case | PROBE_JITTER | regdiag | bisections | right answer | launches (median, max) "
+        "| machine s (median) |",
+        "| --- | --- | --- | ---: | ---: | --- | ---: |",
     ]
-    for case, make in HELD_OUT.items():
+    for case, (make, jitter) in HELD_OUT.items():
         for label in ("before", "after"):
             got = rows.get((case, label), [])
             if not got:
@@ -310,7 +318,7 @@ def held_out(a: argparse.Namespace) -> int:
             right = sum(g["right"] for g in got)
             secs = statistics.median(g["measured_s"] for g in got)
             lines.append(
-                f"| {make().name} | {label} | {len(got)} | {right}/{len(got)} | "
+                f"| {make().name} | {jitter} | {label} | {len(got)} | {right}/{len(got)} | "
                 f"{ls[len(ls) // 2]}, {ls[-1]} | {secs:.1f} |"
             )
     out = Path(a.out or ROOT / "docs" / "bench" / "bisect-held-out.md")

@@ -210,9 +210,8 @@ def explain_launches(
                     out.append(f"{head}; {' and '.join([*why, *([speed] if speed else [])])}")
                 elif feats[pos + j] or la.get("clocks") or speed:
                     tail = f"; {speed}" if speed else ""
-                    out.append(
-                        f"{head}; nothing recorded about its host or GPU differs from the other launches{tail}"
-                    )
+                    nothing = "nothing recorded about its host or GPU differs from the other launches"
+                    out.append(f"{head}; {nothing}{tail}")
                 else:
                     out.append(f"{head}; no host record to explain it (recorded before host sampling)")
         pos += len(ls)

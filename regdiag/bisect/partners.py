@@ -7,7 +7,8 @@ smallest set T with which f does what it did in context. Each test asks "does f,
 subset, do its effect?" (the effect's CI above one half: BAD). ddmin counts an INCONCLUSIVE test as
 "does not", so under noise it keeps factors it cannot drop; every partner it returns is therefore
 confirmed on fresh launches of the four points involved, taken in turns: without the partner the
-effect must be shown smaller, by more than min_share of the whole. A partner not confirmed is not named; it is reported unresolved.
+effect must be shown smaller, by more than min_share of the whole. A partner not confirmed is not
+named; it is reported unresolved.
 
 The group is reported as one culprit: "interaction: A with B", with each member's effect tried
 alone and the group's together (ms, 95 % CI, share of the regression). A question that stays open at

@@ -6,15 +6,9 @@
 2. Factors. The factors are put in a chain c0 = all good, c1 = first factor bad, ..., cn = all bad
    and the chain is bisected: each point is classified against its bracket (classify.py), so one
    culprit among n factors costs ceil(log2 n) points. A factor found at step c(i-1) -> c(i) is then
-   tried alone (c0 + that factor): if it is shown not to reproduce its effect alone (GOOD; a
-   PARTIAL says it acts alone at least in part, an INCONCLUSIVE says nothing: neither starts a
-   search), it acts only together with factors before it, and delta debugging (Zeller's ddmin) over
-   those finds the smallest set it needs — each test asks "does the factor, added to this subset,
-   do what it did in context?". ddmin counts an INCONCLUSIVE test as "does not", so under noise it
-   keeps factors it cannot drop; every partner it returns is therefore confirmed: without that
-   partner the effect must be shown absent (GOOD), by ddmin's own test and again on fresh launches
-   of the four points involved, taken in turns. A partner not confirmed is not named as a culprit;
-   it is reported unresolved.
+   tried alone (c0 + that factor): when it does not do its whole effect alone, its partners among
+   the factors before it are searched and confirmed (bisect/partners.py), and the group is named as
+   one culprit with each member's share alone and the group's together.
 3. Ranges. For a culprit that is a commit or a package, the same bisection runs along the commits
    (rev-list) or versions between its good and bad value, the other factors held as in context.
 4. More than one culprit. Each classification leaves a residual: a point classified BAD at theta
@@ -29,6 +23,8 @@
    unresolved. The search measures each new point after its bracket: on a machine whose load changes
    from minute to minute, a point can look slower only because it ran later.
 
+Sequential: a question is asked again after each launch added to its points, and stops as soon as
+its CI decides it; a point already measured brings every launch the search has asked of it.
 Everything is deterministic given the launches, so a resumed search takes the same path.
 """
 
