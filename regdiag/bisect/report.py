@@ -181,7 +181,7 @@ def _shares(c: dict[str, Any]) -> str:
     """Each member's share alone and the group's together: "A alone 33 %, B alone 0 %, together 100 %"."""
 
     def one(part: dict[str, Any]) -> str:
-        return "?" if part["share"] is None else f"{part['share']:.0%}"
+        return "?" if part["share"] is None else f"{part['share'] + 0.0:.0%}".replace("-0%", "0%")
 
     alone = ", ".join(f"{m['name']} alone {one(m)}" for m in c["members"])
     return f"{alone}, together {one(c['together'])}"

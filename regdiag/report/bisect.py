@@ -19,7 +19,7 @@ def _phases(report: dict[str, Any]) -> list[str]:
 
 
 def _ms(x: float | None) -> str:
-    return "" if x is None else f"{x:+.2f}"
+    return "" if x is None else f"{x:+.2f}".replace("-0.00", "+0.00")
 
 
 def _cell(c: dict[str, Any], name: str, metric: str) -> str:
@@ -32,7 +32,7 @@ def _cell(c: dict[str, Any], name: str, metric: str) -> str:
 
 
 def _pct(x: float | None) -> str:
-    return "" if x is None else f"{x:.0%}"
+    return "" if x is None else f"{x:.0%}".replace("-0%", "0%")
 
 
 def _together(c: dict[str, Any]) -> str:
@@ -47,9 +47,9 @@ def interaction_line(c: dict[str, Any]) -> str:
 
     def one(name: str, part: dict[str, Any]) -> str:
         ci = part.get("ms_ci")
-        ms = "" if part["ms"] is None else f" {part['ms']:+.2f} ms"
-        ci_s = f" [{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else ""
-        share = f" ({part['share']:.0%})" if part["share"] is not None else ""
+        ms = "" if part["ms"] is None else f" {_ms(part['ms'])} ms"
+        ci_s = f" [{_ms(ci[0])}, {_ms(ci[1])}]" if ci else ""
+        share = f" ({_pct(part['share'])})" if part["share"] is not None else ""
         return f"{name}{ms}{ci_s}{share}"
 
     parts = [one(f"{m['name']} alone", m) for m in c["members"]] + [one("together", c["together"])]
