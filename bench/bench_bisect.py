@@ -177,7 +177,13 @@ def check_steps(journal: Path, truth: Callable[[dict[str, Any]], float]) -> tupl
             else:
                 num, den = t[p["x_hi"]] - t[p["x_lo"]], t[p["ref_hi"]] - t[p["ref_lo"]]
             theta = num / den
-            ok = {"BAD": theta > 0.5, "GOOD": theta < 0.5, "PARTIAL": 0.0 < theta < 1.0}[v]
+            # SMALLER (a partner shown necessary): without it the effect is below 1 - min_share
+            ok = {
+                "BAD": theta > 0.5,
+                "GOOD": theta < 0.5,
+                "PARTIAL": 0.0 < theta < 1.0,
+                "SMALLER": theta < 0.9,
+            }[v]
         if not ok:
             wrong += 1
             bad.append(f"{e['what']}: {v}")
