@@ -194,7 +194,7 @@ class Search(Interactions):
             lambda s: C.theta_effect(
                 *[(keys[n], s[role[n]]) for n in ("x_hi", "x_lo", "ref_hi", "ref_lo")]  # type: ignore[arg-type]
             ),
-            (lambda t, final: C.classify_alone(t, final, 1.0 - self.o.min_share)) if alone else C.classify,
+            C.classify_alone if alone else C.classify,
         )
 
     # -- the ordered search ----------------------------------------------------------------------
