@@ -96,15 +96,20 @@ def test_the_base_interpreter_alone_has_no_torch(user_venv) -> None:
             pytest.skip("this machine's base interpreter has torch too: the venv case cannot be told apart")
 
 
-def test_package_bisect_from_a_venv_names_the_version(user_venv, wheels, tmp_path) -> None:
-    journal = tmp_path / "journal.jsonl"
-    r = run_cli(
+def _venv_bisect(user_venv: str, wheels: Path, journal: Path, good: str, bad: str):
+    """A bisect of the tiny spec-decode probe over package specs, layered on the user's venv."""
+    return run_cli(
         "bisect", "--python", user_venv, "--find-links", str(wheels), "--installer", "pip",
-        "--good", "kernpkg==1.0 otherpkg==1.0", "--bad", "kernpkg==2.0 otherpkg==2.0",
+        "--good", good, "--bad", bad,
         "--probe", "spec-decode", "--metric", "verify", "--launches", "2", "--max-launches", "4",
         "--journal", str(journal), "--json", "--", "--preset", "tiny", "--cycles", "8",
         timeout=900,
     )  # fmt: skip
+
+
+def test_package_bisect_from_a_venv_names_the_version(user_venv, wheels, tmp_path) -> None:
+    journal = tmp_path / "journal.jsonl"
+    r = _venv_bisect(user_venv, wheels, journal, "kernpkg==1.0 otherpkg==1.0", "kernpkg==2.0 otherpkg==2.0")
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(r.stdout)
     [c] = rep["culprits"]
@@ -175,13 +180,8 @@ def test_a_package_the_probe_never_loads_is_cleared_and_the_culprit_named(
     """The P/six case: the probe loads kernpkg (the culprit) and never flashinfer_python; the bisect
     clears the second without a launch of its own and names the first."""
     journal = tmp_path / "journal.jsonl"
-    r = run_cli(
-        "bisect", "--python", user_venv, "--find-links", str(wheels), "--installer", "pip",
-        "--good", "kernpkg==1.0 flashinfer_python==1.0", "--bad", "kernpkg==2.0 flashinfer_python==2.0",
-        "--probe", "spec-decode", "--metric", "verify", "--launches", "2", "--max-launches", "4",
-        "--journal", str(journal), "--json", "--", "--preset", "tiny", "--cycles", "8",
-        timeout=900,
-    )  # fmt: skip
+    good, bad = "kernpkg==1.0 flashinfer_python==1.0", "kernpkg==2.0 flashinfer_python==2.0"
+    r = _venv_bisect(user_venv, wheels, journal, good, bad)
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(r.stdout)
     [c] = rep["culprits"]
