@@ -12,7 +12,14 @@ The probe is tests/bisect_helpers.PROBE (real busy work per phase, 1 / 2 / 1 ms,
 +2 ms draft for a culprit). PROBE_CLOCK selects how phases are timed: `wall` (perf_counter, what the
 CPU probe does; the default here) or `cpu` (thread CPU time).
 
+3. Before and after (--held-out): held-out-style cases (4 factors with a x2 effect under a wide
+   launch-to-launch spread; a factor that does a third of its effect alone and the rest with a
+   partner) bisected by this tree's regdiag and by an older commit's (--before REV, checked out in a
+   temporary git worktree, run in a child process), interleaved case by case: launches and machine
+   time per bisection, and whether the answer was right.
+
     python bench/bench_bisect.py [--repeats 20] [--clock wall|cpu]   # writes docs/bench/bisect.md
+    python bench/bench_bisect.py --held-out 10 --before f123e0b      # writes docs/bench/bisect-held-out.md
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# The regdiag that bisects: this tree's, or (in the child of --held-out --before) an older checkout's.
+sys.path.insert(0, os.environ.get("BENCH_REGDIAG_ROOT", str(ROOT)))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from bisect_helpers import make_repo, write_probe  # noqa: E402
@@ -169,7 +177,13 @@ def check_steps(journal: Path, truth: Callable[[dict[str, Any]], float]) -> tupl
             else:
                 num, den = t[p["x_hi"]] - t[p["x_lo"]], t[p["ref_hi"]] - t[p["ref_lo"]]
             theta = num / den
-            ok = {"BAD": theta > 0.5, "GOOD": theta < 0.5, "PARTIAL": 0.0 < theta < 1.0}[v]
+            # SMALLER (a partner shown necessary): without it the effect is below 1 - min_share
+            ok = {
+                "BAD": theta > 0.5,
+                "GOOD": theta < 0.5,
+                "PARTIAL": 0.0 < theta < 1.0,
+                "SMALLER": theta < 0.9,
+            }[v]
         if not ok:
             wrong += 1
             bad.append(f"{e['what']}: {v}")
@@ -193,13 +207,147 @@ def run_case(case: Case, probe: Path, journal: Path) -> dict[str, Any]:
     return run_bisect(req)
 
 
+# -- held-out-style cases, before and after ----------------------------------------------------------
+
+# PROBE_JITTER per case: 8 % between launches (launches of one configuration 10-15 % apart), and 20 %
+# (the eager GPU verify launches seen: 10.3 and 13.7 ms, or 15.1, 10.3 and 10.1 ms)
+SPREAD, WIDE = "0.08,0.03", "0.2,0.03"
+
+
+def four_factors_x2() -> Case:
+    fixed = "PROBE_TOGETHER=F2=verify:4"  # 4 ms cycle -> 8 ms: x2
+    good = f"{fixed} F0=0 F1=0 F2=0 F3=0"
+    bad = f"{fixed} F0=1 F1=1 F2=1 F3=1"
+    return Case("4 factors, x2, F2", good, bad, lambda v: 0.0, {"F2"})
+
+
+def partial_with_partner() -> Case:
+    """FEAT_B alone does a third of the effect, FEAT_A alone nothing, both together all of it (x2.5)."""
+    fixed = "PROBE_TOGETHER=FEAT_B=verify:2;FEAT_A,FEAT_B=verify:4"
+    good = f"{fixed} FEAT_A=0 FEAT_B=0 NCCL_PROTO=LL NCCL_ALGO=Ring"
+    bad = f"{fixed} FEAT_A=1 FEAT_B=1 NCCL_PROTO=Simple NCCL_ALGO=Tree"
+    return Case("a third alone, the rest with a partner", good, bad, lambda v: 0.0, {"FEAT_A+FEAT_B"})
+
+
+HELD_OUT = {
+    "x2": (four_factors_x2, SPREAD),
+    "x2-wide": (four_factors_x2, WIDE),
+    "partner": (partial_with_partner, SPREAD),
+}
+
+
+def held_out_child(case: str, workdir: str) -> int:
+    """One bisection of a held-out case with the regdiag on sys.path; one JSON line on stdout."""
+    c = HELD_OUT[case][0]()
+    work = Path(workdir)
+    probe = write_probe(work)
+    t0 = time.monotonic()
+    r = run_case(c, probe, work / f"j-{case}-{time.monotonic_ns()}.jsonl")
+    cost = r["cost"]
+    print(
+        json.dumps(
+            {
+                "launches": cost["launches_run"],
+                "measured_s": cost["measured_s"],
+                "wall_s": round(time.monotonic() - t0, 2),
+                "right": found(r) == c.expect,
+                "found": sorted(found(r)),
+                "unresolved": len(r["unresolved"]),
+            }
+        )
+    )
+    return 0
+
+
+def held_out(a: argparse.Namespace) -> int:
+    import statistics
+    import subprocess
+
+    t_start, load0 = time.monotonic(), os.getloadavg()[0]
+    rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-bisect-held-out-") as tmp:
+        before = Path(tmp) / "before"
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(before), a.before], check=True
+        )
+        try:
+            for i in range(a.held_out):
+                for case in HELD_OUT:
+                    for label, root in (("before", before), ("after", ROOT)):
+                        work = Path(tmp) / f"{label}-{case}-{i}"
+                        work.mkdir()
+                        env = {
+                            **os.environ,
+                            "BENCH_REGDIAG_ROOT": str(root),
+                            "PROBE_CLOCK": a.clock,
+                            "PROBE_CYCLES": "10",
+                            "PROBE_JITTER": HELD_OUT[case][1],
+                            "REGDIAG_HOME": str(Path(tmp) / f"home-{label}"),
+                        }
+                        res = subprocess.run(
+                            [sys.executable, __file__, "--child", case, str(work)],
+                            capture_output=True,
+                            text=True,
+                            env=env,
+                        )
+                        if res.returncode != 0:
+                            print(res.stderr[-2000:], file=sys.stderr)
+                            return 1
+                        got = json.loads(res.stdout.strip().splitlines()[-1])
+                        rows.setdefault((case, label), []).append(got)
+                        print(i, case, label, got, flush=True)
+        finally:
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(before)], check=False
+            )
+    lines = [
+        "## bisect: held-out-style cases, before and after",
+        "",
+        f"Measured by `python bench/bench_bisect.py --held-out {a.held_out} --before {a.before} --clock "
+        f"{a.clock}` on {os.cpu_count()} cores (load average {load0:.1f} at the start, shared with other "
+        f"work); {(time.monotonic() - t_start) / 60:.1f} min in all. Before: regdiag at {a.before}; "
+        "after: this tree. The same probe (tests/bisect_helpers, thread CPU clock) with a wide "
+        "launch-to-launch spread (PROBE_JITTER: sd of log between launches, within a launch), "
+        f"{LAUNCHES} launches per point first, at most "
+        f"{MAX_LAUNCHES}; the two take turns case by case.",
+        "",
+        "| case | PROBE_JITTER | regdiag | bisections | right answer | launches (median, max) "
+        "| machine s (median) |",
+        "| --- | --- | --- | ---: | ---: | --- | ---: |",
+    ]
+    for case, (make, jitter) in HELD_OUT.items():
+        for label in ("before", "after"):
+            got = rows.get((case, label), [])
+            if not got:
+                continue
+            ls = sorted(g["launches"] for g in got)
+            right = sum(g["right"] for g in got)
+            secs = statistics.median(g["measured_s"] for g in got)
+            lines.append(
+                f"| {make().name} | {jitter} | {label} | {len(got)} | {right}/{len(got)} | "
+                f"{ls[len(ls) // 2]}, {ls[-1]} | {secs:.1f} |"
+            )
+    out = Path(a.out or ROOT / "docs" / "bench" / "bisect-held-out.md")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--child"]:
+        return held_out_child(argv[1], argv[2])
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--clock", choices=["wall", "cpu"], default="cpu")
     ap.add_argument("--jitter", default="0.02,0.03", help="between-launch, within-launch spread (sd of log)")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "bench" / "bisect.md"))
+    ap.add_argument("--out", default=None, help="default docs/bench/bisect.md (bisect-held-out.md)")
+    ap.add_argument("--held-out", type=int, default=0, metavar="N", help="N rounds of the before/after cases")
+    ap.add_argument("--before", default="f123e0b", help="the older commit --held-out compares with")
     a = ap.parse_args(argv)
+    if a.held_out:
+        return held_out(a)
+    a.out = a.out or str(ROOT / "docs" / "bench" / "bisect.md")
     os.environ["PROBE_CLOCK"] = a.clock
     os.environ["PROBE_CYCLES"] = "10"
     os.environ["PROBE_JITTER"] = a.jitter

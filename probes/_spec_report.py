@@ -28,6 +28,7 @@ class Report:
     experts: list[float]
     acc_len: torch.Tensor
     window: tuple[float, float]
+    canary: dict[str, Any] | None = None  # the host's speed around the window (_canary.py)
     kept: dict[str, list[float]] = field(default_factory=dict)
     naive_kept: dict[str, list[float]] = field(default_factory=dict)
 
@@ -124,6 +125,7 @@ class Report:
             "comm": comm or None,
             "fidelity": {"phase_sum_gap_pct": summary(gaps)},
             "scalars": scalars, "measure_window_s": [round(self.window[0], 3), round(self.window[1], 3)],
+            "canary": self.canary,
             "duration_s": round(time.time() - s.t_rank0, 3),
         }  # fmt: skip
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import _presets
 import torch
+from _canary import COLUMNS, Canary
 from _dist import barrier, device_info, max_over_ranks, nccl_version, teardown
 from _hooks import hang_here
 from _profile import plant_extra_op, plant_host_slow, run_profiled
@@ -347,6 +348,7 @@ class Measured:
     experts: list[float] = field(default_factory=list)
     t_measure: float = 0.0
     t_end: float = 0.0
+    canary: Canary | None = None  # the host's speed before, between and after the cycles (_canary.py)
 
 
 def measure(s: Setup, m: Model, hooks: dict[str, Any], inputs: torch.Tensor, progress: Progress) -> Measured:
@@ -361,8 +363,12 @@ def measure(s: Setup, m: Model, hooks: dict[str, Any], inputs: torch.Tensor, pro
     progress("measure", 0, len(out.schedule), force=True)
     barrier(s.group, s.world, s.device)
     hang_here(hooks.get("hang"), s.rank, "measure")
+    out.canary = Canary(cuda)
+    out.canary.take("before")
     out.t_measure = time.time()
     for ci, kind in enumerate(out.schedule):
+        if ci == len(out.schedule) // 2:
+            out.canary.take("between")
         if crash_here and kind != "w":
             sys.stderr.write(
                 f"rank {s.rank}: crashing on purpose (test hook --crash-rank) in launch {a.launch_index}\n"
@@ -384,6 +390,7 @@ def measure(s: Setup, m: Model, hooks: dict[str, Any], inputs: torch.Tensor, pro
             out.experts.append(float((c > 0).sum(1).float().mean()) if s.shape.n_moe else 0.0)
         progress("warmup" if kind == "w" else "measure", ci + 1, len(out.schedule))
     out.t_end = time.time()
+    out.canary.take("after")
     return out
 
 
@@ -505,6 +512,8 @@ def run_rank(
     rows = max_over_ranks(got.rows, n_cols, s.group, s.world, s.device)
     bare = [r[0] for r in max_over_ranks([[x] for x in got.bare], 1, s.group, s.world, s.device)]
     nocomm = max_over_ranks(got.nocomm, 1 + len(order), s.group, s.world, s.device)
+    assert got.canary is not None
+    canary = got.canary.record(max_over_ranks(got.canary.rows, len(COLUMNS), s.group, s.world, s.device))
     if s.rank == 0:
         t0 = a._t0 or s.t_rank0
         report = Report(
@@ -517,6 +526,7 @@ def run_rank(
             experts=got.experts,
             acc_len=acc_len,
             window=(got.t_measure - t0, got.t_end - t0),
+            canary=canary,
         )
         report.emit(prof)
     progress("teardown", force=True)

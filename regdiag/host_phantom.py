@@ -16,7 +16,9 @@ Nothing here decides a verdict: compare reports the flags, and leaves them out o
 from __future__ import annotations
 
 import math
+import os
 import statistics
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -195,7 +197,8 @@ def explain_launches(
     sides: Sequence[tuple[str, Sequence[dict[str, Any]]]], metrics: Sequence[str], unit: str = "ms"
 ) -> list[str]:
     """A line for each launch whose metric median is far from its side's others, with what was
-    recorded about it that stood out from all the other launches, or that nothing did."""
+    recorded about it that stood out from all the other launches, or that nothing did, and what the
+    canary says of the host's speed in its window."""
     pooled = [la for _, ls in sides for la in ls]
     feats = [features(la) for la in pooled]
     out, pos = [], 0
@@ -206,16 +209,69 @@ def explain_launches(
                 metric, mine, rest = worst
                 why = _stands_out(feats[pos + j], _reference(feats, pos + j), la) if feats[pos + j] else []
                 head = f"launch {la.get('index', j)} of {label}: {metric} {_fmt(mine)} {unit} vs {_fmt(rest)}"
-                if why:
-                    out.append(f"{head}; {' and '.join(why)}")
-                elif feats[pos + j] or la.get("clocks"):
-                    out.append(
-                        f"{head}; nothing recorded about its host or GPU differs from the other launches"
-                    )
+                speed = canary_phrase(la, [x for k, x in enumerate(pooled) if k != pos + j], ls, metric)
+                slower = speed is not None and "slower" in speed
+                if why or slower:
+                    out.append(f"{head}; {' and '.join([*why, *([speed] if speed else [])])}")
+                elif feats[pos + j] or la.get("clocks") or speed:
+                    tail = f"; {speed}" if speed else ""
+                    nothing = "nothing recorded about its host or GPU differs from the other launches"
+                    out.append(f"{head}; {nothing}{tail}")
                 else:
                     out.append(f"{head}; no host record to explain it (recorded before host sampling)")
         pos += len(ls)
     return out
+
+
+# -- the canary (probes/_canary.py): the host's speed in each launch's window ---------------------------
+
+CANARY_OFF = 0.10  # a launch's canary this much slower (or faster) than the others' median is said so
+
+
+def canary_ms(launch: dict[str, Any], column: str = "py_ms") -> float | None:
+    """The median of a launch's canary samples (before, between and after its cycles), None without."""
+    c = (launch.get("footer") or {}).get("canary") if isinstance(launch.get("footer"), dict) else None
+    vals = [v for v in (c.get(column) or []) if _num(v) is not None] if isinstance(c, dict) else []
+    return float(statistics.median(vals)) if vals else None
+
+
+def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    if len(xs) < 3:
+        return None
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
+    sy = math.sqrt(sum((y - my) ** 2 for y in ys))
+    return sxy / (sx * sy) if sx > 0 and sy > 0 else None
+
+
+def canary_phrase(
+    la: dict[str, Any], others: Sequence[dict[str, Any]], side: Sequence[dict[str, Any]], metric: str
+) -> str | None:
+    """'the host ran 31 % slower in that window (canary: Python loop 2.6 ms vs 2.0; r = 0.93 between
+    the canary and verify over 6 launches)', 'faster', or 'the host's speed did not change (canary
+    ...)'; None when the launch or the others recorded no canary."""
+    mine = canary_ms(la)
+    ref_vals = [v for x in others if (v := canary_ms(x)) is not None]
+    if mine is None or not ref_vals:
+        return None
+    ref = float(statistics.median(ref_vals))
+    off = mine / ref - 1 if ref > 0 else 0.0
+    detail = f"Python loop {_fmt(mine)} ms vs {_fmt(ref)}"
+    k_mine, k_ref = canary_ms(la, "launch_us"), [v for x in others if (v := canary_ms(x, "launch_us"))]
+    if k_mine and k_ref:
+        detail += f", kernel launch {_fmt(k_mine)} us vs {_fmt(float(statistics.median(k_ref)))}"
+    pairs = [
+        (c, m) for x in side if (c := canary_ms(x)) is not None and (m := _median_of(x, metric)) is not None
+    ]
+    r = _pearson([c for c, _ in pairs], [m for _, m in pairs])
+    if r is not None:
+        detail += f"; r = {r:.2f} between the canary and {metric} over {len(pairs)} launches"
+    if off > CANARY_OFF:
+        return f"the host ran {off * 100:.0f} % slower in that window (canary: {detail})"
+    if off < -CANARY_OFF:
+        return f"the host ran {-off * 100:.0f} % faster in that window (canary: {detail})"
+    return f"the host's speed did not change (canary: {detail})"
 
 
 def _disagreement(
@@ -264,3 +320,79 @@ def side_differences(sides: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> l
         if mine and other and (why := _stands_out(mine, other, {})):
             out.append(f"the {label} side's host: {'; '.join(w.replace('its ', 'the ') for w in why)}")
     return out
+
+
+# -- a busy machine, said --------------------------------------------------------------------------
+
+BUSY_PCT = 25.0  # a launch during which other work took at least this share of the machine's CPUs
+BUSY_SHARE = 1 / 3  # ... in at least this share of the launches: the answer is said to need a quieter box
+
+
+def busy_line(others_pct: Sequence[float | None], cpus: int | None, advice: str) -> str | None:
+    """'others used 71 % of the 2 CPUs during 9 of 12 launches; answers need a quieter machine or more
+    launches (--max-launches 20)': what other work took while the launches ran (each launch's share of
+    the machine's CPUs other processes used, None where not told), when enough launches were busy;
+    None otherwise. `advice`: what more launches means to the command that asks."""
+    told = [p for p in others_pct if p is not None]
+    busy = [p for p in told if p >= BUSY_PCT]
+    if not busy or len(busy) < BUSY_SHARE * len(told):
+        return None
+    of = f"the {cpus} CPUs" if cpus else "the CPUs"
+    return (
+        f"others used {statistics.median(busy):.0f} % of {of} during {len(busy)} of {len(told)} launches; "
+        f"answers need a quieter machine or more launches ({advice})"
+    )
+
+
+def others_pct(launch: dict[str, Any]) -> float | None:
+    """The share of the machine's CPUs other processes took during a launch, as its host record says."""
+    h = launch.get("host")
+    o = h.get("others") if isinstance(h, dict) else None
+    return _num(o.get("pct")) if isinstance(o, dict) else None
+
+
+def cpus_of(launches: Sequence[dict[str, Any]]) -> int | None:
+    """How many CPUs the launches' host had online, as their host records say."""
+    for la in launches:
+        h = la.get("host")
+        if isinstance(h, dict) and isinstance(h.get("cpus_online"), int):
+            return int(h["cpus_online"])
+    return None
+
+
+class OthersLoad:
+    """What other work took of this machine's CPUs while a child process ran here: the whole machine's
+    busy CPU time (/proc/stat) less this process's and its waited-for children's (os.times), over the
+    wall time and the CPUs. For measurements that record no host of their own (a --command); `pct` is
+    None where /proc/stat cannot be read."""
+
+    def __init__(self) -> None:
+        self.pct: float | None = None
+        self.cpus = os.cpu_count() or 1
+
+    @staticmethod
+    def _busy_s() -> float | None:
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                fields = [float(x) for x in f.readline().split()[1:9]]
+        except (OSError, ValueError):
+            return None
+        if len(fields) < 5:
+            return None
+        return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # all but idle, iowait
+
+    @staticmethod
+    def _ours_s() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def __enter__(self) -> OthersLoad:
+        self._t0, self._b0, self._o0 = time.monotonic(), self._busy_s(), self._ours_s()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        wall, b1 = time.monotonic() - self._t0, self._busy_s()
+        if b1 is None or self._b0 is None or wall <= 0:
+            return
+        rest = max(0.0, (b1 - self._b0) - (self._ours_s() - self._o0))
+        self.pct = round(min(100.0, 100 * rest / (wall * self.cpus)), 1)

@@ -353,6 +353,8 @@ class BisectReport(TypedDict, total=False):
     unexplained_ms: D[dict[str, float], "the regression no culprit accounts for"]
     unexplained_share: D[float | None, "the same, as a share"]
     skipped: D[list[Any], "points that could not be built or run"]
+    cleared: D[list[Any], "package factors no measured process loads, cleared without a launch"]
+    busy: D[str | None, "what other work took of the CPUs during the launches, when enough to matter"]
     unresolved: D[list[Any], "factors left undecided"]
     cost: D[dict[str, Any], "environments built, launches run and reused, seconds"]
     resumed: D[bool, "whether a journal was continued"]

@@ -8,7 +8,8 @@ up, timed with perf_counter like the CPU probe) whose length in ms comes from, i
 - `work.json` in the current directory (a repo made by `make_repo` holds one per commit);
 - the package `slowpkg`, when importable (wheels made by `make_wheel`): its EXTRA dict;
 - PROBE_EXTRA="verify:4,draft:1" (any variable whose name starts PROBE_EXTRA adds work to phases);
-- PROBE_TOGETHER="A,B=verify:4": adds that work only when every named variable is "1";
+- PROBE_TOGETHER="A,B=verify:4": adds that work only when every named variable is "1" (several such
+  terms separated by ";": "B=verify:2;A,B=verify:4" is B alone +2 ms, A and B together +6 ms);
 - PROBE_JITTER="0.02,0.03": random launch-to-launch and cycle-to-cycle spread of the work.
 
 The work runs until the phase has used its ms of CPU time, and phases are timed on the thread's
@@ -55,8 +56,7 @@ for var in sorted(v for v in os.environ if v.startswith("PROBE_EXTRA")):
     for item in filter(None, os.environ[var].split(",")):
         k, _, v = item.partition(":")
         work[k] = work.get(k, 0.0) + float(v)
-together = os.environ.get("PROBE_TOGETHER", "")
-if together:
+for together in filter(None, os.environ.get("PROBE_TOGETHER", "").split(";")):
     names, _, add = together.partition("=")
     k, _, v = add.partition(":")
     if all(os.environ.get(n) == "1" for n in names.split(",")):

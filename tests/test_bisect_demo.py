@@ -62,3 +62,29 @@ def test_demo_as_markdown_is_one_page_on_stdout(cli) -> None:
         bad.returncode == 2
         and bad.stderr == "regdiag: error: choose one output format (asked for json, markdown)\n"
     )
+
+
+def test_demo_beside_two_cpu_hogs_names_the_culprit_or_says_the_machine_is_busy(cli) -> None:
+    """Two real CPU hogs (busy loops, each in a session of its own, as another user's jobs): the demo
+    names the planted culprit, or says that the machine was too busy to answer; either way its last
+    line says what the others took of the CPUs."""
+    import subprocess
+    import sys
+
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(2)
+    ]
+    try:
+        res = cli("demo", "--launches", "2", timeout=900, env={"COLUMNS": "400"})
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert res.returncode in (0, 3), res.stderr[-2000:]
+    lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+    found = next(ln for ln in lines if ln.startswith("found: "))
+    if res.returncode == 0:
+        assert "REGDIAG_PROBE_SLOW" in found and "NCCL" not in found
+    else:
+        assert "others used" in found, found  # never a bare "no culprit"
+    assert lines[-1].startswith("the machine was busy: others used "), lines[-3:]

@@ -36,21 +36,35 @@ def test_the_engine_measures_each_environment_and_names_the_env_var(cli, tmp_pat
     assert ok and all(isinstance(e["loaded"], list) for e in ok)
 
 
-def test_a_package_the_engine_never_loads_is_refused_after_the_bad_endpoint(cli, tmp_path) -> None:
+def _unused_bisect(cli, tmp_path: Path, good: str, bad: str):
+    """A bisect of `unusedpkg` (never imported by the engine) and whatever else the sides give."""
     wheels = tmp_path / "wheels"
     for v in ("1.0", "2.0"):
         make_loaded_wheel(wheels, "unusedpkg", v, pth=False)
-    journal = tmp_path / "j.jsonl"
-    r = cli(
-        "bisect", "--good", "unusedpkg==1.0 FAKE_VERIFY_N=2000", "--bad", "unusedpkg==2.0 FAKE_VERIFY_N=20000",
+    return cli(
+        "bisect", "--good", f"unusedpkg==1.0 {good}", "--bad", f"unusedpkg==2.0 {bad}",
         "--python", sys.executable, "--find-links", str(wheels), "--installer", "pip",
-        "--probe", "engine", "--metric", "verify", "--launches", "2", "--journal", str(journal),
-        "--", "--no-snapshot", *PHASES, "--launch-cmd", LAUNCH,
+        "--probe", "engine", "--metric", "verify", "--launches", "2", "--journal", str(tmp_path / "j.jsonl"),
+        "--json", "--", "--no-snapshot", *PHASES, "--launch-cmd", LAUNCH,
     )  # fmt: skip
+
+
+def test_a_package_the_engine_never_loads_is_cleared_after_the_bad_endpoint(cli, tmp_path) -> None:
+    r = _unused_bisect(cli, tmp_path, "FAKE_VERIFY_N=2000", "FAKE_VERIFY_N=20000")
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout)
+    assert [c["change"] for c in res["culprits"]] == ["FAKE_VERIFY_N '2000' -> '20000'"]
+    assert [c["why"] for c in res["cleared"]] == [
+        "unusedpkg 1.0 -> 2.0: cleared, never loaded by probe engine"
+    ]
+
+
+def test_a_package_alone_the_engine_never_loads_is_refused_after_the_bad_endpoint(cli, tmp_path) -> None:
+    r = _unused_bisect(cli, tmp_path, "", "")
     assert r.returncode == 2, r.stderr[-3000:]
     [line] = [ln for ln in r.stderr.splitlines() if ln.startswith("regdiag: error")]
     assert "probe engine never loads unusedpkg" in line
-    lines = [json.loads(x) for x in journal.read_text().splitlines() if x.strip()]
+    lines = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines() if x.strip()]
     launched = {e["label"] for e in lines if e.get("type") == "launch"}
     assert "bad" in launched and len([e for e in lines if e.get("type") == "launch"]) <= 2
 

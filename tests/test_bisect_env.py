@@ -79,6 +79,33 @@ def test_interaction_slow_only_together(tmp_path) -> None:
     assert sorted(f["name"] for f in c["factors"]) == ["FEAT_X", "FEAT_Z"]
     assert c["alone"] == "GOOD"
     assert c["ms"]["verify"] == pytest.approx(4.0, abs=0.4)
+    # each member alone does nothing, the two together all of it
+    assert c["interaction_of"] == "interaction: FEAT_Z with FEAT_X"
+    assert [m["name"] for m in c["members"]] == ["FEAT_X", "FEAT_Z"]
+    assert all(abs(m["share"]) < 0.15 for m in c["members"])
+    assert c["together"]["share"] == pytest.approx(1.0, abs=0.15)
+
+
+def test_a_culprit_that_does_a_third_alone_is_named_with_its_partner(tmp_path) -> None:
+    """The held-out case: FEAT_B alone does a third of the effect, FEAT_A alone nothing, the two together
+    all of it. FEAT_B, found in the context of FEAT_A, is named with it as one culprit, each member's
+    share alone and the group's together given."""
+    together = "PROBE_TOGETHER=FEAT_B=verify:2;FEAT_A,FEAT_B=verify:4"
+    good = f"{together} FEAT_A=0 FEAT_B=0 NCCL_PROTO=LL NCCL_ALGO=Ring"
+    bad = f"{together} FEAT_A=1 FEAT_B=1 NCCL_PROTO=Simple NCCL_ALGO=Tree"
+    r = run_bisect(_req(tmp_path, good, bad, metric="verify"))
+    assert r["verdict"] == "CULPRIT", r["unresolved"]
+    [c] = r["culprits"]
+    assert c["interaction"] is True and c["alone"] in ("GOOD", "PARTIAL")
+    assert sorted(f["name"] for f in c["factors"]) == ["FEAT_A", "FEAT_B"]
+    assert c["interaction_of"] == "interaction: FEAT_B with FEAT_A"
+    share = {m["name"]: m["share"] for m in c["members"]}
+    assert share["FEAT_B"] == pytest.approx(1 / 3, abs=0.12) and abs(share["FEAT_A"]) < 0.12
+    assert c["together"]["share"] == pytest.approx(1.0, abs=0.15)
+    assert all(m["ms_ci"] and m["ms_ci"][0] <= m["ms"] <= m["ms_ci"][1] for m in c["members"])
+    assert not r["unresolved"]
+    assert "interaction: FEAT_B with FEAT_A: FEAT_A alone" in to_markdown(r)
+    assert "FEAT_B alone 33%" in r["statement"] or "FEAT_B alone 3" in r["statement"]
 
 
 def test_regression_that_does_not_reproduce_stops_after_the_endpoints(tmp_path, cli) -> None:
@@ -165,3 +192,31 @@ def test_endpoint_that_cannot_run_is_a_clear_error(tmp_path, cli) -> None:
 
     with pytest.raises(BadInput, match="--metric 'nope': the probe reports"):
         run_bisect(_req(tmp_path, "A=0", "A=1", metric="nope"))
+
+
+def test_a_busy_machine_is_said_never_a_bare_answer(tmp_path, cli) -> None:
+    """Beside real CPU hogs (one per CPU, each in a session of its own as another user's job), a
+    bisect whose differences cost nothing says what the others took of the CPUs, exit 3 as ever."""
+    import os
+    import subprocess
+    import sys
+
+    probe = write_probe(tmp_path)
+    hogs = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(os.cpu_count() or 1)
+    ]
+    try:
+        res = cli(
+            "bisect", "--good", HARMLESS_GOOD, "--bad", HARMLESS_BAD, "--command", command(probe),
+            "--launches", "2", "--max-launches", "4", "--journal", str(tmp_path / "j.jsonl"), "--json",
+        )  # fmt: skip
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert res.returncode == 3, res.stderr
+    r = json.loads(res.stdout)
+    assert r["verdict"] == "NOT-REPRODUCED"
+    assert r["busy"] and re.search(r"others used \d+ % of the \d+ CPUs during \d+ of \d+ launches", r["busy"])
+    assert r["statement"].endswith(r["busy"]) and "(--max-launches 8)" in r["statement"]

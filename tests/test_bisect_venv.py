@@ -23,6 +23,8 @@ from bisect_helpers import _record_line
 from conftest import run_cli
 from sshd_helpers import Sshd, sshd  # noqa: F401 - sshd is a fixture
 
+from regdiag.report.bisect import to_markdown
+
 pytestmark = pytest.mark.slow
 
 SLOW_MS = 15.0
@@ -94,15 +96,20 @@ def test_the_base_interpreter_alone_has_no_torch(user_venv) -> None:
             pytest.skip("this machine's base interpreter has torch too: the venv case cannot be told apart")
 
 
-def test_package_bisect_from_a_venv_names_the_version(user_venv, wheels, tmp_path) -> None:
-    journal = tmp_path / "journal.jsonl"
-    r = run_cli(
+def _venv_bisect(user_venv: str, wheels: Path, journal: Path, good: str, bad: str):
+    """A bisect of the tiny spec-decode probe over package specs, layered on the user's venv."""
+    return run_cli(
         "bisect", "--python", user_venv, "--find-links", str(wheels), "--installer", "pip",
-        "--good", "kernpkg==1.0 otherpkg==1.0", "--bad", "kernpkg==2.0 otherpkg==2.0",
+        "--good", good, "--bad", bad,
         "--probe", "spec-decode", "--metric", "verify", "--launches", "2", "--max-launches", "4",
         "--journal", str(journal), "--json", "--", "--preset", "tiny", "--cycles", "8",
         timeout=900,
     )  # fmt: skip
+
+
+def test_package_bisect_from_a_venv_names_the_version(user_venv, wheels, tmp_path) -> None:
+    journal = tmp_path / "journal.jsonl"
+    r = _venv_bisect(user_venv, wheels, journal, "kernpkg==1.0 otherpkg==1.0", "kernpkg==2.0 otherpkg==2.0")
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads(r.stdout)
     [c] = rep["culprits"]
@@ -167,18 +174,41 @@ def test_an_overlay_shadows_the_users_version_and_keeps_the_rest(
     assert user == "1.0"
 
 
-def test_a_package_the_probe_never_loads_is_refused_before_any_launch(user_venv, wheels, tmp_path) -> None:
+def test_a_package_the_probe_never_loads_is_cleared_and_the_culprit_named(
+    user_venv, wheels, tmp_path
+) -> None:
+    """The P/six case: the probe loads kernpkg (the culprit) and never flashinfer_python; the bisect
+    clears the second without a launch of its own and names the first."""
+    journal = tmp_path / "journal.jsonl"
+    good, bad = "kernpkg==1.0 flashinfer_python==1.0", "kernpkg==2.0 flashinfer_python==2.0"
+    r = _venv_bisect(user_venv, wheels, journal, good, bad)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads(r.stdout)
+    [c] = rep["culprits"]
+    assert [f["name"] for f in c["factors"]] == ["kernpkg"]
+    [cl] = rep["cleared"]
+    assert cl["factor"]["name"] == "flashinfer-python"
+    assert cl["why"] == "flashinfer-python 1.0 -> 2.0: cleared, never loaded by probe spec-decode"
+    lines = [json.loads(x) for x in journal.read_text().splitlines() if x.strip()]
+    # no point of the search but the bad endpoint has flashinfer_python at 2.0: it got no launch of its own
+    envs = [e for e in lines if e.get("type") == "env"]
+    assert {e["label"] for e in envs if e["values"]["package:flashinfer-python"]["value"] == "2.0"} == {"bad"}
+    assert "- flashinfer-python 1.0 -> 2.0: cleared, never loaded by probe spec-decode" in to_markdown(rep)
+
+
+def test_only_packages_the_probe_never_loads_are_refused_before_any_launch(
+    user_venv, wheels, tmp_path
+) -> None:
     journal = tmp_path / "journal.jsonl"
     r = run_cli(
         "bisect", "--python", user_venv, "--find-links", str(wheels), "--installer", "pip",
-        "--good", "kernpkg==1.0 flashinfer_python==1.0", "--bad", "kernpkg==2.0 flashinfer_python==2.0",
+        "--good", "flashinfer_python==1.0", "--bad", "flashinfer_python==2.0",
         "--probe", "spec-decode", "--journal", str(journal), "--", "--preset", "tiny",
         timeout=600,
     )  # fmt: skip
     assert r.returncode == 2, r.stderr
     [line] = [ln for ln in r.stderr.splitlines() if ln.startswith("regdiag: error")]
     assert "probe spec-decode never loads flashinfer-python" in line and "--allow-unloaded" in line
-    assert "kernpkg" not in line
     lines = [json.loads(x) for x in journal.read_text().splitlines() if x.strip()]
     assert not [e for e in lines if e.get("type") == "launch"]
 

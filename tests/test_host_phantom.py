@@ -118,6 +118,10 @@ def test_each_launch_records_a_plausible_host(runs: dict[str, tuple[Path, dict[s
             assert h["own_cpu_s"] >= 0 and h["cpus_usable"] >= 1
             assert "pid" not in set(_keys(h)), "no pid is recorded"
             assert la["host_flags"] is not None, name
+            # the canary: the host's speed before, between and after the cycles (probes/_canary.py)
+            can = la["footer"]["canary"]
+            assert can["at"] == ["before", "between", "after"] and can["launch_us"] is None  # CPU: no kernel
+            assert all(0 < v < 1000 for v in [*can["py_ms"], *can["c_ms"]]) and len(can["py_ms"]) == 3
 
 
 def test_hogs_are_named_as_host_contention(runs: dict[str, tuple[Path, dict[str, Any]]]) -> None:
@@ -132,6 +136,12 @@ def test_hogs_are_named_as_host_contention(runs: dict[str, tuple[Path, dict[str,
     text = "\n".join(c.phantom) + f"\n(features: {seen})"
     assert "host contention on hogs" in text or "the hogs side's host" in text, text
     assert any(w in text for w in ("other processes took", "of the time", "context switches")), text
+    # ten hogs on one of the machine's CPUs: others took at least that CPU's share in every hogs launch
+    hogged = [la["host"]["others"]["pct"] for la in hogs["launches"]]
+    if min(hogged) >= 100 / (os.cpu_count() or 1) * 0.5:
+        assert f"of the {os.cpu_count()} CPUs during" in text and "answers need a quieter machine" in text, (
+            text
+        )
     # the CLI: --exclude-flagged leaves the flagged launches out and shows the verdict with them
     r = run_cli("compare", str(qp), str(hp), "--json")
     d = json.loads(r.stdout)
@@ -229,3 +239,40 @@ def test_process_names_go_through_the_scrubber() -> None:
            "measured": {"per_process": [{"name": secret, "user_s": 1.0}]}}  # fmt: skip
     kept = json.dumps(scrub_host(rec))
     assert secret not in kept and "cpu_s" in kept
+
+
+def test_a_busy_machine_is_said_only_when_enough_launches_were_busy() -> None:
+    from regdiag.host_phantom import busy_line
+
+    line = busy_line([71.0, 80.0, 65.0, 10.0, None], 2, "--max-launches 20")
+    assert line == (
+        "others used 71 % of the 2 CPUs during 3 of 4 launches; answers need a quieter machine or more "
+        "launches (--max-launches 20)"
+    )
+    assert busy_line([30.0, 5.0, 5.0, 5.0], 2, "x") is None  # one busy launch of four
+    assert busy_line([None, None], 2, "x") is None and busy_line([], None, "x") is None
+
+
+def test_the_canary_names_the_host_speed_of_a_slow_launch() -> None:
+    """The held-out eager case: verify 13.7 ms in one launch against 10.3 in the others, GPU clocks
+    alike and nothing else recorded apart; the canary (probes/_canary.py) ran 31 % slower there."""
+
+    def canary(la: dict[str, Any], py: float) -> dict[str, Any]:
+        la["footer"] = {
+            "canary": {"at": ["before", "between", "after"], "py_ms": [py] * 3, "c_ms": [1.0] * 3}
+        }
+        return la
+
+    old = [canary(_launch(i, 10.3, 20, 1.0), 2.0) for i in range(3)]
+    new = [canary(_launch(0, 13.7, 20, 1.0), 2.62), *(canary(_launch(i, 10.3, 20, 1.0), 2.0) for i in (1, 2))]
+    [line] = explain_launches([("old", old), ("new", new)], ["verify"], "ms")
+    want = (
+        "launch 0 of new: verify 13.7 ms vs 10.3; the host ran 31 % slower in that window (canary: Python "
+        "loop 2.62 ms vs 2; r = 1.00 between the canary and verify over 3 launches)"
+    )
+    assert line == want
+    # the same outlier with the canary unchanged: the host's speed is ruled out, not guessed
+    new[0] = canary(_launch(0, 13.7, 20, 1.0), 2.02)
+    [line] = explain_launches([("old", old), ("new", new)], ["verify"], "ms")
+    same = "nothing recorded about its host or GPU differs from the other launches; the host's speed did not "
+    assert same + "change (canary: Python loop 2.02 ms vs 2" in line, line

@@ -145,6 +145,23 @@ def classify(t: Theta, final: bool) -> str:
     return INCONCLUSIVE
 
 
+def classify_alone(t: Theta, final: bool, part: float = 0.75) -> str:
+    """A factor tried alone against its effect in context (theta_effect): GOOD (it does not do it
+    alone: the CI lies below 1/2), BAD (it does most of it alone: above 1/2), PARTIAL (it does a part:
+    the CI lies within (0, `part`), `part` three quarters), said as soon as the CI shows it; at the
+    launch cap anything else is INCONCLUSIVE. GOOD and PARTIAL send the search after its partners,
+    so a PARTIAL needs its CI that far from 1: under a wide launch-to-launch spread, a factor that
+    does its whole effect alone read within (0, 1) at the cap, or below 0.9 at one of its looks,
+    often enough to start partner searches of 100+ launches (bench/bench_bisect.py --held-out)."""
+    if t.lo > 0.5:
+        return BAD
+    if t.hi < 0.5:
+        return GOOD
+    if t.hi < part and t.lo > 0.0:
+        return PARTIAL
+    return INCONCLUSIVE if final else MORE
+
+
 @dataclass(frozen=True)
 class Regression:
     verdict: str  # REPRODUCED, NOT-REPRODUCED, MORE, INCONCLUSIVE

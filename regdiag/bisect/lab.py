@@ -29,6 +29,7 @@ from regdiag.bisect.kinds import BuildPlan, LaunchSetup, kind_of
 from regdiag.bisect.measure import Launch, launch_argv, run_launch
 from regdiag.bisect.remote_envs import RemoteBuilder
 from regdiag.errors import BadInput, RegdiagError
+from regdiag.host_phantom import OthersLoad
 from regdiag.hosts.base import Host
 from regdiag.measure.warm import WarmPool
 
@@ -113,6 +114,9 @@ class Lab:
         # Whoever makes the Lab closes it (run_bisect: on every way out).
         self.warm: WarmPool | None = None
         self.launches_run = 0
+        # The share of this machine's CPUs other work took during each launch run here (None: not
+        # told); launches on another host are not counted (host_phantom.OthersLoad).
+        self.others_pct: list[float | None] = []
         self.points_used: set[str] = set()
         # A remote builder names its interpreter by host and path (a path there means nothing here).
         identity = getattr(builder, "identity", None)
@@ -146,6 +150,10 @@ class Lab:
         return {
             f.key: {"kind": f.kind, "name": f.name, "value": v} for f, v in zip(self.factors, p, strict=True)
         }
+
+    def host_cpus(self) -> int | None:
+        """The CPUs of the machine the counted launches ran on (this one), None when none did."""
+        return (os.cpu_count() or None) if self.others_pct else None
 
     # -- measuring -------------------------------------------------------------------------------
 
@@ -252,9 +260,12 @@ class Lab:
         t0 = time.monotonic()
         cwd, timeout = built.worktree, self.launch_timeout
         own = getattr(self.argv_for, "regdiag_code", False)  # a regdiag probe (bisect.run.ProbeArgv)
-        launch = run_launch(
-            node, argv, self.metric, env=env, unset=unset, cwd=cwd, timeout=timeout, regdiag_code=own
-        )
+        with OthersLoad() as load:
+            launch = run_launch(
+                node, argv, self.metric, env=env, unset=unset, cwd=cwd, timeout=timeout, regdiag_code=own
+            )
+        if node.builds_here and launch.status == "ok":
+            self.others_pct.append(load.pct)
         launch.duration_s = time.monotonic() - t0
         launch.placement = node.placement()
         launch.start = how

@@ -10,7 +10,10 @@ factor against that:
   (`python _loaded.py torch ...`), which costs one interpreter start, not a measured launch;
 - after the first launch of each endpoint, for every measurement: against what it reported.
 
-A factor no measured process loaded is refused in one line (exit 2) unless --allow-unloaded. A
+A factor no measured process loads is cleared without a launch: the bisect holds it at its good value
+(its bad value in the bad endpoint only) and the report says "six 1.16.0 -> 1.17.0: cleared, never
+loaded by probe spec-decode". Only when no factor left can show (every difference is such a package) is
+the bisect refused in one line (exit 2). --allow-unloaded measures them all as any other factor. A
 measurement that does not say what it loaded (a --command of the user's) is noted, never refused.
 """
 
@@ -43,11 +46,23 @@ def unloaded(factors: Iterable[Factor], loaded: Sequence[Mapping[str, Any]]) -> 
 
 def refuse(missing: Sequence[Factor], measured_by: str) -> BadInput:
     names = ", ".join(f.name for f in missing)
-    verb = "loads" if len(missing) == 1 else "load"
     return BadInput(
-        f"{measured_by} never {verb} {names}: a change there cannot show; measure with what loads it "
+        f"{measured_by} never loads {names}: a change there cannot show; measure with what loads it "
         "(--probe engine or --command) or give --allow-unloaded"
     )
+
+
+def cleared_line(f: Factor, by: str) -> str:
+    """How the report names a factor cleared without a launch."""
+    return f"{f.label()}: cleared, never loaded by {by}"
+
+
+def clear_or_refuse(factors: Sequence[Factor], missing: Sequence[Factor], by: str) -> list[Factor]:
+    """The factors cleared (`missing`, in factor order); BadInput when no factor would be left to show."""
+    keys = {f.key for f in missing}
+    if factors and all(f.key in keys for f in factors):
+        raise refuse(missing, by)
+    return [f for f in factors if f.key in keys]
 
 
 def preflight(
@@ -81,32 +96,35 @@ def check_before(
     process_env: Mapping[str, str],
     host: Host,
     progress: Any = None,
-) -> None:
+) -> list[Factor]:
     """Before any launch: what a synthetic probe's processes load with `python` (the bad side's built
-    interpreter); a package factor outside it is refused (BadInput). Nothing to do for a measurement
-    whose imports are not known here (an engine, a --command): its launches are checked instead."""
+    interpreter). The package factors outside it are returned (cleared); BadInput when that is every
+    factor. Nothing to do for a measurement whose imports are not known here (an engine, a --command):
+    its launches are checked instead."""
     from regdiag.measure.probes import probe_loads, probe_script
 
     imports = probe_loads(probe)
     if imports is None or not package_factors(factors):
-        return
+        return []
 
     if progress:
         progress({"event": "step", "what": f"what probe {probe} loads"})
     script = str(probe_script(str(probe)).parent / "_loaded.py")
     loaded = preflight(host, python, script, imports, process_env)
-    if loaded is not None and (missing := unloaded(factors, loaded)):
-        raise refuse(missing, measured_by(probe))
+    if loaded is None:
+        return []
+    return clear_or_refuse(factors, unloaded(factors, loaded), measured_by(probe))
 
 
 def check_launch(factors: Sequence[Factor], loaded: Any, probe: str | None) -> str | None:
-    """After the bad side's first launch: refuse (BadInput) a package factor it did not load; a note
-    when the launch did not say what it loaded."""
+    """After the bad side's first launch: refuse (BadInput) when no factor it loaded is left; else a
+    note naming the package factors it did not load (they cannot show), or saying that the launch did
+    not tell what it loaded."""
     names = ", ".join(f.name for f in package_factors(factors))
     if not names:
         return None
     if not isinstance(loaded, list):
         return f"{measured_by(probe)} does not say what it loaded: cannot tell whether it loads {names}"
-    if missing := unloaded(factors, loaded):
-        raise refuse(missing, measured_by(probe))
-    return None
+    by = measured_by(probe)
+    cleared = clear_or_refuse(factors, unloaded(factors, loaded), by)
+    return "; ".join(cleared_line(f, by) for f in cleared) or None

@@ -17,6 +17,7 @@ import numpy as np
 from regdiag import stats
 from regdiag.bisect.lab import Lab, Point
 from regdiag.bisect.search import Culprit, Outcome
+from regdiag.host_phantom import busy_line
 from regdiag.profiles import profile_split
 from regdiag.records import BISECT_REPORT, schema_id
 
@@ -52,7 +53,12 @@ def _change(c: Culprit) -> str:
     return " + ".join(f.label() for f in c.factors)
 
 
-def build_report(outcome: Outcome, lab: Lab, metric: str, notes: list[str], wall_s: float) -> dict[str, Any]:
+NO_CULPRIT = "no culprit could be named"
+
+
+def build_report(
+    outcome: Outcome, lab: Lab, metric: str, notes: list[str], wall_s: float, max_launches: int = 9
+) -> dict[str, Any]:
     good, bad = lab.good(), lab.bad()
     total, total_ci = _effect(lab, good, bad)
     culprits = [_culprit(c, lab, metric, total) for c in outcome.culprits]
@@ -62,10 +68,17 @@ def build_report(outcome: Outcome, lab: Lab, metric: str, notes: list[str], wall
             explained[k] += c["ms"].get(k, 0.0)
     rest = {k: round(total[k] - explained[k], 4) for k in total} if culprits else dict(total)
     ends = outcome.endpoints
+    busy = busy_line(lab.others_pct, lab.host_cpus(), f"--max-launches {2 * max_launches}")
+    statement = outcome.statement or _statement(outcome.verdict, culprits, metric)
+    if busy and outcome.verdict != "CULPRIT":
+        statement = f"{statement}: {busy}" if statement == NO_CULPRIT else f"{statement}; {busy}"
+    elif busy:
+        notes = [*notes, busy]
     return {
         "kind": REPORT_KIND,
         "verdict": outcome.verdict,
-        "statement": outcome.statement or _statement(outcome.verdict, culprits, metric),
+        "statement": statement,
+        "busy": busy,
         "metric": metric,
         "factors": [f.to_dict() for f in lab.factors],
         "notes": notes,
@@ -80,6 +93,7 @@ def build_report(outcome: Outcome, lab: Lab, metric: str, notes: list[str], wall
         "unexplained_ms": rest,
         "unexplained_share": round(rest[metric] / total[metric], 4) if total.get(metric) else None,
         "skipped": outcome.skipped,
+        "cleared": outcome.cleared,
         "unresolved": outcome.unresolved,
         "cost": _cost(lab, wall_s),
         "resumed": lab.journal.resumed,
@@ -92,6 +106,15 @@ def _culprit(c: Culprit, lab: Lab, metric: str, total: dict[str, float]) -> dict
     the whole regression of `metric`."""
     ms, ms_ci = _effect(lab, c.lo, c.hi)
     share = ms.get(metric, 0.0) / total[metric] if total.get(metric) else None
+    extra: dict[str, Any] = {}
+    if c.members and c.together is not None:
+        # f, found last in the chain, first: "interaction: A with B"
+        names = [g.name for g, _ in c.members]
+        extra["interaction_of"] = f"interaction: {names[-1]} with {' and '.join(names[:-1])}"
+        extra["members"] = [
+            {"name": g.name, "label": g.label(), **_part(lab, p, metric, total)} for g, p in c.members
+        ]
+        extra["together"] = _part(lab, c.together, metric, total)
     return {
         "change": _change(c),
         "factors": [f.to_dict() for f in c.factors],
@@ -107,6 +130,21 @@ def _culprit(c: Culprit, lab: Lab, metric: str, total: dict[str, float]) -> dict
         "skipped": c.skipped,
         "exact": not c.skipped,
         "profile": _split(lab, c.lo, c.hi),
+        **extra,
+    }
+
+
+def _part(lab: Lab, p: Point, metric: str, total: dict[str, float]) -> dict[str, Any]:
+    """A point's effect against all-good (a member tried alone, a group together): ms of `metric` with
+    its Welch 95 % CI, its share of the regression, the launches on each side."""
+    ms, ci = _effect(lab, lab.good(), p)
+    got = ms.get(metric)
+    share = got / total[metric] if got is not None and total.get(metric) else None
+    return {
+        "ms": got,
+        "ms_ci": ci.get(metric),
+        "share": None if share is None else round(share, 4),
+        "launches": [len(lab.launches(lab.good())), len(lab.launches(p))],
     }
 
 
@@ -134,7 +172,7 @@ def _cost(lab: Lab, wall_s: float) -> dict[str, Any]:
 
 def _statement(verdict: str, culprits: list[dict[str, Any]], metric: str) -> str:
     if not culprits:
-        return "no culprit could be named"
+        return NO_CULPRIT
     parts = []
     for c in culprits:
         ms = c["ms"].get(metric)
@@ -142,5 +180,17 @@ def _statement(verdict: str, culprits: list[dict[str, Any]], metric: str) -> str
         tail = f" ({ms:+.2f} ms {metric}" + (
             f", {share:.0%} of the regression)" if share is not None else ")"
         )
+        if c.get("members"):
+            tail += f"; {c['interaction_of']}: {_shares(c)}"
         parts.append(c["change"] + tail)
     return ("culprit: " if len(parts) == 1 else f"{len(parts)} culprits: ") + "; ".join(parts)
+
+
+def _shares(c: dict[str, Any]) -> str:
+    """Each member's share alone and the group's together: "A alone 33 %, B alone 0 %, together 100 %"."""
+
+    def one(part: dict[str, Any]) -> str:
+        return "?" if part["share"] is None else f"{part['share'] + 0.0:.0%}".replace("-0%", "0%")
+
+    alone = ", ".join(f"{m['name']} alone {one(m)}" for m in c["members"])
+    return f"{alone}, together {one(c['together'])}"

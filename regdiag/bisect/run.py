@@ -20,7 +20,14 @@ from regdiag.bisect.factors import Factor, diff, load_side, select
 from regdiag.bisect.journal import Journal, default_path
 from regdiag.bisect.kinds import KINDS, Where, kind_of
 from regdiag.bisect.lab import Lab, builder_for
-from regdiag.bisect.loaded import check_before, check_launch, package_factors
+from regdiag.bisect.loaded import (
+    check_before,
+    clear_or_refuse,
+    cleared_line,
+    measured_by,
+    package_factors,
+    unloaded,
+)
 from regdiag.bisect.measure import Launch
 from regdiag.bisect.report import build_report
 from regdiag.bisect.search import Options, Outcome, Search
@@ -273,15 +280,18 @@ def run_bisect(
             progress=progress,
             fixed_env=plan.fixed_env,
         )
+        clear = None
         if not req.allow_unloaded:
-            lab.on_endpoint = _loaded_check(plan, req, notes, progress)
-            _preflight(lab, req, host or LocalHost(req.python), remote, progress)
+            lab.on_endpoint = _loaded_check(plan, req, notes)
+            before = _preflight(lab, req, host or LocalHost(req.python), remote, progress)
+            clear = _clearing(lab, req, before)
         if req.seed_endpoints and not journal.resumed:
             _seed(lab, req.seed_endpoints)
         options = Options(req.launches, req.max_launches, req.margin, req.min_share)
+        between = lambda f: kind_of(f).values_between(f, plan.where)  # noqa: E731
         with WarmPool(enabled=not req.cold) as lab.warm:  # each point's warm parent, stopped on every way out
-            outcome = Search(lab, options, lambda f: kind_of(f).values_between(f, plan.where)).run()
-        report = _final_report(outcome, lab, req.metric, notes, plan, time.monotonic() - t0)
+            outcome = Search(lab, options, between, clear).run()
+        report = _final_report(outcome, lab, req, notes, plan, time.monotonic() - t0)
         journal.end(report)
         return report
     finally:
@@ -290,41 +300,67 @@ def run_bisect(
 
 def _preflight(
     lab: Lab, req: Request, host: Host, remote: bool, progress: Callable[..., None] | None
-) -> None:
-    """Before any launch, in the bad endpoint's environment (built now): bisect/loaded.check_before."""
+) -> list[Factor]:
+    """Before any launch, in the bad endpoint's environment (built now): bisect/loaded.check_before,
+    the package factors the probe's processes do not load (BadInput when that is every factor)."""
     if remote or probe_loads(req.probe) is None or not package_factors(lab.factors):
-        return  # the endpoints' own launches are checked instead (on a host: the bundle's probe)
+        return []  # the endpoints' own launches are checked instead (on a host: the bundle's probe)
     built = lab.environment(lab.bad())
     if built is None:
-        return  # the bad side cannot be built: the search says so in its own words
+        return []  # the bad side cannot be built: the search says so in its own words
     env = {**built.process_env(), **{k: v for k, v in lab.fixed_env.items() if v is not None}}
-    check_before(lab.factors, req.probe, built.python, env, host, progress)
+    return check_before(lab.factors, req.probe, built.python, env, host, progress)
 
 
-def _loaded_check(
-    plan: Plan, req: Request, notes: list[str], progress: Callable[..., None] | None
-) -> Callable[[str, Launch], None]:
-    """After the bad endpoint's first launch: bisect/loaded.check_launch (the bad endpoint has every
-    factor at its bad value: what it loads is what counts)."""
+def _bad_loaded(lab: Lab) -> list[dict[str, str]] | None:
+    """What the bad endpoint's first launch that succeeded loaded, as it (or the journal) says."""
+    first = lab.launches(lab.bad())[:1]
+    return first[0].loaded if first else None
+
+
+def _loaded_check(plan: Plan, req: Request, notes: list[str]) -> Callable[[str, Launch], None]:
+    """After the bad endpoint's first launch: refuse when no factor it loads is left (before any other
+    launch is spent), a note when it does not say what it loaded. The bad endpoint has every factor at
+    its bad value: what it loads is what counts."""
     told: list[bool] = []
 
     def check(side: str, launch: Launch) -> None:
         if side != "bad" or told:
             return
         told.append(True)
-        note = check_launch(plan.factors, launch.loaded, req.probe)
-        if note:
-            notes.append(note)
+        names = ", ".join(f.name for f in package_factors(plan.factors))
+        if names and not isinstance(launch.loaded, list):
+            notes.append(
+                f"{measured_by(req.probe)} does not say what it loaded: cannot tell whether it loads {names}"
+            )
+        elif names:
+            clear_or_refuse(plan.factors, unloaded(plan.factors, launch.loaded or []), measured_by(req.probe))
 
     return check
 
 
+def _clearing(lab: Lab, req: Request, before: list[Factor]) -> Callable[[], list[tuple[Factor, str]]]:
+    """After the endpoints: the package factors cleared without a launch (bisect/loaded.py), those the
+    probe's imports do not load (found before any launch) and those the bad endpoint's launch did not
+    load (as journalled: a resumed bisect clears the same), each with the line the report shows."""
+    by = measured_by(req.probe)
+
+    def clear() -> list[tuple[Factor, str]]:
+        loaded = _bad_loaded(lab)
+        after = unloaded(lab.factors, loaded) if isinstance(loaded, list) else []
+        keys = {f.key for f in [*before, *after]}
+        gone = clear_or_refuse(lab.factors, [f for f in lab.factors if f.key in keys], by)
+        return [(f, cleared_line(f, by)) for f in gone]
+
+    return clear
+
+
 def _final_report(
-    outcome: Outcome, lab: Lab, metric: str, notes: list[str], plan: Plan, wall_s: float
+    outcome: Outcome, lab: Lab, req: Request, notes: list[str], plan: Plan, wall_s: float
 ) -> dict[str, Any]:
     """The report as it is journalled and returned: each culprit's factors annotated by their kind,
     redacted like a snapshot."""
-    report = build_report(outcome, lab, metric, notes, wall_s=wall_s)
+    report = build_report(outcome, lab, req.metric, notes, wall_s=wall_s, max_launches=req.max_launches)
     report["fixed_env"] = plan.fixed_env
     for c in report["culprits"]:
         for f in c["factors"]:

@@ -6,15 +6,9 @@
 2. Factors. The factors are put in a chain c0 = all good, c1 = first factor bad, ..., cn = all bad
    and the chain is bisected: each point is classified against its bracket (classify.py), so one
    culprit among n factors costs ceil(log2 n) points. A factor found at step c(i-1) -> c(i) is then
-   tried alone (c0 + that factor): if it is shown not to reproduce its effect alone (GOOD; a
-   PARTIAL says it acts alone at least in part, an INCONCLUSIVE says nothing: neither starts a
-   search), it acts only together with factors before it, and delta debugging (Zeller's ddmin) over
-   those finds the smallest set it needs — each test asks "does the factor, added to this subset,
-   do what it did in context?". ddmin counts an INCONCLUSIVE test as "does not", so under noise it
-   keeps factors it cannot drop; every partner it returns is therefore confirmed: without that
-   partner the effect must be shown absent (GOOD), by ddmin's own test and again on fresh launches
-   of the four points involved, taken in turns. A partner not confirmed is not named as a culprit;
-   it is reported unresolved.
+   tried alone (c0 + that factor): when it does not do its whole effect alone, its partners among
+   the factors before it are searched and confirmed (bisect/partners.py), and the group is named as
+   one culprit with each member's share alone and the group's together.
 3. Ranges. For a culprit that is a commit or a package, the same bisection runs along the commits
    (rev-list) or versions between its good and bad value, the other factors held as in context.
 4. More than one culprit. Each classification leaves a residual: a point classified BAD at theta
@@ -29,6 +23,8 @@
    unresolved. The search measures each new point after its bracket: on a machine whose load changes
    from minute to minute, a point can look slower only because it ran later.
 
+Sequential: a question is asked again after each launch added to its points, and stops as soon as
+its CI decides it; a point already measured brings every launch the search has asked of it.
 Everything is deterministic given the launches, so a resumed search takes the same path.
 """
 
@@ -36,67 +32,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from regdiag.bisect import classify as C
 from regdiag.bisect.factors import Factor
 from regdiag.bisect.failures import MetricMissing, ProbeUsage, SideFailed, StepFailed
-from regdiag.bisect.kinds import kind_of
 from regdiag.bisect.lab import Lab, Point
 from regdiag.bisect.measure import USAGE
+from regdiag.bisect.outcome import Culprit, Options, Outcome, Step, Unresolved
+from regdiag.bisect.partners import Interactions
 from regdiag.errors import BadInput, ProbeError
 
 ValuesBetween = Callable[[Factor], list[str | None]]
-
-
-@dataclass
-class Options:
-    launches: int = 3  # per point before the first classification, and the step when adding
-    max_launches: int = 9  # per point: the cap after which a step is PARTIAL or INCONCLUSIVE
-    margin: float = 0.02  # the endpoints must differ by more than this (ratio - 1)
-    min_share: float = 0.1  # a residual smaller than this share of the regression is not searched
-
-
-@dataclass
-class Step:
-    """A change between two adjacent tested points of an ordered list (points in between: SKIP)."""
-
-    lo: int
-    hi: int
-    skipped: list[tuple[int, str]] = field(default_factory=list)
-
-
-@dataclass
-class Unresolved:
-    lo: int
-    hi: int
-    why: str
-
-
-@dataclass
-class Culprit:
-    factors: list[Factor]  # with the exact good/bad values of the change (a commit pair, a version pair)
-    lo: Point
-    hi: Point
-    interaction: bool = False
-    alone: str | None = None  # the verdict of the factor tried alone
-    unconfirmed: list[Factor] = field(
-        default_factory=list
-    )  # partners ddmin kept but could not show necessary
-    within: Factor | None = None  # the factor this refines, when found by a range search
-    skipped: list[dict[str, str]] = field(default_factory=list)
-
-
-@dataclass
-class Outcome:
-    verdict: str  # CULPRIT, NOT-REPRODUCED, INCONCLUSIVE
-    endpoints: C.Regression | None
-    culprits: list[Culprit] = field(default_factory=list)
-    unresolved: list[dict[str, Any]] = field(default_factory=list)
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    statement: str = ""
-    wall_s: float = 0.0
 
 
 def order_from_middle(lo: int, hi: int) -> list[int]:
@@ -109,12 +56,22 @@ def order_from_middle(lo: int, hi: int) -> list[int]:
     return out
 
 
-class Search:
-    def __init__(self, lab: Lab, options: Options, values_between: ValuesBetween | None = None) -> None:
+class Search(Interactions):
+    def __init__(
+        self,
+        lab: Lab,
+        options: Options,
+        values_between: ValuesBetween | None = None,
+        clear: Callable[[], list[tuple[Factor, str]]] | None = None,
+    ) -> None:
         self.lab = lab
         self.o = options
         self.values_between = values_between or (lambda f: [f.good, f.bad])
         self.factors = lab.factors
+        # After the endpoints: the factors no measured process loads, each with the line that says so
+        # (bisect/loaded.py). They are held at their good value in every point but the bad endpoint.
+        self.clear = clear or (lambda: [])
+        self.cleared: list[tuple[Factor, str]] = []
         self.skipped: list[dict[str, str]] = []
         self.skip_known: dict[str, str] = {}
         self.unresolved: list[dict[str, Any]] = []  # found outside the ordered search (unconfirmed partners)
@@ -168,18 +125,27 @@ class Search:
             if r.verdict != C.MORE:
                 self._decide(what, r.verdict, r, {"good": good, "bad": bad})
                 return r
-            n = min(self.o.max_launches, n + self.o.launches)
+            n = min(self.o.max_launches, n + 1)
 
     def _classify(
-        self, what: str, points: dict[str, Point], theta: Callable[[dict[str, list[float]]], C.Theta]
+        self,
+        what: str,
+        points: dict[str, Point],
+        theta: Callable[[dict[str, list[float]]], C.Theta],
+        decide: Callable[[C.Theta, bool], str] = C.classify,
     ) -> tuple[str, C.Theta | None]:
-        """Classify the first of `points` (BAD / GOOD / PARTIAL / INCONCLUSIVE / SKIP), adding launches."""
+        """Classify the first of `points` (BAD / GOOD / PARTIAL / INCONCLUSIVE / SKIP), adding launches.
+
+        Sequential: the question is asked again after each launch added to its new points, and stops as
+        soon as the CI decides it. A point measured before for another question brings every launch
+        this search has asked of it (the count a resume replays alike), not only the first n."""
         n = self.o.launches
         first = next(iter(points))
         while True:
             self._note({"event": "step", "what": what, "label": self.lab.label(points[first])})
-            self._ensure([(p, n) for p in points.values()])
-            got = {name: self.lab.samples(p, n) for name, p in points.items()}
+            want = {name: max(n, self.asked.get(self.lab.key(p), 0)) for name, p in points.items()}
+            self._ensure([(p, want[name]) for name, p in points.items()])
+            got = {name: self.lab.samples(p, want[name]) for name, p in points.items()}
             if got[first].values is None:
                 key = self.lab.key(points[first])
                 if key not in self.skip_known:
@@ -193,11 +159,11 @@ class Search:
                 self._decide(what, C.INCONCLUSIVE, None, points)
                 return C.INCONCLUSIVE, None
             est = theta({name: s.values for name, s in got.items() if s.values is not None})
-            verdict = C.classify(est, final=n >= self.o.max_launches)
+            verdict = decide(est, n >= self.o.max_launches)
             if verdict != C.MORE:
                 self._decide(what, verdict, est, points)
                 return verdict, est
-            n = min(self.o.max_launches, n + self.o.launches)
+            n = min(self.o.max_launches, n + 1)
 
     def classify_point(self, x: Point, lo: Point, hi: Point, what: str) -> tuple[str, C.Theta | None]:
         keys = {n: self.lab.key(p) for n, p in (("x", x), ("lo", lo), ("hi", hi))}
@@ -208,6 +174,12 @@ class Search:
         )
 
     def effect_present(self, x_hi: Point, x_lo: Point, ref_hi: Point, ref_lo: Point, what: str) -> str:
+        return self._effect_est(x_hi, x_lo, ref_hi, ref_lo, what)[0]
+
+    def _effect_est(
+        self, x_hi: Point, x_lo: Point, ref_hi: Point, ref_lo: Point, what: str, alone: bool = False
+    ) -> tuple[str, C.Theta | None]:
+        """Does x_lo -> x_hi do what ref_lo -> ref_hi did (BAD), not (GOOD), in part (PARTIAL)?"""
         names = {"x_hi": x_hi, "x_lo": x_lo, "ref_hi": ref_hi, "ref_lo": ref_lo}
         keys = {n: self.lab.key(p) for n, p in names.items()}
         # One environment may play two roles (x_lo is ref_lo when a factor is tried alone): measure it once.
@@ -216,14 +188,14 @@ class Search:
             if p not in points.values():
                 points[n] = p
         role = {n: next(m for m, q in points.items() if q == p) for n, p in names.items()}
-        verdict, _ = self._classify(
+        return self._classify(
             what,
             points,
             lambda s: C.theta_effect(
                 *[(keys[n], s[role[n]]) for n in ("x_hi", "x_lo", "ref_hi", "ref_lo")]  # type: ignore[arg-type]
             ),
+            C.classify_alone if alone else C.classify,
         )
-        return verdict
 
     # -- the ordered search ----------------------------------------------------------------------
 
@@ -310,110 +282,6 @@ class Search:
             f"{r.launches[0]} launches each); not named as a culprit"
         )
 
-    # -- interactions ----------------------------------------------------------------------------
-
-    def partners(
-        self, prefix: list[Factor], f: Factor, ref_hi: Point, ref_lo: Point, alone: str
-    ) -> tuple[list[Factor], list[Factor]]:
-        """ddmin over `prefix`: the smallest subset T with which f does what it did in context, split
-        into (confirmed, unconfirmed). ddmin takes any verdict but BAD as "f does not do it with this
-        subset", an INCONCLUSIVE included, so under noise it keeps factors it merely could not drop.
-        A partner p is confirmed only when f with T minus p is shown not to do it (GOOD: the effect's
-        CI lies below one half)."""
-        good = self.lab.good()
-        verdicts: dict[frozenset[str], str] = {frozenset(): alone}
-
-        def effect(subset: list[Factor]) -> str:
-            keys = frozenset(g.key for g in subset)
-            if keys not in verdicts:
-                base = self.lab.with_values(good, {g.key: g.bad for g in subset})
-                with_f = self.lab.with_values(base, {f.key: f.bad})
-                names = ", ".join(g.name for g in subset)
-                verdicts[keys] = self.effect_present(
-                    with_f, base, ref_hi, ref_lo, f"{f.name} with {{{names}}}"
-                )
-            return verdicts[keys]
-
-        def test(subset: list[Factor]) -> bool:
-            return effect(subset) == C.BAD
-
-        c = list(prefix)
-        n = 2
-        while len(c) >= 2:
-            size = len(c)
-            chunks = [c[i * size // n : (i + 1) * size // n] for i in range(n)]
-            chunks = [ch for ch in chunks if ch]
-            hit = next((ch for ch in chunks if test(ch)), None)
-            if hit is not None:
-                c, n = hit, 2
-                continue
-            if n > 2:
-                comp = next(
-                    (cm for ch in chunks if (cm := [x for x in c if x not in ch]) and test(cm)),
-                    None,
-                )
-                if comp is not None:
-                    c, n = comp, max(n - 1, 2)
-                    continue
-            if n >= len(c):
-                break
-            n = min(2 * n, len(c))
-        # ddmin has tested (or, for a single partner, the alone check has) every complement already;
-        # one that was GOOD is then measured again, fresh and taking turns with f added to T itself.
-        shown = {
-            p.key
-            for p in c
-            if effect(rest := [x for x in c if x.key != p.key]) == C.GOOD and self._necessary(f, p, rest, c)
-        }
-        return [p for p in c if p.key in shown], [p for p in c if p.key not in shown]
-
-    def _necessary(self, f: Factor, p: Factor, rest: list[Factor], group: list[Factor]) -> bool:
-        """Is p necessary to f? f added to `rest` (the group without p) against f added to the whole
-        group, four points measured afresh taking turns (the ddmin tests compared effects measured
-        minutes apart, against the chain's step measured earlier still): GOOD, or p is not shown."""
-        lab = self.lab
-        without = lab.with_values(lab.good(), {g.key: g.bad for g in rest})
-        whole = lab.with_values(lab.good(), {g.key: g.bad for g in group})
-        points = {
-            "x_hi": lab.with_values(without, {f.key: f.bad}),
-            "x_lo": without,
-            "ref_hi": lab.with_values(whole, {f.key: f.bad}),
-            "ref_lo": whole,
-        }
-        keys = {n: lab.key(q) for n, q in points.items()}
-        verdict = self._fresh(
-            f"confirm {p.name} necessary to {f.name}",
-            points,
-            lambda s: C.theta_effect(
-                (keys["x_hi"], s["x_hi"]),
-                (keys["x_lo"], s["x_lo"]),
-                (keys["ref_hi"], s["ref_hi"]),
-                (keys["ref_lo"], s["ref_lo"]),
-            ),
-        )
-        return verdict == C.GOOD
-
-    def _fresh(
-        self, what: str, points: dict[str, Point], theta: Callable[[dict[str, list[float]]], C.Theta]
-    ) -> str:
-        """Classify as _classify does, on launches taken now for this question only, every point in turn."""
-        lab = self.lab
-        start = {name: self.asked.get(lab.key(q), 0) for name, q in points.items()}
-        n = self.o.launches
-        while True:
-            self._note({"event": "step", "what": what, "label": lab.label(next(iter(points.values())))})
-            self._ensure([(q, start[name] + n) for name, q in points.items()])
-            got = {name: lab.samples(q, start[name] + n).values for name, q in points.items()}
-            if any(v is None for v in got.values()):
-                self._decide(what, C.INCONCLUSIVE, None, points)
-                return C.INCONCLUSIVE
-            est = theta({name: v[start[name] :] for name, v in got.items() if v is not None})
-            verdict = C.classify(est, final=n >= self.o.max_launches)
-            if verdict != C.MORE:
-                self._decide(what, verdict, est, points)
-                return verdict
-            n = min(self.o.max_launches, n + self.o.launches)
-
     # -- the whole search ------------------------------------------------------------------------
 
     def run(self) -> Outcome:
@@ -423,20 +291,30 @@ class Search:
         if not self.factors:
             raise BadInput("the two sides do not differ in any factor this bisect can change")
         ends = self._endpoints(good, bad)
+        self.cleared = self.clear()
+        gone = {f.key for f, _ in self.cleared}
+        self.factors = [f for f in lab.factors if f.key not in gone]
+        cleared = [{"factor": f.to_dict(), "why": why} for f, why in self.cleared]
         if ends.verdict != C.REPRODUCED:
             return Outcome(
-                ends.verdict, ends, statement=self._not_reproduced(ends), wall_s=time.monotonic() - t0
+                ends.verdict,
+                ends,
+                statement=self._not_reproduced(ends),
+                wall_s=time.monotonic() - t0,
+                cleared=cleared,
             )
+        # The chain flips the factors left one by one; the cleared ones stay good until the bad endpoint.
         chain = [
-            lab.with_values(good, {f.key: f.bad for f in self.factors[:i]})
-            for i in range(len(self.factors) + 1)
-        ]
+            lab.with_values(good, {f.key: f.bad for f in self.factors[:i]}) for i in range(len(self.factors))
+        ] + [bad]
         culprits, unresolved = self._search(chain)
         culprits = self._confirmed(culprits)
         unresolved += self.unresolved
         verdict = "CULPRIT" if culprits else C.INCONCLUSIVE
-        statement = "" if culprits else "no culprit could be named"
-        return Outcome(verdict, ends, culprits, unresolved, self.skipped, statement, time.monotonic() - t0)
+        statement = ""  # the report says it (and, on a busy machine, why)
+        return Outcome(
+            verdict, ends, culprits, unresolved, self.skipped, statement, time.monotonic() - t0, cleared
+        )
 
     def _endpoints(self, good: Point, bad: Point) -> C.Regression:
         """Do the endpoints differ? A side that cannot be measured is the user's input or the probe's."""
@@ -490,6 +368,7 @@ class Search:
             doubt = self.confirm(c)
             if doubt is None:
                 confirmed.append(c)
+                self.unresolved += [d for d in c.doubts if d not in self.unresolved]
             else:
                 self.unresolved.append(
                     {
@@ -499,53 +378,6 @@ class Search:
                     }
                 )
         return confirmed
-
-    def _explain_step(self, chain: list[Point], i: int) -> list[Culprit]:
-        lab = self.lab
-        f = self.factors[i - 1]
-        prefix = list(self.factors[: i - 1])
-        group = [f]
-        culprit = Culprit([f], chain[i - 1], chain[i])
-        if prefix:
-            alone = lab.with_values(lab.good(), {f.key: f.bad})
-            culprit.alone = self.effect_present(alone, lab.good(), chain[i], chain[i - 1], f"{f.name} alone")
-            if culprit.alone == C.GOOD:
-                partners, unconfirmed = self.partners(prefix, f, chain[i], chain[i - 1], culprit.alone)
-                group = [*partners, f]
-                culprit.factors = group
-                culprit.interaction = bool(partners)
-                culprit.unconfirmed = unconfirmed
-                if unconfirmed:
-                    self.unresolved.append(
-                        {
-                            "between": [lab.label(chain[i - 1]), lab.label(chain[i])],
-                            "factors": [g.label() for g in unconfirmed],
-                            "why": f"{f.name} did not reproduce its effect alone; "
-                            f"{', '.join(g.name for g in unconfirmed)} could not be shown necessary to it "
-                            "(without each, the effect test was not GOOD): not named as culprits",
-                        }
-                    )
-            elif culprit.alone != C.BAD:
-                what = (
-                    "did part of its effect in context (PARTIAL): it acts alone; whether some of these "
-                    "add to it was not searched"
-                    if culprit.alone == C.PARTIAL
-                    else f"stayed {culprit.alone}: whether it acts alone or only with some of these could "
-                    "not be decided"
-                )
-                self.unresolved.append(
-                    {
-                        "between": [lab.label(chain[i - 1]), lab.label(chain[i])],
-                        "factors": [g.label() for g in prefix],
-                        "why": f"{f.name} tried alone {what}; it is named alone",
-                    }
-                )
-        refined: list[Culprit] = []
-        for m in group:
-            if not kind_of(m).ordered:
-                continue
-            refined += self._range(m, chain, i, culprit)
-        return refined or [culprit]
 
     def _range(self, m: Factor, chain: list[Point], i: int, parent: Culprit) -> list[Culprit]:
         lab = self.lab
@@ -575,6 +407,7 @@ class Search:
                     alone=parent.alone,
                     unconfirmed=parent.unconfirmed,
                     within=m,
+                    doubts=parent.doubts,
                     skipped=[{"point": m.show(values[j]), "reason": r} for j, r in st.skipped],
                 )
             )

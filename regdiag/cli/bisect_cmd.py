@@ -154,7 +154,7 @@ def bisect(
         "--launches",
         "-L",
         callback=bounded(1, 1000),
-        help="Launches per point before classifying (default 3).",
+        help="Launches per point before the first look; then one more at a time until decided (default 3).",
     ),
     max_launches: int = typer.Option(
         9,

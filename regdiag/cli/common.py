@@ -362,8 +362,9 @@ SetupOpt = typer.Option(
 AllowUnloadedOpt = typer.Option(
     False,
     "--allow-unloaded",
-    help="Measure package factors the measurement never loads (refused by default, exit 2: a change "
-    'there cannot show; docs/bisect.md, "Does the measurement see the factor?").',
+    help="Measure package factors the measurement never loads (by default they are cleared without a "
+    "launch, a change there cannot show; exit 2 when no other factor is left; docs/bisect.md, "
+    '"Does the measurement see the factor?").',
 )
 AllowCodeOpt = typer.Option(
     False,

@@ -62,6 +62,10 @@ def with_host(
     if c.verdict != stats.UNCHANGED:  # the two sides disagree (or cannot tell): what differs between them
         lines += host_phantom.side_differences([(ol, uo), (nl, un)])
     lines += host_phantom.side_contention([(ol, uo, flags["old"]), (nl, un, flags["new"])])
+    shares = [host_phantom.others_pct(la) for la in pooled]
+    more = f"--launches {2 * max(len(uo), len(un), 1)}"
+    if busy := host_phantom.busy_line(shares, host_phantom.cpus_of(pooled), more):
+        lines.append(busy)
     if n_flagged:
         labels = {"old": ol, "new": nl}
         which = "; ".join(

@@ -19,7 +19,7 @@ def _phases(report: dict[str, Any]) -> list[str]:
 
 
 def _ms(x: float | None) -> str:
-    return "" if x is None else f"{x:+.2f}"
+    return "" if x is None else f"{x:+.2f}".replace("-0.00", "+0.00")
 
 
 def _cell(c: dict[str, Any], name: str, metric: str) -> str:
@@ -32,7 +32,28 @@ def _cell(c: dict[str, Any], name: str, metric: str) -> str:
 
 
 def _pct(x: float | None) -> str:
-    return "" if x is None else f"{x:.0%}"
+    return "" if x is None else f"{x:.0%}".replace("-0%", "0%")
+
+
+def _together(c: dict[str, Any]) -> str:
+    """An interaction's tag: its factors act only together, or one does a part alone."""
+    if not c["interaction"]:
+        return ""
+    return " (only together)" if c.get("alone") in (None, "GOOD") else " (interaction)"
+
+
+def interaction_line(c: dict[str, Any]) -> str:
+    """ "interaction: A with B: A alone +1.31 ms [+1.10, +1.52] (33 %), ..., together ..." (95 % CIs)."""
+
+    def one(name: str, part: dict[str, Any]) -> str:
+        ci = part.get("ms_ci")
+        ms = "" if part["ms"] is None else f" {_ms(part['ms'])} ms"
+        ci_s = f" [{_ms(ci[0])}, {_ms(ci[1])}]" if ci else ""
+        share = f" ({_pct(part['share'])})" if part["share"] is not None else ""
+        return f"{name}{ms}{ci_s}{share}"
+
+    parts = [one(f"{m['name']} alone", m) for m in c["members"]] + [one("together", c["together"])]
+    return f"{c['interaction_of']}: " + ", ".join(parts)
 
 
 def headline(report: dict[str, Any]) -> str:
@@ -62,7 +83,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines.append("| change | " + " | ".join(f"{n} (ms)" for n in names) + " | share |")
         lines.append("| --- | " + " | ".join("---:" for _ in names) + " | ---: |")
         for c in report["culprits"]:
-            tag = " (only together)" if c["interaction"] else ""
+            tag = _together(c)
             tag += "" if c["exact"] else " (range: points in between SKIP)"
             cells = " | ".join(_cell(c, n, report["metric"]) for n in names)
             subject = f" ({_subjects(c)})" if _subjects(c) else ""
@@ -71,9 +92,12 @@ def to_markdown(report: dict[str, Any]) -> str:
         cells = " | ".join(_ms(rest.get(n)) for n in names)
         lines.append(f"| unexplained rest | {cells} | {_pct(report['unexplained_share'])} |")
         lines.append("")
+        lines += [f"- {interaction_line(c)}" for c in report["culprits"] if c.get("members")]
     lines += [f"    {x}" for x in profile_lines(report)]
     for s in report["skipped"]:
         lines.append(f"- SKIP {s['point']}: {s['reason']}")
+    for c in report.get("cleared", []):
+        lines.append(f"- {c['why']}")
     for u in report["unresolved"]:
         lines.append(f"- unresolved between {u['between'][0]} and {u['between'][1]}: {u['why']}")
     for n in report["notes"]:
@@ -93,10 +117,15 @@ def render(report: dict[str, Any], console: Any) -> None:
     names = _phases(report)
     if report["culprits"]:
         console.print(_culprits(report, names, console.width), crop=False)
+        for c in report["culprits"]:
+            if c.get("members"):
+                console.print(e(interaction_line(c)))
     for line in profile_lines(report):
         console.print(e(line), highlight=False, crop=False)
     for s in report["skipped"]:
         console.print(f"[yellow]SKIP[/] {e(s['point'])}: {e(s['reason'])}")
+    for c in report.get("cleared", []):
+        console.print(f"[dim]{e(c['why'])}[/]")
     for u in report["unresolved"]:
         console.print(
             f"[yellow]unresolved[/] between {e(u['between'][0])} and {e(u['between'][1])}: {e(u['why'])}"
@@ -125,7 +154,7 @@ def _culprits(report: dict[str, Any], names: list[str], width: int) -> Any:
         if _subjects(c):
             label.append(f"\n{_subjects(c)}", style="dim")
         if c["interaction"]:
-            label.append(" (only together)", style="dim")
+            label.append(_together(c), style="dim")
         if not c["exact"]:
             label.append(" (range: points in between SKIP)", style="dim")
         rows.append([label, *[_cell(c, n, report["metric"]) for n in names], _pct(c["share"])])

@@ -89,6 +89,9 @@ def demo_terminal(result: dict[str, Any], out: Out) -> None:
     c.print("[dim]each step by hand:[/]")
     for cmd in result["commands"]:
         c.print(f"  {cmd}", soft_wrap=True, highlight=False)
+    if busy := result["bisect"].get("busy"):
+        # last, where it is read: an answer from a busy machine is worth less (or was none at all)
+        c.print(f"[yellow]the machine was busy:[/] {busy}", soft_wrap=True, highlight=False)
 
 
 def demo_dict(result: dict[str, Any]) -> dict[str, Any]:
