@@ -14,6 +14,8 @@ import pytest
 from test_bisect_venv import make_loaded_wheel
 from test_engine_probe import FAKE_PHASES as PHASES
 
+from regdiag.report.bisect import engine_lines
+
 pytestmark = pytest.mark.slow
 
 FAKE = "tests/engine_fake"
@@ -34,6 +36,35 @@ def test_the_engine_measures_each_environment_and_names_the_env_var(cli, tmp_pat
     ok = [e for e in lines if e.get("type") == "launch" and e["status"] == "ok"]
     # each launch says what the engine's processes loaded (the hook's footer), here the interpreter's own
     assert ok and all(isinstance(e["loaded"], list) for e in ok)
+
+
+def test_an_engine_configuration_that_changes_with_the_culprit_is_named_beside_it(cli, tmp_path) -> None:
+    # the bad side's variable makes the engine choose another attention backend at start, which is
+    # what slows verify: the culprit line names the variable, and the engine's choice beside it
+    r = cli(
+        "bisect", "--good", "FAKE_ATTN_BACKEND=FLASH_ATTN FAKE_DRAFT_N=3000",
+        "--bad", "FAKE_ATTN_BACKEND=TORCH_SDPA FAKE_DRAFT_N=2500",
+        "--probe", "engine", "--metric", "verify", "--launches", "3", "--max-launches", "6",
+        "--journal", str(tmp_path / "j.jsonl"), "--json",
+        "--", "--no-snapshot", *PHASES, "--launch-cmd", f"FAKE_VERIFY_N=2000 {LAUNCH}",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    [culprit] = json.loads(r.stdout)["culprits"]
+    assert culprit["change"] == "FAKE_ATTN_BACKEND 'FLASH_ATTN' -> 'TORCH_SDPA'"
+    verify = {
+        "field": "attention_backend.verify",
+        "old": "FLASH_ATTN",
+        "new": "TORCH_SDPA",
+        "change": "changed",
+    }
+    assert verify in culprit["engine_config"], culprit["engine_config"]
+    assert (
+        "with FAKE_ATTN_BACKEND 'FLASH_ATTN' -> 'TORCH_SDPA' the engine's verify attention backend changed "
+        "from FLASH_ATTN to TORCH_SDPA"
+    ) in engine_lines(json.loads(r.stdout))
+    lines = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines() if x.strip()]
+    ok = [e for e in lines if e.get("type") == "launch" and e["status"] == "ok"]
+    assert all(isinstance(e.get("engine_config"), dict) for e in ok)  # the journal keeps it per launch
 
 
 def _unused_bisect(cli, tmp_path: Path, good: str, bad: str):

@@ -58,6 +58,7 @@ class Launch:
         None  # `-- --profile`: the probe's per-phase profile (probes/_profile.py)
     )
     start: str | None = None  # "warm" (forked from its environment's warm parent) or "cold"
+    engine_config: dict[str, Any] | None = None  # --probe engine: what the engine chose at start
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +74,7 @@ class Launch:
             **({"placement": self.placement} if self.placement else {}),
             **({"profile": self.profile} if self.profile else {}),
             **({"start": self.start} if self.start else {}),
+            **({"engine_config": self.engine_config} if self.engine_config else {}),
         }
 
     def failed(self) -> StepFailed | None:
@@ -98,6 +100,7 @@ class Launch:
             placement=d.get("placement") if isinstance(d.get("placement"), dict) else None,
             profile=d.get("profile") if isinstance(d.get("profile"), dict) else None,
             start=d.get("start") if d.get("start") in ("warm", "cold") else None,
+            engine_config=d.get("engine_config") if isinstance(d.get("engine_config"), dict) else None,
         )
 
 
@@ -177,4 +180,14 @@ def run_launch(
         return Launch("error", meds, 0, took, rc, why, MetricMissing.kind)
     loaded = loaded_list((stream.footer or {}).get("loaded"))
     better = direction.of_header(metric, stream.header)
-    return Launch("ok", meds, n, took, rc, better=better, loaded=loaded, profile=got.get("profile"))
+    return Launch(
+        "ok",
+        meds,
+        n,
+        took,
+        rc,
+        better=better,
+        loaded=loaded,
+        profile=got.get("profile"),
+        engine_config=got.get("engine_config"),
+    )

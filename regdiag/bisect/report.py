@@ -20,6 +20,7 @@ from regdiag.bisect.search import Culprit, Outcome
 from regdiag.host_phantom import busy_line
 from regdiag.profiles import profile_split
 from regdiag.records import BISECT_REPORT, schema_id
+from regdiag.snapshot.diff import diff_engine_config
 
 REPORT_KIND = schema_id(BISECT_REPORT)
 
@@ -130,6 +131,7 @@ def _culprit(c: Culprit, lab: Lab, metric: str, total: dict[str, float]) -> dict
         "skipped": c.skipped,
         "exact": not c.skipped,
         "profile": _split(lab, c.lo, c.hi),
+        "engine_config": _engine_change(lab, c.lo, c.hi),
         **extra,
     }
 
@@ -153,6 +155,16 @@ def _split(lab: Lab, lo: Point, hi: Point) -> dict[str, Any] | None:
     from the profiles of the launches of the two points that bracket it; None where either has none."""
     side = [[{"profile": la.profile} for la in lab.launches(p) if la.profile] for p in (lo, hi)]
     return profile_split(side[0], side[1], []) if all(side) else None
+
+
+def _engine_change(lab: Lab, lo: Point, hi: Point) -> list[dict[str, Any]]:
+    """--probe engine: what the engine chose at start (its engine section) that differs between the two
+    points that bracket the culprit: "with flashinfer 0.2.14 the verify attention backend changed"."""
+    side = [
+        {"launches": [{"engine_config": la.engine_config} for la in lab.launches(p) if la.engine_config]}
+        for p in (lo, hi)
+    ]
+    return [{k: item[k] for k in ("field", "old", "new", "change")} for item in diff_engine_config(*side)]
 
 
 def _cost(lab: Lab, wall_s: float) -> dict[str, Any]:

@@ -401,6 +401,8 @@ def protocol_lines(run: dict[str, Any]) -> list[dict[str, Any]]:
             "warmup_dropped": la.get("warmup_dropped", 0),
             "scalars": la.get("scalars", {}),
             "loaded": la.get("loaded"),
+            # what the engine chose at start: a bisect names a change of it beside its culprit
+            **({"engine_config": la["engine_config"]} if isinstance(la.get("engine_config"), dict) else {}),
         }
     )
     return lines

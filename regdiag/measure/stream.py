@@ -124,6 +124,7 @@ class LaunchStream:
         loaded = footer.pop("loaded", None) if footer else None
         host = footer.pop("host", None) if footer else None
         profile = footer.pop("profile", None) if footer else None
+        engine_config = footer.pop("engine_config", None) if footer else None
         launch: dict[str, Any] = {
             "header": redacted_header(self.header),
             "warmup_dropped": (footer or {}).get("warmup_dropped", warm),
@@ -136,6 +137,8 @@ class LaunchStream:
         }
         if host is not None:  # what the host's CPUs did beside the ranks (probes/_hoststat.py)
             launch["host"] = scrub_host(host)
+        if isinstance(engine_config, dict):  # `probe engine --protocol`: the engine's configuration in effect
+            launch["engine_config"] = engine_config
         if isinstance(profile, dict):  # --profile: per-phase figures after the window (probes/_profile.py)
             launch["profile"] = profile
         if naive:

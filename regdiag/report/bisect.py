@@ -93,6 +93,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines.append(f"| unexplained rest | {cells} | {_pct(report['unexplained_share'])} |")
         lines.append("")
         lines += [f"- {interaction_line(c)}" for c in report["culprits"] if c.get("members")]
+    lines += [f"- {x}" for x in engine_lines(report)]
     lines += [f"    {x}" for x in profile_lines(report)]
     for s in report["skipped"]:
         lines.append(f"- SKIP {s['point']}: {s['reason']}")
@@ -120,6 +121,8 @@ def render(report: dict[str, Any], console: Any) -> None:
         for c in report["culprits"]:
             if c.get("members"):
                 console.print(e(interaction_line(c)))
+    for line in engine_lines(report):
+        console.print(e(line), highlight=False, crop=False)
     for line in profile_lines(report):
         console.print(e(line), highlight=False, crop=False)
     for s in report["skipped"]:
@@ -178,6 +181,19 @@ def terminal(report: dict[str, Any], out: Out) -> None:
 
 def markdown(report: dict[str, Any], out: Out) -> None:
     out.text(to_markdown(report) + "\n")
+
+
+def engine_lines(report: dict[str, Any]) -> list[str]:
+    """--probe engine: what the engine chose differently at start together with each culprit."""
+    out = []
+    for c in report.get("culprits") or []:
+        for d in c.get("engine_config") or []:
+            *outer, last = str(d["field"]).split(
+                "."
+            )  # attention_backend.verify: the verify attention backend
+            field = " ".join([last, *reversed(outer)] if outer else [last]).replace("_", " ")
+            out.append(f"with {c['change']} the engine's {field} changed from {d['old']} to {d['new']}")
+    return out
 
 
 def profile_lines(report: dict[str, Any]) -> list[str]:

@@ -80,6 +80,11 @@ class Handler(BaseHTTPRequestHandler):
         )
 
 
+# What an engine prints of the configuration it chose at start (vLLM's wording), so a bisect can name
+# a change of it beside its culprit (regdiag/server/engine_config.py).
+if os.environ.get("FAKE_ATTN_BACKEND"):
+    print(f"Using {os.environ['FAKE_ATTN_BACKEND']} attention backend.", flush=True)
+
 if args.tokens is not None:
     print(f"generated {generate(args.tokens)} tokens", flush=True)
     for w in workers:

@@ -17,6 +17,8 @@ class SpecWorker:
     def __init__(self) -> None:
         self.draft_n = int(os.environ.get("FAKE_DRAFT_N", "3000"))
         self.verify_n = int(os.environ.get("FAKE_VERIFY_N", "9000"))
+        if os.environ.get("FAKE_ATTN_BACKEND") == "TORCH_SDPA":  # the slow backend: verify does 10x the work
+            self.verify_n *= 10
         self.extend_n = int(os.environ.get("FAKE_EXTEND_N", "2000"))
         self.accept = int(os.environ.get("FAKE_ACCEPT", "2"))
         # A draft that loses its grip: the accepted drafts go from FAKE_ACCEPT_FROM to FAKE_ACCEPT over
