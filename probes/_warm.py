@@ -142,6 +142,27 @@ def _recv_request(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
     return (json.loads(data) if data else {}), list(fds)
 
 
+# What the parent's own start (a .pth file, sitecustomize, importing torch and the probe) did to its
+# environment: a cold launch's start does the same to the launch's, so each child does it again over the
+# launch's variables (set: name -> value; unset: names). Read against the environment it was exec'd with.
+STARTUP_ENV: tuple[dict[str, str], list[str]] = ({}, [])
+
+
+def _startup_env() -> tuple[dict[str, str], list[str]]:
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            raw = f.read()
+    except OSError:  # not Linux: the launch's variables alone, as before
+        return {}, []
+    at_exec = {}
+    for item in raw.split(b"\0"):
+        if b"=" in item:
+            k, _, v = item.partition(b"=")
+            at_exec[os.fsdecode(k)] = os.fsdecode(v)
+    now = dict(os.environ)
+    return {k: v for k, v in now.items() if at_exec.get(k) != v}, [k for k in at_exec if k not in now]
+
+
 def _become(env: dict[str, str], cwd: str | None, fds: list[int], script: str, argv: list[str]) -> None:
     """In a forked child: the process `python SCRIPT ARGV` with this environment would be."""
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGCHLD):
@@ -158,6 +179,10 @@ def _become(env: dict[str, str], cwd: str | None, fds: list[int], script: str, a
     os.close(null)
     os.environ.clear()
     os.environ.update(env)
+    changed, removed = STARTUP_ENV
+    os.environ.update(changed)
+    for k in removed:
+        os.environ.pop(k, None)
     if cwd:
         try:
             os.chdir(cwd)
@@ -366,8 +391,10 @@ def serve_main(sock_path: str, script: str) -> int:
     if not os.path.isabs(script):  # a probe's file name: the one beside this file (regdiag sends names)
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), script)
     sys.modules.setdefault("_warm", sys.modules[__name__])  # the supervisor's `import _warm` is this module
+    global STARTUP_ENV
     try:
         main, took = _preload(script)
+        STARTUP_ENV = _startup_env()
     except BaseException as e:  # one line for regdiag, which then launches cold
         sys.stdout.write(json.dumps({"warm": "failed", "error": f"{type(e).__name__}: {e}"}) + "\n")
         sys.stdout.flush()

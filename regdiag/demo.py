@@ -156,6 +156,9 @@ def bisect_request(
         max_launches=3 * launches,
         journal=str(work / "bisect.jsonl"),
         seed_endpoints={side: run["launches"] for side, run in runs.items()},
+        # the demo wrote these two records itself a moment ago: its test hook (REGDIAG_PROBE_SLOW, which
+        # no allow-list of settings admits) is the difference it plants on purpose
+        allow_code_from_record=True,
     )
 
 

@@ -104,6 +104,7 @@ def test_explain_on_a_real_tiny_run(cli, runs):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["throughput"]["accept_len"] > 1
-    assert [p["phase"] for p in d["phases"]] == ["draft", "verify", "extend"]
+    # the run's phases, then the given --decode-ms as a decode row beside them
+    assert [p["phase"] for p in d["phases"]] == ["draft", "verify", "extend", "decode"]
     assert d["model"]["name"] == "tiny"
     assert all(p["measured_ms"] and p["bytes"] > 0 for p in d["phases"])
