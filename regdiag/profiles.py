@@ -119,8 +119,11 @@ def profile_split(
 
 def _kernels(o: dict[str, Any], n: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
+    # Below a side's smallest listed kernel, a kernel may be there unlisted; above it, it is not there.
+    floor = [min((k["total_ms"] for k in side.values()), default=0.0) for side in (o, n)]
     for name in dict.fromkeys([*o, *n]):
         a, b = o.get(name, {"count": 0.0, "total_ms": 0.0}), n.get(name, {"count": 0.0, "total_ms": 0.0})
+        known = [name in o or b["total_ms"] > floor[0], name in n or a["total_ms"] > floor[1]]
         out.append(
             {
                 "name": name,
@@ -129,10 +132,12 @@ def _kernels(o: dict[str, Any], n: dict[str, Any]) -> list[dict[str, Any]]:
                 "total_ms": [a["total_ms"], b["total_ms"]],
                 "delta_ms": b["total_ms"] - a["total_ms"],
                 "listed": [name in o, name in n],  # false: not among that side's top kernels (0 shown)
+                "known": known,  # its count is known on both sides: listed, or too large to be left out
             }
         )
-    # kernels listed on both sides first: one outside a side's top list only seems to appear or vanish
-    return sorted(out, key=lambda k: (not all(k["listed"]), -abs(k["delta_ms"])))
+    # kernels known on both sides first: one below a side's top list only seems to appear or vanish; one
+    # above it (20 new GEMMs) did appear
+    return sorted(out, key=lambda k: (not all(k.pop("known")), -abs(k["delta_ms"])))
 
 
 HIDDEN = {"kind": "unknown", "text": "not split: the kernels inside its CUDA graph replays were not traced"}

@@ -260,3 +260,19 @@ def test_two_trace_files_compare_with_the_same_split(runs: dict[str, Any]) -> No
     verify = next(r for r in c.profile["phases"] if r["phase"] == "verify")
     assert verify["reading"]["kind"] == "gpu-work" and verify["reading"]["kernel"] == "aten::mm"
     assert c.metric("verify").new_centers[0] > c.metric("verify").old_centers[0]
+
+
+def test_a_kernel_new_on_one_side_and_above_the_other_s_list_is_the_one_named() -> None:
+    # as on the H200 with 20 planted GEMMs of a new shape: that kernel is in no old top list, yet its time
+    # is above the old side's smallest listed kernel, so it was not there at all, and it is what moved
+    from regdiag.profiles import _kernels
+
+    old = {"layer_norm": {"count": 33.0, "total_ms": 0.2}, "splitK": {"count": 16.0, "total_ms": 0.047}}
+    new = {
+        **old,
+        "nvjet_256x128": {"count": 20.0, "total_ms": 3.331},
+        "tail": {"count": 1.0, "total_ms": 0.01},
+    }
+    ks = _kernels(old, new)
+    assert ks[0]["name"] == "nvjet_256x128" and ks[0]["count"] == [0.0, 20.0]
+    assert ks[-1]["name"] == "tail"  # below the old list's floor: it may have been there unlisted

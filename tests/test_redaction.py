@@ -206,3 +206,27 @@ def test_a_refused_server_url_is_quoted_without_its_credentials() -> None:
     r = run_cli("probe", "server", "--url", "http://admin:dapi0123456789abcdef0123456789abcdef@127.0.0.1:9/")
     assert r.returncode == 2 and r.stderr.startswith("regdiag: error: http://<redacted len=42>@127.0.0.1:9/")
     assert "dapi0123" not in r.stderr + r.stdout and "admin" not in r.stderr
+
+
+# Kernel names as CUPTI reported them on an H200 (docs/bench/h200-round44): a mangled CUTLASS grouped GEMM
+# and two templated signatures whose names mix case like a token does; a profile must show them.
+H200_KERNELS = [
+    "_ZN7cutlass13device_kernelIN2at4cuda6detail25enable_3x_kernel_for_sm9xINS_4gemm6kernel13GemmUniversalINS5_"
+    "17GroupProblemShapeIN4cute5tupleIJiiiEEEEENS5_10collective13CollectiveMmaINS5_39MainloopSm90ArrayTma"
+    "GmmaWarpSpecializedILi4ENSA_IJNS9_1CILi2EEENSG_ILi1EEESI_EEENS5_40KernelPtrArrayTmaWarpSpecialized"
+    "PingpongEEEvNT_6ParamsE",
+    "void gemmSN_NN_kernel<float, 128, 2, 4, 8, 3, 4, false, cublasGemvTensorStridedBatched<__nv_bfloat16 const>"
+    ">(cublasGemmSmallNParams<cublasGemvTensorStridedBatched<__nv_bfloat16 const>, float>)",
+    "void at::native::bitonicSortKVInPlace<2, -1, 16, 16, float, long, at::native::GTOp<float, true>, unsigned "
+    "int>(at::cuda::detail::TensorInfo<float, unsigned int>, unsigned int)",
+]
+
+
+@pytest.mark.parametrize("name", H200_KERNELS, ids=["mangled", "cublas-small-n", "bitonic-sort"])
+def test_kernel_names_of_a_real_gpu_profile_stay_readable(name: str) -> None:
+    assert scrub_text(name) == name
+
+
+def test_a_secret_that_starts_like_a_mangled_name_is_still_hidden() -> None:
+    secret = "_ZN7" + "aZ3kQ9xP2mV8wL5rT1yB6nC4" * 2
+    assert "aZ3kQ9xP2mV8" not in scrub_text(f"token {secret}")

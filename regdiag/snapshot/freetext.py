@@ -214,6 +214,11 @@ def _flag(m: re.Match[str]) -> str:
     return m.group(1) + " " + q + marker(v) + q
 
 
+# An identifier of letters (a digit or underscore between them at most) that opens template arguments or
+# follows `::`: a C++ name in a kernel's signature, never a generated secret's shape (which mixes digits).
+_CPP_NAME = re.compile(r"[A-Za-z]+(?:_?[A-Za-z]+)*")
+
+
 def _run(m: re.Match[str]) -> str:
     run = m.group(0)
     if run.startswith("<") or known_kind(run):
@@ -224,6 +229,10 @@ def _run(m: re.Match[str]) -> str:
         random_piece = any(risky_piece(p) for p in re.split(r"[/+._-]", run))
         words = any(_PATH_WORD.fullmatch(seg) for seg in run.split("/"))
         return marker(run) if run.endswith("=") or (random_piece and not words) else run
+    if _CPP_NAME.fullmatch(run) and (
+        m.string[m.end() : m.end() + 1] == "<" or m.string[max(0, m.start() - 2) : m.start()] == "::"
+    ):
+        return run  # a C++ name in a kernel's signature (at::native::bitonicSortKVInPlace<2, ...>)
     if _FINGERPRINT.fullmatch(run) and m.string[max(0, m.start() - 7) : m.start()] == "SHA256:":
         return run  # a public key's fingerprint (ssh's `SHA256:<base64>`), which the user must check
     if any(risky_piece(p) for p in re.split(r"[-_.:]", run)):

@@ -8,7 +8,8 @@ recognised by their structure, and each structure leaves no room for a generated
                 (a local part's pieces are short: a hex piece of at most 12, others not random)
   model id      org/name as on the Hugging Face hub: one slash, every piece short or a word
   kernel name   sm90_xmma_gemm_bf16bf16_..._cublas: five or more underscore pieces, most of them
-                words or numbers, none long
+                words or numbers, none long; or a mangled C++ name as CUPTI reports a templated
+                kernel (_ZN7cutlass13device_kernelI...: its first names length-prefixed words)
   dtype, quant  bf16, fp8_e4m3, nvfp4, awq_marlin, w8a8, modelopt_fp4, compressed-tensors
   GPU name      H200, GB200, MI300X, NVIDIA H100 80GB HBM3, A100-SXM4-40GB
   size          80GiB, 141 GB, 2.00 GiB
@@ -77,9 +78,33 @@ def kernel_name(value: str) -> bool:
     return words * 3 >= len(pieces) * 2
 
 
+_MANGLED_NAME = re.compile(r"(\d{1,2})([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def mangled_name(value: str) -> bool:
+    """An Itanium-mangled C++ symbol (`_ZN7cutlass13device_kernelI...E`): `_Z`, then at least two nested
+    names, each its length then that many identifier characters, each a word (not random). A generated
+    secret that starts so is not one of these: its pieces would not come out as counted words."""
+    if not re.fullmatch(r"_Z\w{8,8000}", value):
+        return False
+    i, names = 3 if value.startswith("_ZN") else 2, 0
+    while names < 2:
+        m = _MANGLED_NAME.match(value, i)
+        if m is None:
+            return False
+        n = int(m.group(1))
+        word = m.group(2)[:n]
+        if n < 2 or len(word) < n or risky_piece(word):
+            return False
+        i, names = m.start(2) + n, names + 1
+    return True
+
+
 def known_kind(value: str) -> bool:
     """A value of one of the known harmless kinds (see the module docstring)."""
     v = value.strip()
+    if mangled_name(v):
+        return True
     if not v or len(v) > 240:
         return False
     if version(v) or model_id(v) or kernel_name(v):
