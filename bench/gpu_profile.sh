@@ -46,7 +46,7 @@ EOF
 
 cmp() { # cmp A B: compare's terminal output (the profile lines) into the report
   echo "=== compare $1 -> $2" >>"$R"
-  COLUMNS=140 python3 -m regdiag compare "$OUT/$1.json" "$OUT/$2.json" --margin 5% >>"$R" 2>&1
+  COLUMNS=140 python3 -m regdiag compare "$OUT/$1.json" "$OUT/$2.json" --margin 5% --allow-mismatch >>"$R" 2>&1
   echo "exit $?" >>"$R"
 }
 
