@@ -223,6 +223,9 @@ def _run(m: re.Match[str]) -> str:
     run = m.group(0)
     if run.startswith("<") or known_kind(run):
         return run  # a marker, or a version, model id, kernel name, dtype, GPU name, size (regdiag.snapshot.known)
+    if _FINGERPRINT.fullmatch(run) and m.string[max(0, m.start() - 7) : m.start()] == "SHA256:":
+        return run  # a public key's fingerprint (ssh's `SHA256:<base64>`, which may start with
+        # a slash), which the user must check
     if run.startswith(("/", "~", ".")):
         # A file path (a random piece in one is a task id, a temporary name), unless it ends as base64 does
         # or has random pieces and no directory named by a word: `/x+Ab...9Q` is a key, `/root/.cache/x` not.
@@ -233,8 +236,6 @@ def _run(m: re.Match[str]) -> str:
         m.string[m.end() : m.end() + 1] == "<" or m.string[max(0, m.start() - 2) : m.start()] == "::"
     ):
         return run  # a C++ name in a kernel's signature (at::native::bitonicSortKVInPlace<2, ...>)
-    if _FINGERPRINT.fullmatch(run) and m.string[max(0, m.start() - 7) : m.start()] == "SHA256:":
-        return run  # a public key's fingerprint (ssh's `SHA256:<base64>`), which the user must check
     if any(risky_piece(p) for p in re.split(r"[-_.:]", run)):
         return marker(run)
     h = _HEX_KEY.search(run)
