@@ -136,9 +136,14 @@ def _sides(req: AbRequest) -> tuple[Spec, Spec, Any]:
 def precheck(req: AbRequest) -> None:
     """What can be refused before any host is opened (no Slurm allocation is asked for bad input): the
     launches, --probe / --command, both sides' specs."""
-    if req.launches < 2:
-        raise BadInput("--launches must be at least 2 per side (a paired comparison needs two pairs)")
-    measured = BisectRequest(
+    _check_launches(req)
+    argv_builder(_measured(req), None)
+    _sides(req)
+
+
+def _measured(req: AbRequest) -> BisectRequest:
+    """The measurement of both sides, as a bisect's request says it (argv_builder reads it)."""
+    return BisectRequest(
         good=req.a,
         bad=req.b,
         command=req.command,
@@ -146,13 +151,15 @@ def precheck(req: AbRequest) -> None:
         probe_args=req.probe_args,
         python=req.python,
     )
-    argv_builder(measured, None)
-    _sides(req)
+
+
+def _check_launches(req: AbRequest) -> None:
+    if req.launches < 2:
+        raise BadInput("--launches must be at least 2 per side (a paired comparison needs two pairs)")
 
 
 def _check(req: AbRequest, host: Host) -> None:
-    if req.launches < 2:
-        raise BadInput("--launches must be at least 2 per side (a paired comparison needs two pairs)")
+    _check_launches(req)
     if req.find_links and host.builds_here and not Path(req.find_links).is_dir():
         raise BadInput(f"--find-links {req.find_links}: no such directory")
     if req.command and not (host.builds_here or host.shares_files):
@@ -167,15 +174,7 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
     host = host or LocalHost(req.python)
     _check(req, host)
     plan = make_plan(req, host)
-    measured = BisectRequest(
-        good=req.a,
-        bad=req.b,
-        command=req.command,
-        probe=req.probe,
-        probe_args=req.probe_args,
-        python=req.python,
-    )
-    argv_for = argv_builder(measured, host)
+    argv_for = argv_builder(_measured(req), host)
     builder = builder_for(req, plan.repo, None if host.builds_here else host)
     _build(plan, builder, emit)
     b = plan.sides["B"].built
