@@ -163,6 +163,7 @@ def test_demo_slow_ms_beyond_a_second_is_refused_before_any_work(value: str) -> 
 SECRET = "hunter2-sweep-secret"
 
 
+@pytest.mark.engine  # it starts `probe server` / `probe engine` with a --launch-cmd (one that fails)
 @pytest.mark.parametrize("probe", ["server", "engine"])
 def test_a_launch_cmd_that_cannot_start_keeps_its_secret(probe: str, tmp_path: Path) -> None:
     # The program of --launch-cmd is named in the error; a mistaken `--api-key=SECRET` first word reached

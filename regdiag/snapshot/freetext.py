@@ -216,7 +216,7 @@ def _flag(m: re.Match[str]) -> str:
 
 # An identifier of letters (a digit or underscore between them at most) that opens template arguments or
 # follows `::`: a C++ name in a kernel's signature, never a generated secret's shape (which mixes digits).
-_CPP_NAME = re.compile(r"[A-Za-z]+(?:_?[A-Za-z]+)*")
+_CPP_NAME = re.compile(r"[A-Za-z]+(?:_[A-Za-z]+)*")
 
 
 def _run(m: re.Match[str]) -> str:
