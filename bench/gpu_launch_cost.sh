@@ -2,7 +2,7 @@
 # On one GPU, in one call (~4-5 minutes, at most ~7.5): what a launch costs and what a bisect costs.
 # 1. The kimi-k2 TP8-slice launch (--layers 8 --cycles 30), warm against cold, runs alternated
 #    (bench/bench_launch.py): stage medians per mode, cycle CV per run, A/A verdicts.
-# 2. A 4-variable env bisect on eager verify (--verify-graph off): three NCCL_* variables that one GPU
+# 2. A 4-variable env bisect (eager verify unless VERIFY is set): three NCCL_* variables that one GPU
 #    never reads (TP=1: no NCCL) and the probe's REGDIAG_PROBE_SLOW=verify:1 (1 ms of GPU sleep in verify),
 #    launches warm: its machine time (target <= 90 s), launches, points, and how each launch started.
 # 3. Nothing of ours left: no probe process, nothing on the GPU (what is left is named, then ended).
@@ -16,6 +16,10 @@ export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 REGDIAG_HOME=$
 log() { echo "== $(date +%T) $*"; }
 # KIMI="--preset tiny ..." runs the same script on a CPU
 KIMI=${KIMI:-"--preset kimi-k2 --tp-slice 8 --layers 8 --cycles 30"}
+# The bisect's planted effect and the probe's verify mode: PLANT='REGDIAG_PROBE_HOST_SLOW=verify:3' (host
+# time, which eager verify shows), VERIFY='' (verify as a CUDA graph, the probe's default).
+PLANT=${PLANT:-REGDIAG_PROBE_SLOW=verify:1}
+VERIFY=${VERIFY---verify-graph off}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.draw --format=csv,noheader
 python3 -c "import torch; print('torch', torch.__version__)"
@@ -30,13 +34,13 @@ cp "$TMP/launch/launch.json" "$OUT/" 2>/dev/null
 cat "$OUT/launch.md"; tail -4 "$OUT/launch.err"
 fi
 
-log "2. 4-variable env bisect, metric verify, eager verify: $KIMI --verify-graph off"
+log "2. 4-variable env bisect, metric verify, $PLANT: $KIMI $VERIFY"
 t0=$SECONDS
 timeout -k 10 200 python3 -m regdiag bisect \
   --good 'NCCL_PROTO=LL NCCL_ALGO=Ring NCCL_BUFFSIZE=4194304' \
-  --bad 'NCCL_PROTO=Simple NCCL_ALGO=Tree NCCL_BUFFSIZE=8388608 REGDIAG_PROBE_SLOW=verify:1' \
+  --bad "NCCL_PROTO=Simple NCCL_ALGO=Tree NCCL_BUFFSIZE=8388608 $PLANT" \
   --probe spec-decode --metric verify --journal "$OUT/bisect.jsonl" --markdown \
-  -- $KIMI --verify-graph off > "$OUT/bisect.md" 2> "$OUT/bisect.err"
+  -- $KIMI $VERIFY > "$OUT/bisect.md" 2> "$OUT/bisect.err"
 rc=$?
 echo "bisect rc=$rc, machine time $((SECONDS - t0)) s (target <= 90 s)"
 tail -22 "$OUT/bisect.md"; tail -3 "$OUT/bisect.err"

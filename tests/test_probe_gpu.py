@@ -31,8 +31,11 @@ def test_cuda_run_uses_graphs_events_and_samples_clocks(graph_run):
     assert h["device"]["type"] == "cuda" and h["nccl"], h["device"]
     assert f["clock_sampler"] == "nvml" and f["clocks"], "pynvml is on the GPU image: clocks must be sampled"
     assert {"sm_mhz", "mem_mhz", "power_w", "temp_c", "reasons"} <= set(f["clocks"][0]), f["clocks"][0]
-    # Median, not max: tiny cycles last ~1 ms, so one host hiccup before the first phase is a large share.
-    assert f["fidelity"]["phase_sum_gap_pct"]["median"] < 5, f["fidelity"]
+    # The phases cover the cycle but for its input copy, a fixed few tens of microseconds: in absolute
+    # terms, as tiny cycles last ~0.8 ms and that copy is 2-6 % of them (bench/gpu_fidelity.sh on the
+    # H200: median gaps 2.1-5.6 % of 0.82-0.86 ms cycles, 17-49 us).
+    gap_ms = f["fidelity"]["phase_sum_gap_pct"]["median"] / 100 * f["summary"]["cycle"]["median"]
+    assert gap_ms < 0.1, (gap_ms, f["fidelity"])
 
 
 def test_naive_timer_misses_graph_work(graph_run):
