@@ -14,6 +14,7 @@ from typing import Any
 from scipy import stats as _st
 
 from regdiag.run_view import usable
+from regdiag.sizes import approx_bytes
 
 LEVEL = 0.95
 
@@ -34,20 +35,13 @@ class CommShare:
 
     def collectives_text(self) -> str:
         """'18 all_reduce x 14 KiB, 1 all_gather x 80 KiB' (per forward of the phase)."""
-        return ", ".join(f"{c['count']} {c['op']} x {_size(c['bytes'])}" for c in self.collectives)
+        return ", ".join(f"{c['count']} {c['op']} x {approx_bytes(c['bytes'])}" for c in self.collectives)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["share"] = self.share
         d["ci_ms"] = list(self.ci_ms) if self.ci_ms else None
         return d
-
-
-def _size(n: int) -> str:
-    for unit, m in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= m:
-            return f"{n / m:.3g} {unit}"
-    return f"{n} B"
 
 
 def comm_shares(run: dict[str, Any]) -> list[CommShare]:

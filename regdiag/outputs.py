@@ -100,14 +100,21 @@ class _Run(TypedDict, total=False):
     ok_launches: D[int, "launches that count (docs/records.md, usable)"]
 
 
+class TraceFile(TypedDict):
+    path: D[str, "the trace file (<record>.profile-<launch>.json.gz)"]
+    bytes: D[int | None, "its size (null: it vanished while listed)"]
+
+
 class RunEntry(_Run, total=False):
     host: D[str | None, "the host it ran on"]
     problem: D[str, "set instead of the rest when the file cannot be read: why"]
+    traces: D[list[TraceFile], "the profile traces beside the record (probe --profile)"]
 
 
 class RunList(TypedDict):
     schema: D[str, "regdiag.run-list/1"]
     runs: D[list[RunEntry], "the stored runs ($REGDIAG_HOME/runs), newest first"]
+    orphan_traces: D[list[TraceFile], "profile traces in $REGDIAG_HOME/runs whose record is gone"]
 
 
 class BaselineEntry(_Run, total=False):
@@ -156,6 +163,9 @@ class Cleaned(TypedDict, total=False):
     kib: D[int | None, "its size in KiB before (remote hosts)"]
     pruned: D[list[str], "checkouts whose worktrees were pruned"]
     in_use: D[dict[str, str], "environments kept because a running bisect uses them: path -> why"]
+    orphan_traces: D[
+        list[str], "(local) profile traces removed from $REGDIAG_HOME/runs: their record was gone"
+    ]
     error: D[str, "set instead of the rest when the host failed: why"]
 
 

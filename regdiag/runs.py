@@ -2,12 +2,18 @@
 
 A RunWriter rewrites the whole record atomically after every launch (the records are small: a few
 thousand cycles), so a crash, Ctrl-C or kill -9 at any moment leaves the last complete state on disk.
+
+A record may have profile traces beside it (`probe spec-decode --profile`: `<record>.profile-<launch>.json.gz`,
+trace_path): listed with their record, removed with it (RunWriter.discard), and a trace whose record is
+gone is an orphan that `regdiag clean` removes (orphan_traces).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import glob
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -21,6 +27,45 @@ from regdiag.version import __version__
 
 def runs_dir() -> Path:
     return regdiag_home() / "runs"
+
+
+_TRACE = re.compile(r"(.+)\.profile-\d+\.json\.gz")
+
+
+def trace_path(record: Path, index: int) -> Path:
+    """Where launch `index` of the run recorded at `record` keeps its profile trace (probe --profile)."""
+    return record.with_name(f"{record.name.removesuffix('.json')}.profile-{index}.json.gz")
+
+
+def _record_of(trace: Path) -> Path | None:
+    m = _TRACE.fullmatch(trace.name)
+    return trace.with_name(f"{m.group(1)}.json") if m else None
+
+
+def traces_of(record: Path) -> list[Path]:
+    """The profile traces beside a record, by launch."""
+    pattern = glob.escape(record.name.removesuffix(".json")) + ".profile-*.json.gz"
+    return sorted(t for t in record.parent.glob(pattern) if _record_of(t) == record)
+
+
+def orphan_traces(directory: Path | None = None) -> list[Path]:
+    """The profile traces in the runs directory whose record is gone."""
+    d = directory or runs_dir()
+    if not d.is_dir():
+        return []
+    return sorted(t for t in d.glob("*.profile-*.json.gz") if (r := _record_of(t)) and not r.exists())
+
+
+def trace_files(traces: list[Path]) -> list[dict[str, Any]]:
+    """Each trace's path and size in bytes (None when it vanished meanwhile)."""
+    out: list[dict[str, Any]] = []
+    for t in traces:
+        try:
+            size: int | None = t.lstat().st_size
+        except OSError:
+            size = None
+        out.append({"path": str(t), "bytes": size})
+    return out
 
 
 def now_iso() -> str:
@@ -94,7 +139,9 @@ class RunWriter:
             save_record(self.also, self.run)
 
     def discard(self) -> None:
-        """Nothing was measured: leave no record behind, the stored one nor the copy."""
+        """Nothing was measured: leave no record behind, the stored one nor the copy, nor a trace."""
+        for trace in traces_of(self.path):
+            trace.unlink(missing_ok=True)
         self.path.unlink(missing_ok=True)
         if self.also is not None:
             self.also.unlink(missing_ok=True)
@@ -150,10 +197,11 @@ def list_runs(directory: Path | None = None) -> list[dict[str, Any]]:
     if not d.is_dir():
         return out
     for p in sorted(d.glob("*.json"), key=lambda q: (q.stat().st_mtime_ns, q.name), reverse=True):
+        traces = trace_files(traces_of(p))
         try:
             r = load_record(p, RUN)
         except RecordError as e:
-            out.append({"path": str(p), "problem": str(e)})
+            out.append({"path": str(p), "problem": str(e), "traces": traces})
             continue
         launches = r.get("launches", [])
         out.append(
@@ -167,6 +215,7 @@ def list_runs(directory: Path | None = None) -> list[dict[str, Any]]:
                 "launches": len(launches),
                 "ok_launches": len(RunView.of(r).usable),
                 "host": r.get("host", {}).get("name"),
+                "traces": traces,
             }
         )
     return out

@@ -181,3 +181,11 @@ def human_bytes(n: int) -> str:
         if n >= k and n % k == 0:
             return f"{n // k} {unit}"
     return f"{n} B"
+
+
+def approx_bytes(n: int) -> str:
+    """A size to three digits: 2.34 MiB, 512 KiB, 17 B."""
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k:
+            return f"{n / k:.3g} {unit}"
+    return f"{n} B"

@@ -266,7 +266,10 @@ def test_clean_speaks_every_format(cli, tmp_path: Path) -> None:
     env = {"REGDIAG_HOME": str(home)}
     r = cli("clean", "--format", "csv", env=env)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["host,path,existed,kib,pruned,error", f"local,{home / 'envs'},True,,,"]
+    assert r.stdout.splitlines() == [
+        "host,path,existed,kib,pruned,orphan_traces,error",
+        f"local,{home / 'envs'},True,,,,",
+    ]
     assert not (home / "envs").exists()
     r = cli("clean", env=env)
     assert r.returncode == 0 and r.stdout == f"local: nothing to remove ({home / 'envs'} absent)\n"

@@ -376,7 +376,7 @@ def test_format_reaches_runs_and_the_probe_csv(tmp_path: Path) -> None:
     home = {"REGDIAG_HOME": str(tmp_path)}
     assert run_cli("ingest-log", "tests/data/vllm_older.log", env=home).returncode == 0
     rows = list(csv.reader(io.StringIO(run_cli("runs", "--format", "csv", env=home).stdout)))
-    assert rows[0] == ["id", "created", "probe", "config", "status", "launches", "host"]
+    assert rows[0] == ["id", "created", "probe", "config", "status", "launches", "host", "traces"]
     assert len(rows) == 2 and rows[1][2] == "ingest-log" and rows[1][5] == "1/1"
     bad = run_cli("runs", "--format", "xml", env=home)
     assert bad.returncode == 2 and bad.stderr.startswith("regdiag: error: --format 'xml'")

@@ -236,3 +236,28 @@ def test_a_host_key_fingerprint_that_starts_with_a_slash_stays_readable() -> Non
     # one fingerprint in 64 starts with '/': it is what the user must check, not a path with a key in it
     line = "host key not known (offers ssh-ed25519 SHA256:/oESyeL2bkevspqIt4cEh4t8KhrhS4hTENLgjPZA6wQ)"
     assert scrub_text(line) == line
+
+
+def test_nccl_size_settings_in_free_text_stay_readable_and_secrets_beside_them_do_not() -> None:
+    # The name's last word and the digits read together (BUFFSIZE=8388608) as one mixed, random word.
+    for line in (
+        "NCCL_BUFFSIZE=8388608",
+        "NCCL INFO NCCL_P2P_NET_CHUNKSIZE set by environment to 131072; NCCL_P2P_NET_CHUNKSIZE=131072.",
+        "--nccl-buffsize=8388608 --max-tokens=4096",
+    ):
+        assert scrub_text(line) == line
+    out = scrub_text("NCCL_BUFFSIZE=8388608 HF_TOKEN=12345678 X=aB3dE5fG7hJ9kL1mNpQ2 MY_PIN=123456789012345")
+    assert out.startswith("NCCL_BUFFSIZE=8388608 HF_TOKEN=<redacted len=8> ")
+    assert "aB3dE5fG7hJ9kL1mNpQ2" not in out and "123456789012345" not in out
+
+
+def test_a_bisect_factor_of_an_nccl_size_is_readable_in_the_report() -> None:
+    from regdiag.bisect.factors import ENV, Factor
+
+    factors = [Factor(ENV, "NCCL_ALGO", None, "Tree"), Factor(ENV, "NCCL_BUFFSIZE", None, "8388608")]
+    label = ", ".join(f.show(f.bad) for f in factors)
+    report = redact_tree(
+        {"unresolved": [{"between": [label, "bad"]}], "culprits": [f.to_dict() for f in factors]}
+    )
+    assert report["unresolved"][0]["between"][0] == "NCCL_ALGO=Tree, NCCL_BUFFSIZE=8388608"
+    assert report["culprits"][1]["label"] == "NCCL_BUFFSIZE unset -> '8388608'"

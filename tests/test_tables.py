@@ -1,6 +1,7 @@
 """One table per concept, and its users tied to it: the engines, the key packages and their diff order,
 the engine presets in --preset's help, what each probe loads, the protocol version, where probes/ is,
-and the fleet reading that every comparison carries."""
+the fleet reading that every comparison carries, and the families of environment variables that a
+snapshot ranks and a bisect may take from a record."""
 
 from __future__ import annotations
 
@@ -103,6 +104,34 @@ def test_probes_is_found_in_one_place() -> None:
         and n.right.value == "probes"
     ]
     assert named == []
+
+
+def test_one_table_of_env_families_for_the_snapshot_and_the_bisect() -> None:
+    from regdiag.bisect.factors import is_setting
+    from regdiag.snapshot.env import family
+    from regdiag.snapshot.families import FAMILIES
+    from regdiag.snapshot.shapes import harmless_value
+
+    token = "mlx5_0:1,mlx5_1:1"  # readable only under a known family (the token rule)
+    assert not harmless_value("OTHER_KNOB", token) and not is_setting("OTHER_KNOB", "1")
+    for f in FAMILIES:
+        name = f.prefix + "KNOB"
+        assert is_setting(name, "1") is not f.loads_code, f
+        assert (family(name) in ("nccl", "perf")) is f.ranked, f
+        assert harmless_value(name, token), f
+    for name in ("PYTHONPATH", "LD_PRELOAD", "GLIBC_TUNABLES"):  # a code-loading family is refused
+        assert not is_setting(name, "1")
+    # Nowhere else a list of the families written out: three of its prefixes in one literal.
+    prefixes = {f.prefix for f in FAMILIES}
+    listed = [
+        f"{p.relative_to(ROOT)}:{n.lineno}"
+        for p in ROOT.joinpath("regdiag").rglob("*.py")
+        if p.name != "families.py"
+        for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(n, (ast.Tuple, ast.List, ast.Set))
+        and sum(isinstance(e, ast.Constant) and e.value in prefixes for e in n.elts) >= 3
+    ]
+    assert listed == []
 
 
 def _node_run(slow: float, run_id: str) -> dict:

@@ -36,6 +36,7 @@ from regdiag.bisect.kinds.env import ENV
 from regdiag.bisect.kinds.package import PACKAGE
 from regdiag.errors import BadInput
 from regdiag.records import RUN, SNAPSHOT, RecordError, load_record, parse_schema
+from regdiag.snapshot.families import SETTING_PREFIXES
 from regdiag.snapshot.fields import field_value
 from regdiag.snapshot.packages import SELF, normalize, versions_of
 from regdiag.snapshot.redact import is_hidden
@@ -192,42 +193,12 @@ def _side_of_record(rec: dict[str, Any], p: Path, what: str) -> Spec:
 # A side read from a record may set only variables whose effect is a setting: an allow-list, since a
 # list of the variables that load code never ends (OPENSSL_CONF names a provider .so, SHELLOPTS with PS4
 # runs a command in every bash, NCCL_CONF_FILE sets a plugin behind any check of NCCL_NET_PLUGIN, CC
-# chooses the compiler Triton runs). A setting is a variable of a known family of tuning knobs (or one of
-# SETTING_VARS) whose name does not say it holds a location (CODE_NAME_WORDS: ..._PATH, ..._FILE,
-# ..._PLUGIN, ..._HOME, ...) and whose value is not a location or a shell expansion (_CODE_VALUE).
+# chooses the compiler Triton runs). A setting is a variable of a known family of tuning knobs (a family
+# of regdiag.snapshot.families that does not load code), or one of SETTING_VARS, whose name does not say
+# it holds a location (CODE_NAME_WORDS: ..._PATH, ..._FILE, ..._PLUGIN, ..._HOME, ...) and whose value
+# is not a location or a shell expansion (_CODE_VALUE).
 # A record is a file anyone may have written, and bisect and ab set such a value in every launch they
 # make (as root, if run as root).
-SETTING_PREFIXES = (
-    "NCCL_",
-    "CUDA_",
-    "CUBLAS_",
-    "CUBLASLT_",
-    "CUDNN_",
-    "NVIDIA_",
-    "NV_",
-    "NVSHMEM_",
-    "UCX_",
-    "GLOO_",
-    "TORCH_",
-    "TORCHINDUCTOR_",
-    "PYTORCH_",
-    "ATEN_",
-    "OMP_",
-    "KMP_",
-    "GOMP_",
-    "MKL_",
-    "OPENBLAS_",
-    "VLLM_",
-    "SGLANG_",
-    "SGL_",
-    "FLASHINFER_",
-    "TRITON_",
-    "DG_",
-    "TOKENIZERS_",
-    "HF_HUB_",
-    "TRANSFORMERS_",
-    "MALLOC_",
-)
 SETTING_VARS = frozenset(
     {
         "PYTHONHASHSEED",

@@ -23,7 +23,9 @@ HELP = (
     "regdiag writes to on a host besides each connection's private temporary directory; the worktrees it "
     "registered in H's checkouts are pruned. Without --host: $REGDIAG_HOME/envs on this machine (run "
     "`git worktree prune` in the engine checkout afterwards); an environment a running bisect uses is "
-    "kept and named. Exit 0, or 4 when a host cannot be reached."
+    "kept and named; and the profile traces in $REGDIAG_HOME/runs whose run record is gone "
+    "(`probe spec-decode --profile` keeps one beside its record), each named. Exit 0, or 4 when a host "
+    "cannot be reached."
 )
 
 
@@ -80,7 +82,30 @@ def clean_local() -> dict[str, Any]:
             lease.release()
     if existed and not in_use:
         shutil.rmtree(d, ignore_errors=True)
-    return {"host": "local", "path": str(d), "existed": existed, "pruned": [], "in_use": in_use}
+    return {
+        "host": "local",
+        "path": str(d),
+        "existed": existed,
+        "pruned": [],
+        "in_use": in_use,
+        "orphan_traces": remove_orphan_traces(),
+    }
+
+
+def remove_orphan_traces() -> list[str]:
+    """The profile traces in $REGDIAG_HOME/runs whose record is gone, removed (regdiag.runs.orphan_traces)."""
+    from regdiag.runs import orphan_traces
+
+    removed = []
+    for trace in orphan_traces():
+        try:
+            trace.unlink()
+        except (
+            OSError
+        ):  # gone meanwhile, or not ours to remove (a shared home): `regdiag runs` still lists it
+            continue
+        removed.append(str(trace))
+    return removed
 
 
 def register(app: typer.Typer) -> None:

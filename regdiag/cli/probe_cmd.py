@@ -67,7 +67,11 @@ the NCCL_* variables each rank saw are recorded. Each size and mode is one metri
 GB/s), each with its direction, so `regdiag compare` calls a bandwidth drop REGRESSED.
 """
 
-RUNS_HELP = "List the stored run records ($REGDIAG_HOME/runs, default ~/.regdiag/runs), newest first."
+RUNS_HELP = (
+    "List the stored run records ($REGDIAG_HOME/runs, default ~/.regdiag/runs), newest first, with the "
+    "profile traces beside each (`probe spec-decode --profile`: how many, their size), and the traces "
+    "whose record is gone (`regdiag clean` removes those)."
+)
 
 
 RecordOpt = typer.Option(
@@ -325,14 +329,16 @@ def _launch_median(launch: dict[str, Any]) -> float | None:
 
 
 def runs_cmd(json_out: bool = JsonOpt, fmt: str | None = format_opt("runs")) -> None:
-    from regdiag.runs import list_runs, runs_dir
+    from regdiag.runs import list_runs, orphan_traces, runs_dir, trace_files
 
     chosen = pick_format("runs", fmt, json_out)
     items = list_runs()
+    orphans = trace_files(orphan_traces())
     if chosen == "json":
-        print_json(listed("run-list", "runs", items))
+        print_json({**listed("run-list", "runs", items), "orphan_traces": orphans})
         return
-    show("runs", chosen, {"dir": str(runs_dir()), "runs": items})  # ids never cut (report/lists.py)
+    # ids never cut (report/lists.py)
+    show("runs", chosen, {"dir": str(runs_dir()), "runs": items, "orphan_traces": orphans})
 
 
 def register(app: typer.Typer) -> None:

@@ -29,7 +29,7 @@ from regdiag.measure.probes import probe_table
 from regdiag.measure.session import Session, warn
 from regdiag.measure.stream import LaunchStream, adopt_header, env_for_record
 from regdiag.measure.warm import WarmInterpreter
-from regdiag.runs import RunWriter, new_run
+from regdiag.runs import RunWriter, new_run, trace_path
 from regdiag.snapshot.redact import redact_argv
 
 EventCallback = Callable[[str, dict[str, Any]], None]
@@ -195,8 +195,8 @@ def trace_args(args: Sequence[str], record: Path, index: int, host: Host) -> lis
     ~/.regdiag/traces/ on the host (the launch record names the host and the path)."""
     if index != 0 or not any(a == "--profile" or a.startswith("--profile=") for a in args):
         return []
-    name = f"{record.name.removesuffix('.json')}.profile-{index}.json.gz"
-    path = str(record.with_name(name)) if host.builds_here else f"~/.regdiag/traces/{name}"
+    here = trace_path(record, index)
+    path = str(here) if host.builds_here else f"~/.regdiag/traces/{here.name}"
     return ["--profile-trace", path]
 
 

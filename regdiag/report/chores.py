@@ -14,7 +14,7 @@ from regdiag.report.jsonout import render as json_render
 from regdiag.report.registry import Out
 
 CHECK_COLUMNS = ("host", "address", "python_version", "executable", "round_trip_s", "error")
-CLEAN_COLUMNS = ("host", "path", "existed", "kib", "pruned", "error")
+CLEAN_COLUMNS = ("host", "path", "existed", "kib", "pruned", "orphan_traces", "error")
 
 
 def _csv(columns: tuple[str, ...], rows: list[dict[str, Any]], out: Out) -> None:
@@ -69,6 +69,9 @@ def clean_terminal(results: list[dict[str, Any]], out: Out) -> None:
         size = f" ({r['kib'] / 1024:.1f} MiB)" if r.get("kib") else ""
         what = f"removed {r['path']}{size}" if r["existed"] else f"nothing to remove ({r['path']} absent)"
         out.console.print(f"{r['host']}: {what}", highlight=False, soft_wrap=True)
+        for trace in r.get("orphan_traces") or []:
+            line = f"{r['host']}: removed {trace} (a profile trace whose run record is gone)"
+            out.console.print(line, highlight=False, soft_wrap=True, markup=False)
 
 
 def clean_json(results: list[dict[str, Any]], out: Out) -> None:

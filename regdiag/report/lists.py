@@ -15,37 +15,60 @@ from typing import Any
 
 from regdiag.report import layout as L
 from regdiag.report.registry import Out
+from regdiag.sizes import approx_bytes
 
 RUN_COLUMNS = ("id", "created", "probe", "config", "status", "launches", "host")
+# The profile traces beside each record (probe --profile): a column on the terminal where any run has one.
+TRACES_COLUMN = "traces"
+
+
+def traces_cell(traces: list[dict[str, Any]]) -> str:
+    """'1 (2.34 MiB)': how many trace files, and their size; empty for none."""
+    if not traces:
+        return ""
+    return f"{len(traces)} ({approx_bytes(sum(t.get('bytes') or 0 for t in traces))})"
 
 
 def run_rows(items: list[dict[str, Any]]) -> list[list[str]]:
     """One row of RUN_COLUMNS per listed run (regdiag.runs.list_runs); an unreadable file says why."""
     rows = []
     for r in items:
+        traces = traces_cell(r.get("traces") or [])
         if "problem" in r:
-            rows.append([Path(r["path"]).stem, "", "", str(r["problem"]), "unreadable", "", ""])
+            rows.append([Path(r["path"]).stem, "", "", str(r["problem"]), "unreadable", "", "", traces])
             continue
         cfg = r.get("config") or {}
         brief = " ".join(str(cfg[k]) for k in ("preset", "mode", "tp") if cfg.get(k) is not None)
         created = str(r.get("created") or "")[:16].replace("T", " ")
         probe, status, host = (str(r.get(k) or "") for k in ("probe", "status", "host"))
         launches = f"{r['ok_launches']}/{r['launches']}"
-        rows.append([str(r["id"]), created, probe, brief, status, launches, host])
+        rows.append([str(r["id"]), created, probe, brief, status, launches, host, traces])
     return rows
 
 
 def runs_terminal(data: dict[str, Any], out: Out) -> None:
-    """`data`: {"dir": the runs directory, "runs": list_runs()}."""
+    """`data`: {"dir": the runs directory, "runs": list_runs(), "orphan_traces": traces whose record
+    is gone}."""
     if not data["runs"]:
         out.console.print(f"no stored runs in {data['dir']}", highlight=False)
-        return
-    out.console.print(f"runs in {data['dir']}", highlight=False)
-    _terminal(out, RUN_COLUMNS, run_rows(data["runs"]))
+    else:
+        out.console.print(f"runs in {data['dir']}", highlight=False)
+        rows = run_rows(data["runs"])
+        if any(r[-1] for r in rows):
+            _terminal(out, (*RUN_COLUMNS, TRACES_COLUMN), rows)
+        else:
+            _terminal(out, RUN_COLUMNS, [r[:-1] for r in rows])
+    orphans = data.get("orphan_traces") or []
+    if orphans:
+        out.console.print(
+            f"orphan profile traces: {traces_cell(orphans)} whose run record is gone (`regdiag clean` removes them)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def runs_csv(data: dict[str, Any], out: Out) -> None:
-    _csv(out, RUN_COLUMNS, run_rows(data["runs"]))
+    _csv(out, (*RUN_COLUMNS, TRACES_COLUMN), run_rows(data["runs"]))
 
 
 BASELINE_COLUMNS = ("name", "probe", "config", "launches", "primary", "saved")

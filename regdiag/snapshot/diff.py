@@ -9,7 +9,7 @@ diff_engine_config, diff_records); 1 the engine's code and its command line; 2 t
 it: first the library files a running process really loaded (--pid snapshots: libnccl, sgl_kernel,
 flashinfer, ... by build id), then package versions (sgl-kernel, flashinfer, torch, NCCL, triton, GPU
 driver); 3 NCCL_* variables and nccl.conf files; 4 variables of the families that change kernels,
-allocators, threads, the loader or the engines (regdiag.snapshot.env.PERF_PREFIXES), and the start-up
+allocators, threads, the loader or the engines (regdiag.snapshot.families), and the start-up
 files (sitecustomize.py, ...) that set variables; 5 GPU configuration (clock limits, power limit,
 PCIe link, persistence, ECC, MIG, the GPU model); 6 other packages, other variables, other loaded
 libraries; 7 the host (CPU governor, kernel, ...) and where the snapshot was taken.

@@ -8,11 +8,11 @@ is stored as an HMAC under a key kept in $REGDIAG_HOME (regdiag.snapshot.keyedha
 in clear; nothing of a hidden value stays readable.
 
 Families decide the order in `diff`: NCCL first, then the variables known to change how kernels,
-allocators, threads, the loader or the engines behave (`PERF_PREFIXES`), then the rest. Variables
-that only describe the login session (`_`, SHLVL, SSH_CLIENT, ...) are recorded too but listed in
-`session`: they differ between any two shells, so `diff` treats them as momentary. `not_bisected`
-lists those and the variables a bisect sets itself (PATH, HOME, VIRTUAL_ENV, ...): `bisect` neither
-varies nor fixes them.
+allocators, threads, the loader or the engines behave (the ranked families of
+regdiag.snapshot.families), then the rest. Variables that only describe the login session (`_`, SHLVL,
+SSH_CLIENT, ...) are recorded too but listed in `session`: they differ between any two shells, so
+`diff` treats them as momentary. `not_bisected` lists those and the variables a bisect sets itself
+(PATH, HOME, VIRTUAL_ENV, ...): `bisect` neither varies nor fixes them.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 
 from regdiag.snapshot import fields as F
 from regdiag.snapshot import keyedhash
+from regdiag.snapshot.families import RANKED_PREFIXES
 from regdiag.snapshot.redact import redact_value
-from regdiag.snapshot.shapes import PERF_PREFIXES
 
 SESSION = frozenset(
     {
@@ -84,7 +84,7 @@ def family(name: str) -> str:
     """'nccl', 'perf', 'session' or 'other': the order of variables in `diff`."""
     if name.startswith("NCCL_"):
         return "nccl"
-    if name.startswith(PERF_PREFIXES):
+    if name.startswith(RANKED_PREFIXES):
         return "perf"
     if name in SESSION or name.startswith(SESSION_PREFIXES):
         return "session"

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from regdiag.snapshot.known import known_kind
-from regdiag.snapshot.shapes import BOOLEANS, credential_name, risky_piece
+from regdiag.snapshot.shapes import BOOLEANS, NUMBER, credential_name, harmless_value, risky_piece
 
 
 def marker(secret: str) -> str:
@@ -217,6 +217,23 @@ def _flag(m: re.Match[str]) -> str:
 # An identifier of letters (a digit or underscore between them at most) that opens template arguments or
 # follows `::`: a C++ name in a kernel's signature, never a generated secret's shape (which mixes digits).
 _CPP_NAME = re.compile(r"[A-Za-z]+(?:_[A-Za-z]+)*")
+_OPTION_NAME = re.compile(r"-{0,2}[A-Za-z_][A-Za-z0-9_.-]*")
+
+
+def _name_number(run: str) -> bool:
+    """`NAME=NUMBER` or `--name=NUMBER` (a sentence's full stop after it too): a setting, as a snapshot
+    keeps it (NCCL_BUFFSIZE=8388608, NCCL_P2P_NET_CHUNKSIZE=131072), though the name's last word and the
+    digits read together as one mixed word. A credential name's value was cut out before (_assign)."""
+    name, eq, value = run.partition("=")
+    value = value[:-1] if value.endswith(".") else value
+    if not eq or not _OPTION_NAME.fullmatch(name) or not NUMBER.fullmatch(value):
+        return False
+    bare = name.lstrip("-")
+    return (
+        not credential_name(bare)
+        and harmless_value(bare, value)
+        and not any(risky_piece(p) for p in re.split(r"[-_.]", bare))
+    )
 
 
 def _run(m: re.Match[str]) -> str:
@@ -236,6 +253,8 @@ def _run(m: re.Match[str]) -> str:
         m.string[m.end() : m.end() + 1] == "<" or m.string[max(0, m.start() - 2) : m.start()] == "::"
     ):
         return run  # a C++ name in a kernel's signature (at::native::bitonicSortKVInPlace<2, ...>)
+    if _name_number(run):
+        return run
     if any(risky_piece(p) for p in re.split(r"[-_.:]", run)):
         return marker(run)
     h = _HEX_KEY.search(run)

@@ -10,8 +10,8 @@ hidden by the caller. Nothing here says a value *is* a secret: it says a value *
                             tokens (..._TOKEN_THRESHOLD, HF_TOKEN_PATH, MAX_TOKENS) is not one
   harmless_value(name, v)   a number, a bool, a short enum word, a version, a commit hash in a commit
                             field, a path or URL without credentials, a device list, or a short
-                            low-entropy token under a performance family (NCCL_*, CUDA_*, TORCH*, ...)
-                            or Slurm's placement (SLURM_JOB_NODELIST=gpu-[001-004])
+                            low-entropy token under a known family (regdiag.snapshot.families: NCCL_*,
+                            CUDA_*, TORCH_*, ..., Slurm's placement SLURM_JOB_NODELIST=gpu-[001-004])
   risky_piece(s)            one word that could be a generated secret (long, mixed letters and digits,
                             high entropy): what free text and paths are searched for
 
@@ -25,6 +25,8 @@ import math
 import re
 from collections import Counter
 from urllib.parse import parse_qsl, urlsplit
+
+from regdiag.snapshot.families import ALL_PREFIXES
 
 # A name's last word that marks it as holding a credential; the suffix forms catch PGPASSWORD,
 # SSHPASS, MYSQL_PWD, LDAP_BINDPW, HTTPPASSWD.
@@ -59,39 +61,6 @@ CREDENTIAL_SUFFIXES = ("PASSWORD", "PASSWD", "PASS", "PWD", "PW", "SECRET", "TOK
 # A qualifier after a credential word that is still the credential (GCP private_key_id, TOKEN_VALUE).
 QUALIFIERS = frozenset({"ID", "VALUE", "DATA", "B64", "BASE64", "STRING", "STR", "HEX", "JSON", "RAW"})
 NOT_CREDENTIALS = frozenset({"PWD", "OLDPWD"})  # the shell's working directories
-# Families of variables known to change how kernels, allocators, threads, the loader or the engines
-# behave (regdiag.snapshot.env orders `diff` by them); the token rule also knows a few more.
-PERF_PREFIXES = (
-    "NCCL_",
-    "CUDA_",
-    "CUBLAS",
-    "CUDNN_",
-    "NVIDIA_",
-    "NVSHMEM_",
-    "UCX_",
-    "TORCH",  # TORCH_*, TORCHINDUCTOR_*, TORCH_NCCL_*
-    "PYTORCH_",
-    "ATEN_",
-    "OMP_",
-    "KMP_",
-    "GOMP_",
-    "MKL_",
-    "OPENBLAS_",
-    "NVPL_",
-    "PYTHON",  # PYTHONPATH, PYTHONMALLOC, PYTHONTRACEMALLOC, PYTHONHASHSEED, ...
-    "MALLOC_",
-    "GLIBC_TUNABLES",
-    "LD_",
-    "SGLANG_",
-    "SGL_",
-    "VLLM_",
-    "FLASHINFER_",
-    "TRITON_",
-    "DG_",  # DeepGEMM
-    "REGDIAG_",  # regdiag's own knobs (the probes' test hooks) change what a run measures
-)
-# Placement: which nodes and tasks a run got (SLURM_JOB_NODELIST=gpu-[001-004]); the token rule only.
-PERF_FAMILIES = (*PERF_PREFIXES, "TOKENIZERS_", "HF_HUB_", "TRANSFORMERS_", "SLURM_")
 COMMIT_WORDS = frozenset({"COMMIT", "SHA", "REV", "REVISION", "HASH", "REF"})
 
 NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
@@ -269,4 +238,4 @@ def harmless_value(name: str, value: str, loose: bool = False) -> bool:
         return True
     if enum_word(v, loose) or path_like(v) or url_like(v):
         return True
-    return name.startswith(PERF_FAMILIES) and perf_token(v)
+    return name.startswith(ALL_PREFIXES) and perf_token(v)
