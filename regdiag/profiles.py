@@ -76,6 +76,7 @@ def side_profile(launches: list[dict[str, Any]]) -> dict[str, Any] | None:
         "cycles": profs[0].get("cycles"),
         "device": profs[0].get("device"),
         "graph_kernels_visible": profs[0].get("graph_kernels_visible"),
+        "note": str(profs[0].get("note") or ""),  # what an imported profile's figures are (nsys)
         "phases": phases,
     }
 
@@ -107,12 +108,13 @@ def profile_split(
             }
         )
     device = po["device"] if po["device"] == pn["device"] else f"{po['device']} vs {pn['device']}"
+    notes = (po["note"], pn["note"])
     return {
         "device": device,
         "launches": [po["launches"], pn["launches"]],
         "cycles": [po["cycles"], pn["cycles"]],
         "graph_kernels_visible": [po["graph_kernels_visible"], pn["graph_kernels_visible"]],
-        "note": CPU_NOTE if "cpu" in str(device) else "",
+        "note": CPU_NOTE if "cpu" in str(device) else "; ".join(dict.fromkeys(filter(None, notes))),
         "phases": rows,
     }
 

@@ -1,5 +1,5 @@
-"""`nsys stats --report nvtx_sum` (or `cuda_gpu_kern_sum`), `--format csv` or the console table:
-one launch per report.
+"""`nsys stats --report nvtx_sum` (or `cuda_gpu_kern_sum`, or `nvtx_kern_sum`), `--format csv` or the
+console table: one launch per report.
 
 Each NVTX range (or kernel) is a metric whose one sample per launch is its median instance time
 (`Med (ns)`, nanoseconds as nsys wrote them; import_text makes them ms); lower is better. A profile
@@ -13,6 +13,20 @@ Name: cuda_gpu_kern_sum), in either layout, so a CSV and a console file of one r
 kernel name longer than MAX_NAME (a C++ template's signature) is cut and ends in a hash of the whole
 (metric_name); the record keeps the whole names (`imported.names`).
 
+`nvtx_kern_sum` (NVTX Range Kernel Summary: one row per range, process, thread and kernel, the kernels
+a range launched; its columns NVTX Range, Style, PID, TID, NVTX Inst, Kern Inst, Total Time, Avg, Med,
+Min, Max, StdDev, Kernel Name) is read as phases: each range is a phase of the launch's `profile`, in
+the shape `--profile` records (regdiag/profiles.py), its kernels per range instance (count, total time)
+whole-named, so `regdiag compare old.csv new.csv` splits each range's change by kernel, good against
+bad, as it does for two `--profile` runs. The sample of a range is its kernels' time per instance. A
+range's instances are, per thread, the most `NVTX Inst` of its kernels, summed over threads (ranks).
+nsys counts a kernel in every range on the stack that launched it, so the probe's `cycle` (SKIP),
+which holds the phases, is left out, and so are kernels outside any range. Where the same file holds
+one nvtx_sum per nvtx_kern_sum (`--report nvtx_sum --report nvtx_kern_sum`), the k-th nvtx_sum's mean
+range time (`Avg`) is the k-th report's wall: the range time its kernels do not cover is GPU idle
+(an NVTX range is host time: kernels still running after their range ended are not seen as idle).
+nsys summaries hold no sync counts (0).
+
 The console layout (plain `nsys stats --report nvtx_sum report.nsys-rep`, no `--format`) prints for
 each report a title line (` ** NVTX Range Summary (nvtx_sum):`), a header row of column names
 separated by two or more spaces (` Time (%)  Total Time (ns)  Instances  Avg (ns)  Med (ns)  ...
@@ -21,9 +35,10 @@ with thousands separators (`8,912,100.0`); a blank line ends the table. Other re
 output (osrt_sum, cuda_api_sum: no `Instances` column) and nsys' own lines (`Processing [...]`,
 `SKIPPED: ...`) are passed over.
 
-Written from Nsight Systems' documented report columns and console layout, not from a real nsys: nsys
-does not run here (no NVIDIA driver), so tests read hand-made fixtures,
-tests/data/nsys_nvtx_sum_fixture.csv (tests/data/README.md) and tests/data/peer/ (its README.md).
+Written from Nsight Systems' documented report columns and console layout (nvtx_kern_sum: its report
+script's usage text and query), not from a real nsys: nsys does not run here (no NVIDIA driver), so
+tests read hand-made fixtures, tests/data/nsys_nvtx_sum_fixture.csv (tests/data/README.md) and
+tests/data/peer/ (its README.md).
 """
 
 from __future__ import annotations
@@ -38,10 +53,16 @@ from regdiag.errors import BadInput
 from regdiag.importers import launch, new_import
 
 NAME = "nsys"
-TITLE = "nsys stats, CSV or console table (nvtx_sum, cuda_gpu_kern_sum)"
+TITLE = "nsys stats, CSV or console table (nvtx_sum, cuda_gpu_kern_sum, nvtx_kern_sum)"
 MEDIAN = "Med (ns)"
+TOTAL = "Total Time (ns)"
 NAME_COLUMNS = {"Range": "nvtx_sum", "Name": "cuda_gpu_kern_sum"}
+KERN = "nvtx_kern_sum"
+KERN_COLUMNS = ("NVTX Range", "NVTX Inst", "Kern Inst", TOTAL, "Kernel Name")  # nvtx_kern_sum's own
 MAX_NAME = 120  # metric names regdiag keeps whole; longer kernel names are cut (metric_name)
+SKIP = ("cycle",)  # the probe's range around the phases: every kernel of the cycle is in it again
+TOP_KERNELS = 24  # kernels kept per range (by total time), as --profile keeps
+BUSY = "kernels launched inside the range (nsys nvtx_kern_sum: the sum of their times)"
 
 
 _TITLE = re.compile(r"^\s*\*\*\s.*\(([^()]+)\):\s*$")  # " ** NVTX Range Summary (nvtx_sum):"
@@ -57,22 +78,34 @@ def sniff(text: str) -> bool:
     return any(_console_header(a) and _DASHES.match(b) for a, b in zip(lines, lines[1:], strict=False))
 
 
+def _kind(cols: list[str]) -> str | None:
+    """The report a row of column names heads: nvtx_kern_sum by its own columns, nvtx_sum and
+    cuda_gpu_kern_sum by their name column; None for any other (osrt_sum, cuda_api_sum)."""
+    if MEDIAN not in cols:
+        return None
+    if all(c in cols for c in KERN_COLUMNS):
+        return KERN
+    if "Instances" not in cols:
+        return None
+    return next((NAME_COLUMNS[c] for c in cols if c in NAME_COLUMNS), None)
+
+
 def _header(line: str) -> str | None:
     """The report a CSV header line starts, or None."""
-    if MEDIAN not in line or "Instances" not in line:
+    if MEDIAN not in line:
         return None
-    cols = next(csv.reader([line]))
-    return next((NAME_COLUMNS[c] for c in cols if c in NAME_COLUMNS), None)
+    return _kind(next(csv.reader([line])))
 
 
 def _console_header(line: str) -> str | None:
     """The report a console table's header row starts, or None."""
-    if MEDIAN not in line or "Instances" not in line or "," in line:
+    if MEDIAN not in line or "," in line:
         return None
-    return next((NAME_COLUMNS[c] for c in _GAP.split(line.strip()) if c in NAME_COLUMNS), None)
+    return _kind(_GAP.split(line.strip()))
 
 
-Reports = list[tuple[str, dict[str, float]]]
+Row = tuple[int, dict[str, str]]  # a table row: its line number in the file, its cells by column name
+Reports = list[tuple[str, list[Row]]]
 
 
 MAX_ROWS = 50_000  # kernels or ranges of one stats export: a real one has hundreds
@@ -85,29 +118,32 @@ def parse(text: str, source: str) -> list[dict[str, Any]]:
             f"{source}: {rows} lines; regdiag reads nsys stats exports of at most {MAX_ROWS} rows "
             "(a summary report: nsys stats --report cuda_gpu_kern_sum --format csv)"
         )
-    reports = _csv_reports(text, source) or _console_reports(text, source)
+    reports = _csv_reports(text) or _console_reports(text, source)
     if not reports:
         raise BadInput(
-            f"{source}: no nsys stats report (a CSV header or console table with {MEDIAN!r} and 'Instances')"
+            f"{source}: no nsys stats report (a CSV header or console table with {MEDIAN!r} and "
+            "'Instances', or nvtx_kern_sum's 'NVTX Range' ... 'Kernel Name')"
         )
     kinds = list(dict.fromkeys(r for r, _ in reports))  # one record per kind of report, in file order
-    return [_record(kind, [m for r, m in reports if r == kind], source) for kind in kinds]
+    tables = {kind: [rows for r, rows in reports if r == kind] for kind in kinds}
+    walls = [_values(t, "Avg (ns)", source) for t in tables.get("nvtx_sum", [])]
+    return [
+        _kern_record(tables[kind], walls, source)
+        if kind == KERN
+        else _record(kind, [_values(t, MEDIAN, source) for t in tables[kind]], source)
+        for kind in kinds
+    ]
 
 
-def _csv_reports(text: str, source: str) -> Reports:
+def _csv_reports(text: str) -> Reports:
     reports: Reports = []
     cols: list[str] = []
     for n, line in enumerate(text.splitlines(), 1):
         if report := _header(line):
             cols = next(csv.reader([line]))
-            reports.append((report, {}))
+            reports.append((report, []))
         elif cols and line.strip() and "," in line:
-            row = dict(zip(cols, next(csv.reader([line])), strict=False))
-            name = str(row.get("Range") or row.get("Name") or "").removeprefix(":")
-            try:
-                reports[-1][1][name] = float(row[MEDIAN])
-            except (KeyError, ValueError):
-                raise BadInput(f"{source}: line {n}: {MEDIAN!r} is not a number") from None
+            reports[-1][1].append((n, dict(zip(cols, next(csv.reader([line])), strict=False))))
     return reports
 
 
@@ -127,18 +163,29 @@ def _console_reports(text: str, source: str) -> Reports:
             raise BadInput(
                 f"{source}: line {n + 1}: {len(names)} column names over {len(starts)} columns of dashes"
             )
-        name_col = next(c for c in names if c in NAME_COLUMNS)
-        medians: dict[str, float] = {}
+        rows: list[Row] = []
         n += 2
         while n < len(lines) and lines[n].strip() and not _TITLE.match(lines[n]):
-            row = dict(zip(names, _cells(lines[n], starts), strict=True))
-            try:
-                medians[row[name_col].removeprefix(":")] = float(row[MEDIAN].replace(",", ""))
-            except (KeyError, ValueError):
-                raise BadInput(f"{source}: line {n + 1}: {MEDIAN!r} is not a number") from None
+            rows.append((n + 1, dict(zip(names, _cells(lines[n], starts), strict=True))))
             n += 1
-        reports.append((report, medians))
+        reports.append((report, rows))
     return reports
+
+
+def _number(row: Row, column: str, source: str) -> float:
+    """A cell as a number (the console's thousands separators dropped), or BadInput naming its line."""
+    try:
+        return float(row[1][column].replace(",", ""))
+    except (KeyError, ValueError):
+        raise BadInput(f"{source}: line {row[0]}: {column!r} is not a number") from None
+
+
+def _values(rows: list[Row], column: str, source: str) -> dict[str, float]:
+    """One column of a range or kernel table by name (nsys' leading ':' of the default domain dropped)."""
+    return {
+        str(r[1].get("Range") or r[1].get("Name") or "").removeprefix(":"): _number(r, column, source)
+        for r in rows
+    }
 
 
 def _cells(line: str, starts: list[int]) -> list[str]:
@@ -166,6 +213,97 @@ def _record(kind: str, reports: list[dict[str, float]], source: str) -> dict[str
         run["imported"]["names"] = long  # the whole kernel name of each shortened metric
     declare(run, {m: ("ns", LOWER) for m in names.values()})
     return run
+
+
+def _kern_record(tables: list[list[Row]], walls: list[dict[str, float]], source: str) -> dict[str, Any]:
+    """nvtx_kern_sum: each report a launch whose `profile` holds per range (a phase) the kernels it
+    launched, as `--profile` records a phase; its one sample per range, the kernels' time per range
+    instance (ns as nsys wrote them). The k-th nvtx_sum of the same file, where there is one per
+    nvtx_kern_sum, gives each range's own time (its wall), the rest of which is GPU idle."""
+    run = new_import(NAME, source, tool=NAME, config={"report": KERN}, primary=None, select=KERN)
+    run["imported"]["report"] = KERN
+    paired = len(walls) == len(tables)
+    run["imported"]["wall"] = "nvtx_sum" if paired else None
+    metrics: dict[str, str] = {}
+    for k, rows in enumerate(tables):
+        phases, seen = _kern_phases(rows, walls[k] if paired else {}, source)
+        if not phases:
+            raise BadInput(f"{source}: the nvtx_kern_sum report holds no kernel inside a named NVTX range")
+        samples = {metrics.setdefault(ph, metric_name(ph)): [f["busy_ms"] * 1e6] for ph, f in phases.items()}
+        la = launch(k, {m: v for m, v in samples.items() if v[0] > 0})
+        la["profile"] = {
+            "cycles": min(seen.values()),
+            "device": "cuda",
+            "busy": BUSY,
+            "note": _note(paired),
+            "phases": phases,
+            "occurrences": seen,
+        }
+        run["launches"].append(la)
+    declare(run, {m: ("ns", LOWER) for m in metrics.values()})
+    return run
+
+
+def _note(paired: bool) -> str:
+    if paired:
+        return (
+            "nsys: GPU work is the kernels launched inside each NVTX range, idle the rest of the range's "
+            "own time (nvtx_sum); nsys summaries count no syncs"
+        )
+    return "nsys: no nvtx_sum beside nvtx_kern_sum: a range's time is its kernels' time, none reads as idle"
+
+
+def _kern_phases(
+    rows: list[Row], wall_ns: dict[str, float], source: str
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """Per range (SKIP left out; kernels outside any range, an empty name, too): its figures per range
+    instance. nsys groups rows by process and thread; a range's instances are, per thread, the most
+    "NVTX Inst" of any of its kernels, summed over threads (each rank of a TP group one)."""
+    inst: dict[str, dict[tuple[str, str], float]] = {}
+    kern: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        cells = row[1]
+        rng = str(cells.get("NVTX Range") or "").removeprefix(":")
+        if not rng or rng in SKIP:
+            continue
+        count, total, n_inst = (_number(row, c, source) for c in ("Kern Inst", TOTAL, "NVTX Inst"))
+        thread = inst.setdefault(rng, {})
+        key = (cells.get("PID", ""), cells.get("TID", ""))
+        thread[key] = max(thread.get(key, 0.0), n_inst)
+        acc = kern.setdefault(rng, {}).setdefault(cells.get("Kernel Name") or "(unnamed)", [0.0, 0.0])
+        acc[0] += count
+        acc[1] += total
+    phases: dict[str, Any] = {}
+    seen: dict[str, int] = {}
+    for rng, by_kernel in kern.items():
+        n = max(1, round(sum(inst[rng].values())))
+        busy = sum(t for _, t in by_kernel.values()) / n / 1e6
+        wall = wall_ns[rng] / 1e6 if rng in wall_ns else busy
+        top = sorted(by_kernel.items(), key=lambda kv: -kv[1][1])[:TOP_KERNELS]
+        host = wall if rng in wall_ns else 0.0  # an NVTX range is the host's time in it
+        phases[rng] = {
+            "wall_ms": round(wall, 6),
+            "busy_ms": round(busy, 6),
+            "idle_ms": round(max(0.0, wall - busy), 6),
+            "host_ms": round(host, 6),
+            "dispatch_ms": round(host, 6),
+            "sync_wait_ms": 0.0,
+            "syncs": 0.0,
+            "kernels": round(sum(c for c, _ in by_kernel.values()) / n, 3),
+            "graph_launches": 0.0,
+            "top": [
+                {
+                    "name": name,
+                    "count": round(c / n, 3),
+                    "total_ms": round(t / n / 1e6, 6),
+                    "mean_us": round(t / c / 1e3, 3) if c else None,
+                    "share": round(t / n / 1e6 / wall, 4) if wall else None,
+                }
+                for name, (c, t) in top
+            ],
+        }
+        seen[rng] = n
+    return phases, seen
 
 
 def metric_name(name: str) -> str:
