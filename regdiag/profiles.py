@@ -77,6 +77,14 @@ def side_profile(launches: list[dict[str, Any]]) -> dict[str, Any] | None:
         "device": profs[0].get("device"),
         "graph_kernels_visible": profs[0].get("graph_kernels_visible"),
         "note": str(profs[0].get("note") or ""),  # what an imported profile's figures are (nsys)
+        # per phase: whether every launch listed all its kernels (nsys summaries do), so that a kernel
+        # missing from the list was not run at all
+        "complete": {
+            ph: all(
+                isinstance(f := p["phases"].get(ph), dict) and f.get("top_complete") is True for p in profs
+            )
+            for ph in phases
+        },
         "phases": phases,
     }
 
@@ -95,7 +103,7 @@ def profile_split(
             continue
         o, n = po["phases"][ph], pn["phases"][ph]
         d = {k: n[k] - o[k] for k in FIGURES}
-        kernels = _kernels(o["top"], n["top"])
+        kernels = _kernels(o["top"], n["top"], (po["complete"][ph], pn["complete"][ph]))
         rows.append(
             {
                 "phase": ph,
@@ -115,14 +123,23 @@ def profile_split(
         "cycles": [po["cycles"], pn["cycles"]],
         "graph_kernels_visible": [po["graph_kernels_visible"], pn["graph_kernels_visible"]],
         "note": CPU_NOTE if "cpu" in str(device) else "; ".join(dict.fromkeys(filter(None, notes))),
+        "kernels_complete": all(
+            po["complete"].get(r["phase"]) and pn["complete"].get(r["phase"]) for r in rows
+        ),
         "phases": rows,
     }
 
 
-def _kernels(o: dict[str, Any], n: dict[str, Any]) -> list[dict[str, Any]]:
+def _kernels(
+    o: dict[str, Any], n: dict[str, Any], complete: tuple[bool, bool] = (False, False)
+) -> list[dict[str, Any]]:
     out = []
-    # Below a side's smallest listed kernel, a kernel may be there unlisted; above it, it is not there.
-    floor = [min((k["total_ms"] for k in side.values()), default=0.0) for side in (o, n)]
+    # Below a side's smallest listed kernel, a kernel may be there unlisted; above it, it is not there
+    # (nor anywhere on a side that listed all its kernels).
+    floor = [
+        0.0 if whole else min((k["total_ms"] for k in side.values()), default=0.0)
+        for side, whole in zip((o, n), complete, strict=True)
+    ]
     for name in dict.fromkeys([*o, *n]):
         a, b = o.get(name, {"count": 0.0, "total_ms": 0.0}), n.get(name, {"count": 0.0, "total_ms": 0.0})
         known = [name in o or b["total_ms"] > floor[0], name in n or a["total_ms"] > floor[1]]
@@ -208,7 +225,8 @@ def split_lines(split: dict[str, Any] | None) -> list[str]:
     moved = [r for r in split["phases"] if r["moved"]]
     if not moved:
         return [f"{head}: no phase's profiled wall time moved {100 * MOVED:.0f} % or more"]
-    out = [f"{head}; '-': not among that side's top kernels:"]
+    absent = "not run on that side" if split.get("kernels_complete") else "not among that side's top kernels"
+    out = [f"{head}; '-': {absent}:"]
     for r in moved:
         out.append("  " + phase_line(r))
         out += ["    " + k for k in kernel_lines(r)]
@@ -267,7 +285,7 @@ def profile_summary(run: dict[str, Any], launches: list[dict[str, Any]]) -> dict
         if isinstance(c.get("cycle_ms_profiled"), (int, float)) and c.get("cycle_ms_measured")
     ]
     return {
-        **side,
+        **{k: v for k, v in side.items() if k not in ("note", "complete")},  # as a probe records it
         "phases": {
             ph: {**{k: round(v, 5) for k, v in f.items() if k != "top"}, "top": _top(f["top"])}
             for ph, f in side["phases"].items()

@@ -291,6 +291,7 @@ def _kern_phases(
             "syncs": 0.0,
             "kernels": round(sum(c for c, _ in by_kernel.values()) / n, 3),
             "graph_launches": 0.0,
+            "top_complete": len(by_kernel) <= TOP_KERNELS,  # every kernel the range launched is listed
             "top": [
                 {
                     "name": name,
