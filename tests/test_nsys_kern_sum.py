@@ -42,7 +42,8 @@ def _row(split: dict[str, Any], phase: str) -> dict[str, Any]:
 
 def test_a_kernel_grown_and_one_new_in_verify_read_as_gpu_work_and_draft_unchanged() -> None:
     old, new = importers.load_run(OLD), importers.load_run(NEW)
-    assert old["select"] == "nvtx_kern_sum" and old["probe"]["config"] == {"report": "nvtx_kern_sum"}
+    assert old["select"] == "nvtx_kern_sum"
+    assert old["probe"]["config"] == {"report": "nvtx_kern_sum", "sample": "kernels"}
     # the probe's phases; `cycle` (which holds them all again) is left out
     assert set(old["launches"][0]["profile"]["phases"]) == {"draft", "verify", "extend"}
     assert new["launches"][0]["samples"]["verify"] == [pytest.approx(10.7)]  # its kernels' ms per cycle
@@ -121,7 +122,8 @@ def test_with_nvtx_sum_beside_it_a_slower_range_with_the_same_kernels_reads_host
     with pytest.raises(BadInput, match=r"holds 2 results \('nvtx_sum', 'nvtx_kern_sum'\)"):
         importers.load_run(good)
     old, new = (importers.load_run(f, select="nvtx_kern_sum") for f in (good, bad))
-    assert old["imported"]["wall"] == "nvtx_sum"
+    assert old["probe"]["config"] == {"report": "nvtx_kern_sum", "sample": "nvtx_sum"}
+    assert old["launches"][0]["samples"]["verify"] == [pytest.approx(9.0)]  # the range's own time
     verify = old["launches"][0]["profile"]["phases"]["verify"]
     assert verify["wall_ms"] == pytest.approx(9.0) and verify["idle_ms"] == pytest.approx(0.4)
     row = _row(_split(old, new), "verify")
@@ -130,6 +132,9 @@ def test_with_nvtx_sum_beside_it_a_slower_range_with_the_same_kernels_reads_host
     # and the kernel change of the fixture pair, walls alike, is still GPU work
     grown = importers.load_run(_with_walls(NEW, tmp_path, 9_000_000.0), select="nvtx_kern_sum")
     assert _row(_split(old, grown), "verify")["reading"]["text"].startswith("GPU work, kernel flash::")
+    # a file with the range times against one without: refused as two configs that differ
+    line = one_error_line(run_cli("compare", f"{good}#nvtx_kern_sum", str(NEW)))
+    assert "probe configs differ" in line and "sample" in line
 
 
 HEAD = (

@@ -18,14 +18,15 @@ a range launched; its columns NVTX Range, Style, PID, TID, NVTX Inst, Kern Inst,
 Min, Max, StdDev, Kernel Name) is read as phases: each range is a phase of the launch's `profile`, in
 the shape `--profile` records (regdiag/profiles.py), its kernels per range instance (count, total time)
 whole-named, so `regdiag compare old.csv new.csv` splits each range's change by kernel, good against
-bad, as it does for two `--profile` runs. The sample of a range is its kernels' time per instance. A
+bad, as it does for two `--profile` runs. The sample of a range is its wall per instance (below). A
 range's instances are, per thread, the most `NVTX Inst` of its kernels, summed over threads (ranks).
 nsys counts a kernel in every range on the stack that launched it, so the probe's `cycle` (SKIP),
 which holds the phases, is left out, and so are kernels outside any range. Where the same file holds
 one nvtx_sum per nvtx_kern_sum (`--report nvtx_sum --report nvtx_kern_sum`), the k-th nvtx_sum's mean
 range time (`Avg`) is the k-th report's wall: the range time its kernels do not cover is GPU idle
-(an NVTX range is host time: kernels still running after their range ended are not seen as idle).
-nsys summaries hold no sync counts (0).
+(an NVTX range is host time: kernels still running after their range ended are not seen as idle);
+without an nvtx_sum the wall is the kernels' time (config `sample`: nvtx_sum or kernels, so files of
+the two kinds are not compared unawares). nsys summaries hold no sync counts (0).
 
 The console layout (plain `nsys stats --report nvtx_sum report.nsys-rep`, no `--format`) prints for
 each report a title line (` ** NVTX Range Summary (nvtx_sum):`), a header row of column names
@@ -217,19 +218,22 @@ def _record(kind: str, reports: list[dict[str, float]], source: str) -> dict[str
 
 def _kern_record(tables: list[list[Row]], walls: list[dict[str, float]], source: str) -> dict[str, Any]:
     """nvtx_kern_sum: each report a launch whose `profile` holds per range (a phase) the kernels it
-    launched, as `--profile` records a phase; its one sample per range, the kernels' time per range
-    instance (ns as nsys wrote them). The k-th nvtx_sum of the same file, where there is one per
-    nvtx_kern_sum, gives each range's own time (its wall), the rest of which is GPU idle."""
-    run = new_import(NAME, source, tool=NAME, config={"report": KERN}, primary=None, select=KERN)
-    run["imported"]["report"] = KERN
+    launched, as `--profile` records a phase; its one sample per range, the range's wall per instance
+    (ns as nsys wrote them). The k-th nvtx_sum of the same file, where there is one per nvtx_kern_sum,
+    gives each range's own time (its wall), the rest of which is GPU idle; without it the wall is the
+    range's kernels' time."""
     paired = len(walls) == len(tables)
-    run["imported"]["wall"] = "nvtx_sum" if paired else None
+    # what a sample is: the range's own time where nvtx_sum gives it, else its kernels' time (two files
+    # that differ in it are refused as any two configs that differ)
+    config = {"report": KERN, "sample": "nvtx_sum" if paired else "kernels"}
+    run = new_import(NAME, source, tool=NAME, config=config, primary=None, select=KERN)
+    run["imported"]["report"] = KERN
     metrics: dict[str, str] = {}
     for k, rows in enumerate(tables):
         phases, seen = _kern_phases(rows, walls[k] if paired else {}, source)
         if not phases:
             raise BadInput(f"{source}: the nvtx_kern_sum report holds no kernel inside a named NVTX range")
-        samples = {metrics.setdefault(ph, metric_name(ph)): [f["busy_ms"] * 1e6] for ph, f in phases.items()}
+        samples = {metrics.setdefault(ph, metric_name(ph)): [f["wall_ms"] * 1e6] for ph, f in phases.items()}
         la = launch(k, {m: v for m, v in samples.items() if v[0] > 0})
         la["profile"] = {
             "cycles": min(seen.values()),
