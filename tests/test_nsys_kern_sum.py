@@ -72,6 +72,7 @@ def test_a_kernel_grown_and_one_new_in_verify_read_as_gpu_work_and_draft_unchang
     assert "'-': not run on that side" in text  # nsys lists every kernel: one missing did not run
 
 
+@pytest.mark.cli  # two regdiag command lines
 def test_compare_of_the_two_files_prints_the_split_and_keeps_whole_names_in_json() -> None:
     p = run_cli("compare", str(OLD), str(NEW))
     assert p.returncode == 3, p.stderr  # one report a side: no CI
@@ -159,6 +160,7 @@ def test_ranks_are_summed_and_kernels_outside_a_range_left_out() -> None:
     assert [(k["name"], k["count"]) for k in verify["top"]] == [("gemm", 2.0), ("fill", 0.4)]
 
 
+@pytest.mark.cli  # two regdiag command lines
 def test_a_bad_kernel_summary_is_one_line(tmp_path: Path) -> None:
     lines = NEW.read_text().splitlines()
     n = next(i for i, ln in enumerate(lines) if ln.startswith(":verify"))
