@@ -80,7 +80,7 @@ def test_compare_of_the_two_files_prints_the_split_and_keeps_whole_names_in_json
     assert "verify +2.1 ms: GPU work +2.1 ms (kernels flash::flash_fwd_splitkv_kernel +1.8 ms" in out
     assert "-> GPU work, kernel flash::flash_fwd_splitkv_kernel" in out
     assert "flash::flash_fwd_splitkv_kernel: 61 -> 61 calls, 1.8 -> 3.6 ms (+1.8 ms)" in out
-    assert "no nvtx_sum beside nvtx_kern_sum" in out
+    assert "no nvtx_sum or nvtx_gpu_proj_sum beside nvtx_kern_sum" in out
     j = json.loads(run_cli("compare", str(OLD), str(NEW), "--json").stdout)
     verify = next(r for r in j["profile"]["phases"] if r["phase"] == "verify")
     assert (
@@ -136,6 +136,41 @@ def test_with_nvtx_sum_beside_it_a_slower_range_with_the_same_kernels_reads_host
     # a file with the range times against one without: refused as two configs that differ
     line = one_error_line(run_cli("compare", f"{good}#nvtx_kern_sum", str(NEW)))
     assert "probe configs differ" in line and "sample" in line
+
+
+PROJ_HEAD = (
+    "Range,Style,Total Proj Time (ns),Total Range Time (ns),Range Instances,Proj Avg (ns),Proj Med (ns),"
+    "Proj Min (ns),Proj Max (ns),Proj StdDev (ns),Total GPU Ops,Avg GPU Ops,Avg Range Lvl,Avg Num Child\n"
+)
+
+
+def _with_projection(kern: Path, tmp_path: Path, verify_proj_ns: float) -> Path:
+    """The kernel summary after nvtx_gpu_proj_sum (documented columns): verify's range projected onto the
+    GPU takes verify_proj_ns, its CPU range 9.5 ms."""
+    rows = [(":verify", verify_proj_ns, 9_500_000.0, 549), (":draft", 1_300_000.0, 1_350_000.0, 90)]
+    text = "".join(
+        f"{r},PushPop,{p * 50:.0f},{h * 50:.0f},50,{p:.1f},{p:.1f},{p:.0f},{p:.0f},100.0,{ops * 50},{ops},1.0,0.0\n"
+        for r, p, h, ops in rows
+    )
+    f = tmp_path / f"{kern.stem}-proj-{verify_proj_ns:.0f}.csv"
+    f.write_text(PROJ_HEAD + text + "\n" + kern.read_text())
+    return f
+
+
+def test_with_the_gpu_projection_beside_it_idle_is_the_gpu_time_its_kernels_leave(tmp_path: Path) -> None:
+    good, bad = _with_projection(OLD, tmp_path, 8_800_000.0), _with_projection(OLD, tmp_path, 11_800_000.0)
+    proj = importers.load_run(good, select="nvtx_gpu_proj_sum")  # a report of its own: the median projection
+    assert proj["launches"][0]["samples"] == {"verify": [pytest.approx(8.8)], "draft": [pytest.approx(1.3)]}
+    old, new = (importers.load_run(f, select="nvtx_kern_sum") for f in (good, bad))
+    assert old["probe"]["config"] == {"report": "nvtx_kern_sum", "sample": "nvtx_gpu_proj_sum"}
+    verify = old["launches"][0]["profile"]["phases"]["verify"]
+    assert verify["wall_ms"] == pytest.approx(8.8) and verify["busy_ms"] == pytest.approx(8.6)
+    assert verify["idle_ms"] == pytest.approx(0.2) and verify["host_ms"] == pytest.approx(9.5)
+    # extend has no projection row: its wall is its kernels' time
+    assert old["launches"][0]["profile"]["phases"]["extend"]["idle_ms"] == 0
+    row = _row(_split(old, new), "verify")
+    assert row["delta"]["idle_ms"] == pytest.approx(3.0) and row["reading"]["text"] == "GPU idle, host-bound"
+    assert "nvtx_gpu_proj_sum" in _split(old, new)["note"]
 
 
 HEAD = (

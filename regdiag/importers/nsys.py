@@ -1,5 +1,5 @@
-"""`nsys stats --report nvtx_sum` (or `cuda_gpu_kern_sum`, or `nvtx_kern_sum`), `--format csv` or the
-console table: one launch per report.
+"""`nsys stats --report nvtx_sum` (or `cuda_gpu_kern_sum`, `nvtx_kern_sum`, `nvtx_gpu_proj_sum`),
+`--format csv` or the console table: one launch per report.
 
 Each NVTX range (or kernel) is a metric whose one sample per launch is its median instance time
 (`Med (ns)`, nanoseconds as nsys wrote them; import_text makes them ms); lower is better. A profile
@@ -22,11 +22,16 @@ bad, as it does for two `--profile` runs. The sample of a range is its wall per 
 range's instances are, per thread, the most `NVTX Inst` of its kernels, summed over threads (ranks).
 nsys counts a kernel in every range on the stack that launched it, so the probe's `cycle` (SKIP),
 which holds the phases, is left out, and so are kernels outside any range. Where the same file holds
-one nvtx_sum per nvtx_kern_sum (`--report nvtx_sum --report nvtx_kern_sum`), the k-th nvtx_sum's mean
-range time (`Avg`) is the k-th report's wall: the range time its kernels do not cover is GPU idle
-(an NVTX range is host time: kernels still running after their range ended are not seen as idle);
-without an nvtx_sum the wall is the kernels' time (config `sample`: nvtx_sum or kernels, so files of
-the two kinds are not compared unawares). nsys summaries hold no sync counts (0).
+one nvtx_gpu_proj_sum per nvtx_kern_sum (NVTX GPU Projection Summary: Range, Style, Total Proj Time,
+Total Range Time, Range Instances, Proj Avg, Proj Med, Proj Min, Proj Max, Proj StdDev, Total GPU Ops,
+Avg GPU Ops, Avg Range Lvl, Avg Num Child), the k-th one's mean projection (`Proj Avg`: the range on
+the GPU, from its first GPU op to its last) is the k-th report's wall, the part its kernels do not
+cover GPU idle, and its range time per instance the host's time. Else one nvtx_sum per nvtx_kern_sum
+gives the wall as the mean range time (`Avg`), which is host time: kernels still running after their
+range ended are not seen as idle. Without either the wall is the kernels' time. Config `sample` says
+which (nvtx_gpu_proj_sum, nvtx_sum or kernels), so files of two kinds are not compared unawares. nsys
+summaries hold no sync counts (0). nvtx_gpu_proj_sum is also a report of its own, like nvtx_sum: each
+range a metric, its median projected time (`Proj Med`) the sample.
 
 The console layout (plain `nsys stats --report nvtx_sum report.nsys-rep`, no `--format`) prints for
 each report a title line (` ** NVTX Range Summary (nvtx_sum):`), a header row of column names
@@ -54,11 +59,14 @@ from regdiag.errors import BadInput
 from regdiag.importers import launch, new_import
 
 NAME = "nsys"
-TITLE = "nsys stats, CSV or console table (nvtx_sum, cuda_gpu_kern_sum, nvtx_kern_sum)"
+TITLE = "nsys stats, CSV or console table (nvtx_sum, cuda_gpu_kern_sum, nvtx_kern_sum, nvtx_gpu_proj_sum)"
 MEDIAN = "Med (ns)"
 TOTAL = "Total Time (ns)"
 NAME_COLUMNS = {"Range": "nvtx_sum", "Name": "cuda_gpu_kern_sum"}
 KERN = "nvtx_kern_sum"
+PROJ = "nvtx_gpu_proj_sum"
+PROJ_COLUMNS = ("Range", "Range Instances", "Total Range Time (ns)", "Proj Avg (ns)", "Proj Med (ns)")
+MEDIANS = {PROJ: "Proj Med (ns)"}  # the column of a report's sample, where it is not MEDIAN
 KERN_COLUMNS = ("NVTX Range", "NVTX Inst", "Kern Inst", TOTAL, "Kernel Name")  # nvtx_kern_sum's own
 MAX_NAME = 120  # metric names regdiag keeps whole; longer kernel names are cut (metric_name)
 SKIP = ("cycle",)  # the probe's range around the phases: every kernel of the cycle is in it again
@@ -81,7 +89,10 @@ def sniff(text: str) -> bool:
 
 def _kind(cols: list[str]) -> str | None:
     """The report a row of column names heads: nvtx_kern_sum by its own columns, nvtx_sum and
-    cuda_gpu_kern_sum by their name column; None for any other (osrt_sum, cuda_api_sum)."""
+    cuda_gpu_kern_sum by their name column, nvtx_gpu_proj_sum by its projected times; None for any
+    other (osrt_sum, cuda_api_sum)."""
+    if all(c in cols for c in PROJ_COLUMNS):
+        return PROJ
     if MEDIAN not in cols:
         return None
     if all(c in cols for c in KERN_COLUMNS):
@@ -127,13 +138,33 @@ def parse(text: str, source: str) -> list[dict[str, Any]]:
         )
     kinds = list(dict.fromkeys(r for r, _ in reports))  # one record per kind of report, in file order
     tables = {kind: [rows for r, rows in reports if r == kind] for kind in kinds}
-    walls = [_values(t, "Avg (ns)", source) for t in tables.get("nvtx_sum", [])]
     return [
-        _kern_record(tables[kind], walls, source)
+        _kern_record(tables[kind], _walls(tables, source), source)
         if kind == KERN
-        else _record(kind, [_values(t, MEDIAN, source) for t in tables[kind]], source)
+        else _record(kind, [_values(t, MEDIANS.get(kind, MEDIAN), source) for t in tables[kind]], source)
         for kind in kinds
     ]
+
+
+Walls = tuple[str, list[dict[str, tuple[float, float]]]]
+
+
+def _walls(tables: dict[str, list[list[Row]]], source: str) -> Walls:
+    """Where the ranges' own times come from, one table per nvtx_kern_sum, per range (wall, host) in ns:
+    nvtx_gpu_proj_sum (the range projected onto the GPU, from its first GPU op to its last; the host's
+    range time beside it), else nvtx_sum (the range's time, host and wall alike), else none."""
+    n = len(tables[KERN])
+    if len(proj := tables.get(PROJ, [])) == n:
+        return PROJ, [_proj_walls(t, source) for t in proj]
+    if len(nvtx := tables.get("nvtx_sum", [])) == n:
+        return "nvtx_sum", [{r: (v, v) for r, v in _values(t, "Avg (ns)", source).items()} for t in nvtx]
+    return "kernels", []
+
+
+def _proj_walls(rows: list[Row], source: str) -> dict[str, tuple[float, float]]:
+    wall, host = _values(rows, "Proj Avg (ns)", source), _values(rows, "Total Range Time (ns)", source)
+    inst = _values(rows, "Range Instances", source)
+    return {r: (wall[r], host[r] / inst[r] if inst[r] else 0.0) for r in wall}
 
 
 def _csv_reports(text: str) -> Reports:
@@ -216,21 +247,20 @@ def _record(kind: str, reports: list[dict[str, float]], source: str) -> dict[str
     return run
 
 
-def _kern_record(tables: list[list[Row]], walls: list[dict[str, float]], source: str) -> dict[str, Any]:
+def _kern_record(tables: list[list[Row]], walls: Walls, source: str) -> dict[str, Any]:
     """nvtx_kern_sum: each report a launch whose `profile` holds per range (a phase) the kernels it
     launched, as `--profile` records a phase; its one sample per range, the range's wall per instance
-    (ns as nsys wrote them). The k-th nvtx_sum of the same file, where there is one per nvtx_kern_sum,
-    gives each range's own time (its wall), the rest of which is GPU idle; without it the wall is the
-    range's kernels' time."""
-    paired = len(walls) == len(tables)
-    # what a sample is: the range's own time where nvtx_sum gives it, else its kernels' time (two files
+    (ns as nsys wrote them). The k-th table of `walls` (_walls) gives each range's own time (its wall),
+    the rest of which is GPU idle; without one the wall is the range's kernels' time."""
+    wall_from, wall_tables = walls
+    # what a sample is: the range's own time where a report gives it, else its kernels' time (two files
     # that differ in it are refused as any two configs that differ)
-    config = {"report": KERN, "sample": "nvtx_sum" if paired else "kernels"}
+    config = {"report": KERN, "sample": wall_from}
     run = new_import(NAME, source, tool=NAME, config=config, primary=None, select=KERN)
     run["imported"]["report"] = KERN
     metrics: dict[str, str] = {}
     for k, rows in enumerate(tables):
-        phases, seen = _kern_phases(rows, walls[k] if paired else {}, source)
+        phases, seen = _kern_phases(rows, wall_tables[k] if wall_tables else {}, source)
         if not phases:
             raise BadInput(f"{source}: the nvtx_kern_sum report holds no kernel inside a named NVTX range")
         samples = {metrics.setdefault(ph, metric_name(ph)): [f["wall_ms"] * 1e6] for ph, f in phases.items()}
@@ -239,7 +269,7 @@ def _kern_record(tables: list[list[Row]], walls: list[dict[str, float]], source:
             "cycles": min(seen.values()),
             "device": "cuda",
             "busy": BUSY,
-            "note": _note(paired),
+            "note": NOTES[wall_from],
             "phases": phases,
             "occurrences": seen,
         }
@@ -248,17 +278,18 @@ def _kern_record(tables: list[list[Row]], walls: list[dict[str, float]], source:
     return run
 
 
-def _note(paired: bool) -> str:
-    if paired:
-        return (
-            "nsys: GPU work is the kernels launched inside each NVTX range, idle the rest of the range's "
-            "own time (nvtx_sum); nsys summaries count no syncs"
-        )
-    return "nsys: no nvtx_sum beside nvtx_kern_sum: a range's time is its kernels' time, none reads as idle"
+NOTES = {
+    PROJ: "nsys: GPU work is the kernels launched inside each NVTX range, idle the rest of the range's time "
+    "on the GPU (nvtx_gpu_proj_sum), host its time on the CPU; nsys summaries count no syncs",
+    "nvtx_sum": "nsys: GPU work is the kernels launched inside each NVTX range, idle the rest of the range's "
+    "own time (nvtx_sum); nsys summaries count no syncs",
+    "kernels": "nsys: no nvtx_sum or nvtx_gpu_proj_sum beside nvtx_kern_sum: a range's time is its kernels' "
+    "time, none reads as idle",
+}
 
 
 def _kern_phases(
-    rows: list[Row], wall_ns: dict[str, float], source: str
+    rows: list[Row], wall_ns: dict[str, tuple[float, float]], source: str
 ) -> tuple[dict[str, Any], dict[str, int]]:
     """Per range (SKIP left out; kernels outside any range, an empty name, too): its figures per range
     instance. nsys groups rows by process and thread; a range's instances are, per thread, the most
@@ -282,9 +313,8 @@ def _kern_phases(
     for rng, by_kernel in kern.items():
         n = max(1, round(sum(inst[rng].values())))
         busy = sum(t for _, t in by_kernel.values()) / n / 1e6
-        wall = wall_ns[rng] / 1e6 if rng in wall_ns else busy
+        wall, host = (x / 1e6 for x in wall_ns[rng]) if rng in wall_ns else (busy, 0.0)
         top = sorted(by_kernel.items(), key=lambda kv: -kv[1][1])[:TOP_KERNELS]
-        host = wall if rng in wall_ns else 0.0  # an NVTX range is the host's time in it
         phases[rng] = {
             "wall_ms": round(wall, 6),
             "busy_ms": round(busy, 6),
