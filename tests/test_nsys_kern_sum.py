@@ -173,6 +173,31 @@ def test_with_the_gpu_projection_beside_it_idle_is_the_gpu_time_its_kernels_leav
     assert "nvtx_gpu_proj_sum" in _split(old, new)["note"]
 
 
+def test_the_gpu_projection_as_a_console_table_gives_the_same_walls(tmp_path: Path) -> None:
+    csv_file = _with_projection(OLD, tmp_path, 8_800_000.0)
+    cols = PROJ_HEAD.strip().split(",")
+    cells = [
+        [":verify", "PushPop", "440,000,000", "475,000,000", "50", "8,800,000.0", "8,800,000.0", "8,800,000"]
+        + ["8,800,000", "100.0", "27,450", "549", "1.0", "0.0"],
+        [":draft", "PushPop", "65,000,000", "67,500,000", "50", "1,300,000.0", "1,300,000.0", "1,300,000"]
+        + ["1,300,000", "100.0", "4,500", "90", "1.0", "0.0"],
+    ]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+
+    def line(row: list[str]) -> str:
+        return " " + "  ".join(
+            c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+
+    table = [" ** NVTX GPU Projection Summary (nvtx_gpu_proj_sum):", "", line(cols)]
+    table += [" " + "  ".join("-" * w for w in widths), *(line(r) for r in cells), ""]
+    console = tmp_path / "proj.txt"
+    console.write_text("\n".join(table) + "\n" + OLD_TXT.read_text())
+    a, b = (importers.load_run(f, select="nvtx_kern_sum") for f in (csv_file, console))
+    assert b["probe"]["config"]["sample"] == "nvtx_gpu_proj_sum"
+    assert a["launches"][0]["profile"] == b["launches"][0]["profile"]
+
+
 HEAD = (
     "NVTX Range,Style,PID,TID,NVTX Inst,Kern Inst,Total Time (ns),Avg (ns),Med (ns),Min (ns),Max (ns),"
     "StdDev (ns),Kernel Name\n"
