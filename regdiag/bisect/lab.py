@@ -330,9 +330,9 @@ class Lab:
 
     def lanes_report(self) -> dict[str, Any] | None:
         """The lanes as the report names them: each lane's level, the slow one, the faults and where their
-        launches ran again; None with one lane and no fault."""
-        if self.width <= 1 and not self.journal.faults:
-            return None
+        launches ran again; None when the host itself was the one lane and nothing faulted."""
+        if self.width <= 1 and not self.journal.faults and self.lanes[0] is self.host:
+            return None  # the host alone: nothing to say about lanes
         rows = [
             (key, la.lane, la.medians[self.metric])
             for key in sorted(self.points_used)
