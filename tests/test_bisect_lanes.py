@@ -221,3 +221,12 @@ def test_gpu_lanes_are_groups_of_the_probes_tp_each_pinned(monkeypatch):
     monkeypatch.setenv("REGDIAG_TEST_GPUS", "0")
     with pytest.raises(BadInput, match="no GPU here"):
         gpu_lanes(1)
+
+
+@pytest.mark.cli
+def test_lanes_gpu_without_a_gpu_is_one_line_exit_2(cli, tmp_path):
+    env = {"REGDIAG_TEST_GPUS": "0", "REGDIAG_HOME": str(tmp_path)}
+    r = cli("bisect", "--lanes", "gpu", "--good", "X=1", "--bad", "X=2", "--command", "true", env=env)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("regdiag: error: --lanes gpu: no GPU here")
+    assert not (tmp_path / "bisect").exists()  # no journal left behind

@@ -285,8 +285,19 @@ class Lab:
             self._launch_one(p, key, index, lane)
         except HostError as e:
             if getattr(self.host, "ended", None) is not None or not self._live(but=lane_name):
+                self._lost(lane, job, e)
                 raise  # the allocation ended, or no other lane: the run's failure, as before lanes
             self._fault(rnd, lane, job, e)
+
+    def _lost(self, lane: Host, job: Job, e: HostError) -> None:
+        """A launch lost as the run ends (its allocation's end: scancel, TIMEOUT): journalled as a fault,
+        never as the point's launch, so `--resume` measures it again."""
+        if not hasattr(e, "at"):
+            return  # not a fault Slurm named (a dropped SSH connection): its line says it
+        with self._lock:
+            at = self.launches_run + 1
+            what = e.at(f"at launch {at}")
+            self.journal.fault({"point": job[1], "index": job[2], "lane": lane.name, "what": what, "at": at})
 
     def _fault(self, rnd: Round[Job], lane: Host, job: Job, e: HostError) -> None:
         """Launch `job` was lost to `lane`: journalled as a fault, run again on the next live lane; the

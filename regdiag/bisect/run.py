@@ -263,6 +263,8 @@ def run_bisect(
     inputs = req.inputs(plan.factors, plan.fixed_env, host_name)
     # how --resume reaches the same place: {} this machine, {"host": NAME}, {"slurm": N, "slurm_args": ...}
     inputs["target"] = host.reopen() if remote and host is not None else {}
+    where = host or LocalHost(req.python)
+    lanes = lanes_for(req, where, remote)  # before the journal: --lanes gpu without a GPU leaves none
     journal = Journal(path, inputs, req.resume, req.sides())
     try:
         if progress:
@@ -274,8 +276,6 @@ def run_bisect(
                     "resumed": journal.resumed,
                 }
             )
-        where = host or LocalHost(req.python)
-        lanes = lanes_for(req, where, remote)
         lab = Lab(
             plan.factors,
             builder,

@@ -319,6 +319,8 @@ def _run(req: Request, target: Target) -> dict[str, Any]:
     from regdiag.bisect.run import run_bisect
     from regdiag.measure.needs import gpu_need
 
+    if req.lanes == "gpu" and target.checked().remote:  # before salloc or a connection
+        raise BadInput("--lanes gpu: this machine's GPUs only (under --slurm the lanes are its nodes)")
     on_event, status = _progress_printer(quiet=False)
     where = target.open(gpus=gpu_need(req.probe, req.probe_args)) if target.checked().remote else None
     try:
