@@ -26,7 +26,7 @@ from regdiag.bisect.run import Request, run_bisect
 from regdiag.errors import BadInput, HostError
 from regdiag.hosts.base import CommandResult, Host
 from regdiag.hosts.gpu_lanes import gpu_lanes
-from regdiag.hosts.slurm_state import SlurmFault
+from regdiag.hosts.slurm_state import SlurmFault, step_fault
 
 
 class FakeLane(Host):
@@ -230,3 +230,11 @@ def test_lanes_gpu_without_a_gpu_is_one_line_exit_2(cli, tmp_path):
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("regdiag: error: --lanes gpu: no GPU here")
     assert not (tmp_path / "bisect").exists()  # no journal left behind
+
+
+def test_a_step_cancelled_from_outside_is_the_lanes_fault():
+    said = ["slurmstepd: error: *** STEP 7.3 ON n2 CANCELLED AT 2026-12-03T15:00:00 ***"]
+    fault = step_fault("n2", said)
+    assert fault is not None and str(fault) == "the step on n2 was cancelled (scancel of the step)"
+    assert fault.at("at launch 5") == "the step on n2 was cancelled at launch 5 (scancel of the step)"
+    assert step_fault("n2", ["srun: error: n2: task 0: Exited with exit code 1"]) is None
