@@ -367,6 +367,11 @@ class BisectReport(TypedDict, total=False):
     busy: D[str | None, "what other work took of the CPUs during the launches, when enough to matter"]
     unresolved: D[list[Any], "factors left undecided"]
     cost: D[dict[str, Any], "environments built, launches run and reused, seconds"]
+    lanes: D[
+        dict[str, Any] | None,
+        "where launches ran at once (count, names, parallel), each lane's level, the slow lane, the faults "
+        "(launches lost to a lane and run again on another) and the lanes dropped; null with one lane",
+    ]
     resumed: D[bool, "whether a journal was continued"]
     replay_mismatches: D[list[str], "journalled decisions that came out otherwise on resume"]
     fixed_env: D[dict[str, Any], "variables held at one value on both sides"]

@@ -107,7 +107,21 @@ def test_ab_over_nodes_finds_the_slowdown_with_each_pair_on_one_node(cli, slurm,
     assert a["design"]["differences"][0]["name"] == "REGDIAG_PROBE_SLOW"
 
 
+# n3 runs every launch about 2x slower, at every point: its TaskProlog adds busy work in proportion
+# to what the point itself asks (8 ms to the good side's ~8 ms verify, 68 ms where the point carries the
+# planted 60 ms), as a node with a slower clock would; a fixed number of ms would be a change that
+# differs by node, not a slow node. (1.5x read as 1.2x beside 3 other lanes' launches on 2 cores: too
+# close to the noise to be named.)
+SLOW_NODE = (
+    f'case "$REGDIAG_PROBE_SLOW" in *verify:{SLOW_MS}*) add=verify:68;; *) add=verify:8;; esac\n'
+    'echo "export REGDIAG_PROBE_SLOW=${REGDIAG_PROBE_SLOW:+$REGDIAG_PROBE_SLOW,}$add"\n'
+)
+
+
 def test_bisect_over_slurm_names_the_culprit(cli, slurm, tmp_path):
+    # Its rounds run at once over the 4 nodes (one lane each), with n3 planted 2x slow: the culprit is
+    # still named (each comparison is paired within a lane), and n3 is named as the slow lane.
+    slurm.node_script("n3", SLOW_NODE)
     r = cli(
         "bisect", "--slurm", "4", "--good", "NCCL_PROTO=Simple",
         "--bad", f"NCCL_PROTO=LL REGDIAG_PROBE_SLOW=verify:{SLOW_MS}", "--metric", "verify",
@@ -122,7 +136,13 @@ def test_bisect_over_slurm_names_the_culprit(cli, slurm, tmp_path):
     journal = [json.loads(x) for x in (tmp_path / "j.jsonl").read_text().splitlines()]
     launches = [e for e in journal if e.get("type") == "launch" and "source" not in e]
     assert launches and all(e["placement"]["node"] == f"n{e['index'] % 4 + 1}" for e in launches)
-    assert len({e["placement"]["node"] for e in launches}) >= 2  # launch i of every point on node i mod 4
+    assert all(
+        e["lane"] == e["placement"]["node"] for e in launches
+    )  # launch i of every point on lane i mod 4
+    lanes = report["lanes"]
+    assert lanes["parallel"] and lanes["names"] == ["n1", "n2", "n3", "n4"]
+    assert lanes["slow_lane"] and lanes["slow_lane"]["lane"] == "n3", lanes
+    assert any(n.startswith("lane n3 ran") for n in report["notes"]), report["notes"]
 
     # --resume with the journal alone reopens an allocation of the same shape, also where a default
     # host is set (it once tried SSH to a machine named "slurm", or refused --slurm beside the default)
@@ -395,3 +415,59 @@ def test_environments_are_built_where_every_node_sees_them(cli, slurm, tmp_path)
     assert b["host"]["env_dir"] == str(shared) and list((shared / "envs").iterdir())
     assert {la["node"] for la in b["launches"]} == {"n1", "n2"}
     assert all(la["status"] == "ok" for la in a["launches"] + b["launches"])
+
+
+def test_a_node_set_down_mid_bisect_is_named_its_launches_run_elsewhere_and_a_cut_journal_resumes(
+    cli, slurm, tmp_path
+):
+    journal = tmp_path / "j.jsonl"
+    argv = [sys.executable, "-m", "regdiag", "bisect", "--slurm", "4", "--good", "NCCL_PROTO=Simple",
+            "--bad", f"NCCL_PROTO=LL REGDIAG_PROBE_SLOW=verify:{SLOW_MS}", "--metric", "verify",
+            "--launches", "2", "--max-launches", "8", "--margin", "0.25", "--journal", str(journal),
+            "--json", *TINY]  # fmt: skip
+    err = tmp_path / "stderr.txt"
+    with open(err, "w") as f:
+        proc = subprocess.Popen(
+            argv, env={**os.environ, **slurm.env}, stdout=subprocess.PIPE, stderr=f, text=True
+        )
+
+    def lines() -> list[dict]:
+        try:
+            return [json.loads(x) for x in journal.read_text().splitlines() if x.endswith("}")]
+        except (OSError, ValueError):
+            return []
+
+    _wait_for(lambda: any(e.get("type") == "launch" and e.get("lane") == "n3" for e in lines()))
+    slurm.down("n3")  # its running step is killed; Slurm takes n3 out of the allocation
+    out, _ = proc.communicate(timeout=600)
+    stderr = err.read_text()
+    assert proc.returncode == 0, stderr[-3000:]
+    report = json.loads(out)
+    assert report["verdict"] == "CULPRIT", report["statement"]
+    assert {f["name"] for c in report["culprits"] for f in c["factors"]} == {"REGDIAG_PROBE_SLOW"}
+    lanes = report["lanes"]
+    assert "n3" in lanes["dropped"] and lanes["faults"][0]["lane"] == "n3", lanes
+    line = next(n for n in report["notes"] if n.startswith("n3 went DOWN at launch"))
+    assert re.search(r"; its \d+ launch(es)? were run again on n[124]", line), line
+    events = lines()
+    lost = [e for e in events if e["type"] == "fault"]
+    assert lost and all(e["lane"] == "n3" for e in lost)
+    for f in lost:  # each lost launch is there once, measured on another lane
+        again = [
+            e
+            for e in events
+            if e["type"] == "launch" and (e["point"], e["index"]) == (f["point"], f["index"])
+        ]
+        assert len(again) == 1 and again[0]["lane"] != "n3"
+    assert "every node failed" not in stderr and "cannot be measured" not in stderr
+
+    # Cut the journal before its last 3 launch lines, and the 5th from the end gone too (a round's launches
+    # end in any order): --resume with the journal alone measures what is missing, on a new allocation.
+    text = journal.read_text().splitlines()
+    at = [i for i, x in enumerate(text) if json.loads(x)["type"] == "launch"]
+    journal.write_text("\n".join(x for i, x in enumerate(text[: at[-3]]) if i != at[-5]) + "\n")
+    again = cli("bisect", "--resume", "--journal", str(journal), "--json", env=slurm.env, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    resumed = json.loads(again.stdout)
+    assert resumed["verdict"] == "CULPRIT" and resumed["cost"]["launches_run"] >= 4, resumed["cost"]
+    assert {f["name"] for c in resumed["culprits"] for f in c["factors"]} == {"REGDIAG_PROBE_SLOW"}

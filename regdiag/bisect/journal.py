@@ -13,6 +13,8 @@ Lines (all carry "type"):
   env       one point's environment: built (key, seconds, cached) or skip (reason)
   launch    one launch of one point: index, status, medians per metric (ms), cycles, seconds
   decision  one classification: seq, what, verdict, theta with its CI, launches used
+  fault     a launch lost to its lane (a node gone DOWN, a cancelled step): point, index, lane, what;
+            not the point's launch (that index is run again on another lane)
   end       the result, when a run finishes (a resumed run may add another)
 """
 
@@ -118,9 +120,9 @@ def _checked(ev: dict[str, Any], metric: object = None) -> dict[str, Any]:
     """One journal line, its types and values checked (a resumed search trusts every number in it): a
     launch that measured (status ok) has a median of the bisected `metric`."""
     kind = ev.get("type")
-    if kind not in ("start", "env", "launch", "decision", "end"):
+    if kind not in ("start", "env", "launch", "decision", "end", "fault"):
         raise ValueError(f"unknown line type {kind!r}")
-    if kind in ("env", "launch") and not isinstance(ev.get("point"), str):
+    if kind in ("env", "launch", "fault") and not isinstance(ev.get("point"), str):
         raise ValueError(f"a {kind} line without a point")
     if kind == "launch":
         index = ev.get("index")
@@ -166,6 +168,8 @@ class Journal:
     ) -> None:
         self.path = Path(path)
         self._sides = dict(sides or {})
+        self.later: dict[str, dict[int, Launch]] = {}  # launches after a gap in a point's indexes
+        self.faults: list[dict[str, Any]] = []  # launches lost to their lane
         try:
             # Held until this process ends: a second bisect (or --resume) on this journal would
             # interleave its lines with ours and leave a journal that cannot be resumed.
@@ -191,6 +195,7 @@ class Journal:
             )
         if resume and not events:
             raise BadInput(f"{self.path}: --resume: no journal to resume here")
+        # Each point's launches from 0 up to the first missing one; those after a gap wait in `later`.
         self.launches: dict[str, list[Launch]] = {}
         # Launches taken by another run and written in as a point's first ones (bisect's seeded
         # endpoints): the search counts them as already used, so a fresh measurement starts after them.
@@ -244,10 +249,7 @@ class Journal:
     def _load(self, ev: dict[str, Any]) -> None:
         kind = ev.get("type")
         if kind == "launch":
-            lst = self.launches.setdefault(str(ev["point"]), [])
-            if int(ev["index"]) != len(lst):
-                raise BadInput(f"launch {ev['index']} of point {ev['point']} is out of order")
-            lst.append(Launch.from_dict(ev))
+            self._keep(str(ev["point"]), int(ev["index"]), Launch.from_dict(ev))
             self.measured_s += float(ev.get("duration_s") or 0.0)
             if ev.get("source"):
                 self.seeded[str(ev["point"])] = self.seeded.get(str(ev["point"]), 0) + 1
@@ -257,6 +259,22 @@ class Journal:
             self.measured_s += float(ev.get("build_s") or 0.0)
         elif kind == "decision":
             self.decisions.append(ev)
+        elif kind == "fault":
+            self.faults.append(ev)
+
+    def _keep(self, point: str, index: int, launch: Launch) -> None:
+        """Launch `index` of `point`, in its place: after the ones before it, or waiting for them."""
+        lst = self.launches.setdefault(point, [])
+        later = self.later.setdefault(point, {})
+        if index < len(lst) or index in later:
+            raise BadInput(f"launch {index} of point {point} is there twice")
+        later[index] = launch
+        while len(lst) in later:
+            lst.append(later.pop(len(lst)))
+
+    def has(self, point: str, index: int) -> bool:
+        """Whether launch `index` of `point` is kept (in order, or after a gap)."""
+        return index < len(self.launches.get(point, [])) or index in self.later.get(point, {})
 
     # -- writing ---------------------------------------------------------------------------------
 
@@ -270,8 +288,14 @@ class Journal:
             line["source"] = source
             self.seeded[point] = self.seeded.get(point, 0) + 1
         self._append(line)
-        self.launches.setdefault(point, []).append(launch)
+        self._keep(point, index, launch)
         self.measured_s += launch.duration_s
+
+    def fault(self, record: dict[str, Any]) -> None:
+        """A launch lost to its lane (bisect/rounds.py): kept for the report, not as the point's launch."""
+        line = {"type": "fault", **record}
+        self._append(line)
+        self.faults.append(line)
 
     def env(self, point: str, record: dict[str, Any]) -> None:
         self._append({"type": "env", "point": point, **record})

@@ -59,6 +59,7 @@ class Launch:
     )
     start: str | None = None  # "warm" (forked from its environment's warm parent) or "cold"
     engine_config: dict[str, Any] | None = None  # --probe engine: what the engine chose at start
+    lane: str | None = None  # the lane it ran on (a Slurm node, a GPU group: bisect/lanes.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +76,7 @@ class Launch:
             **({"profile": self.profile} if self.profile else {}),
             **({"start": self.start} if self.start else {}),
             **({"engine_config": self.engine_config} if self.engine_config else {}),
+            **({"lane": self.lane} if self.lane else {}),
         }
 
     def failed(self) -> StepFailed | None:
@@ -101,6 +103,7 @@ class Launch:
             profile=d.get("profile") if isinstance(d.get("profile"), dict) else None,
             start=d.get("start") if d.get("start") in ("warm", "cold") else None,
             engine_config=d.get("engine_config") if isinstance(d.get("engine_config"), dict) else None,
+            lane=d.get("lane") if isinstance(d.get("lane"), str) else None,
         )
 
 

@@ -75,6 +75,9 @@ def build_report(
         statement = f"{statement}: {busy}" if statement == NO_CULPRIT else f"{statement}; {busy}"
     elif busy:
         notes = [*notes, busy]
+    lanes = lab.lanes_report()
+    if lanes is not None:
+        notes = [*notes, *lanes["notes"]]
     return {
         "kind": REPORT_KIND,
         "verdict": outcome.verdict,
@@ -97,6 +100,7 @@ def build_report(
         "cleared": outcome.cleared,
         "unresolved": outcome.unresolved,
         "cost": _cost(lab, wall_s),
+        "lanes": lanes,
         "resumed": lab.journal.resumed,
         "replay_mismatches": lab.journal.mismatches,
     }

@@ -70,6 +70,9 @@ class Request:
     ignore: list[str] = field(default_factory=list)  # --ignore PATTERN: differences not bisected
     only: list[str] = field(default_factory=list)  # --only PATTERN: the differences bisected
     cold: bool = False  # --cold: every launch a fresh interpreter (else forked from its point's warm one)
+    # --lanes: "auto" (the host's nodes, each a lane, at once; this machine or an SSH host: one lane),
+    # "serial" (the same lanes, one launch at a time), "gpu" (this machine's GPU groups: bisect/lanes.py)
+    lanes: str = "auto"
 
     def sides(self) -> dict[str, Any]:
         """What `--resume --journal J` alone reads back from the journal to make the same plan."""
@@ -97,6 +100,8 @@ class Request:
             "margin": self.margin,
             "min_share": self.min_share,
         }
+        if self.lanes != "auto":  # the rounds' shape: a resume plans alike (absent: the journals before it)
+            out["lanes"] = self.lanes
         if host is not None:
             # Paths (--repo, --find-links) are the host's: kept as given, not resolved here.
             out.update({"host": host, "repo": self.repo, "find_links": self.find_links})
@@ -258,6 +263,8 @@ def run_bisect(
     inputs = req.inputs(plan.factors, plan.fixed_env, host_name)
     # how --resume reaches the same place: {} this machine, {"host": NAME}, {"slurm": N, "slurm_args": ...}
     inputs["target"] = host.reopen() if remote and host is not None else {}
+    where = host or LocalHost(req.python)
+    lanes = lanes_for(req, where, remote)  # before the journal: --lanes gpu without a GPU leaves none
     journal = Journal(path, inputs, req.resume, req.sides())
     try:
         if progress:
@@ -272,14 +279,18 @@ def run_bisect(
         lab = Lab(
             plan.factors,
             builder,
-            host or LocalHost(req.python),
+            where,
             argv_for,
             journal,
             req.metric,
             launch_timeout=req.launch_timeout,
             progress=progress,
             fixed_env=plan.fixed_env,
+            lanes=lanes,
+            parallel=req.lanes != "serial",
         )
+        if progress:
+            progress({"event": "lanes", "text": lanes_line(lab)})
         clear = None
         if not req.allow_unloaded:
             lab.on_endpoint = _loaded_check(plan, req, notes)
@@ -289,13 +300,43 @@ def run_bisect(
             _seed(lab, req.seed_endpoints)
         options = Options(req.launches, req.max_launches, req.margin, req.min_share)
         between = lambda f: kind_of(f).values_between(f, plan.where)  # noqa: E731
-        with WarmPool(enabled=not req.cold) as lab.warm:  # each point's warm parent, stopped on every way out
+        with WarmPool(
+            enabled=not req.cold and lab.width == 1
+        ) as lab.warm:  # each point's warm parent, stopped on every way out
             outcome = Search(lab, options, between, clear).run()
         report = _final_report(outcome, lab, req, notes, plan, time.monotonic() - t0)
         journal.end(report)
         return report
     finally:
         journal.close()  # a --resume, in this process or another, may open it now
+
+
+LANES = ("auto", "serial", "gpu")
+
+
+def lanes_for(req: Request, host: Host, remote: bool) -> list[Host]:
+    """The lanes of the bisect's launches (bisect/lanes.py); BadInput for --lanes gpu off this machine or
+    without a GPU."""
+    if req.lanes not in LANES:
+        raise BadInput(f"--lanes {req.lanes!r}: give one of {', '.join(LANES)}")
+    if req.lanes != "gpu":
+        return host.nodes()
+    if remote:
+        raise BadInput("--lanes gpu: this machine's GPUs only (under --slurm the lanes are its nodes)")
+    from regdiag.hosts.gpu_lanes import gpu_lanes
+    from regdiag.measure.needs import gpu_need
+
+    return list(gpu_lanes(gpu_need(req.probe, req.probe_args).count, req.python))
+
+
+def lanes_line(lab: Lab) -> str:
+    """ "1 lane (gpu0)", "4 lanes (n1, n2, n3, n4), at once": what the start of a bisect says."""
+    names = ", ".join(la.name for la in lab.lanes)
+    if lab.width == 1:
+        return f"1 lane ({names})"
+    return f"{lab.width} lanes ({names}), " + (
+        "at once" if lab.parallel else "one launch at a time (--lanes serial)"
+    )
 
 
 def _preflight(

@@ -26,6 +26,12 @@
 Sequential: a question is asked again after each launch added to its points, and stops as soon as
 its CI decides it; a point already measured brings every launch the search has asked of it.
 Everything is deterministic given the launches, so a resumed search takes the same path.
+
+Rounds over lanes (bisect/lanes.py): with L lanes, a question's launches per point are filled up to a
+multiple of L (launch i of every point on lane i mod L, so each lane carries every point of the
+question alike), the round runs at once, then the question is asked; if it stays open, L more launches
+per point. The values are compared within their lanes (lanes.blocked). With one lane: one launch at a
+time, as a sequential search.
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from typing import Any
 from regdiag.bisect import classify as C
 from regdiag.bisect.factors import Factor
 from regdiag.bisect.failures import MetricMissing, ProbeUsage, SideFailed, StepFailed
-from regdiag.bisect.lab import Lab, Point
+from regdiag.bisect.lab import Lab, Point, Sample, lane_free
 from regdiag.bisect.measure import USAGE
 from regdiag.bisect.outcome import Culprit, Options, Outcome, Step, Unresolved
 from regdiag.bisect.partners import Interactions
@@ -88,6 +94,11 @@ class Search(Interactions):
     def _note(self, event: dict[str, Any]) -> None:
         self.lab.progress(event)
 
+    def _fill(self, n: int) -> int:
+        """`n` launches per point, up to a multiple of the lanes (one round fills them), at most the cap."""
+        w = self.lab.width
+        return min(self.o.max_launches, -(-n // w) * w)
+
     # -- measuring and classifying ---------------------------------------------------------------
 
     def _decide(
@@ -106,7 +117,7 @@ class Search(Interactions):
         """The phantom check for a bracket: REPRODUCED, NOT-REPRODUCED or INCONCLUSIVE; SideFailed when
         one side cannot be measured. `start`: the launches of (good, bad) to leave out, counted from
         the first: the question is then asked of launches taken after them only."""
-        n = self.o.launches
+        n = self._fill(self.o.launches)
         while True:
             self._note(
                 {"event": "step", "what": what, "good": self.lab.label(good), "bad": self.lab.label(bad)}
@@ -119,13 +130,12 @@ class Search(Interactions):
                     raise SideFailed(side, got.failure)
             assert g.values is not None and b.values is not None  # a Sample has values or a failure
             final = n >= self.o.max_launches
-            r = C.regression(
-                g.values[start[0] :], b.values[start[1] :], self.o.margin, final, better=self.lab.better()
-            )
+            vals = lane_free({"good": _after(g, start[0]), "bad": _after(b, start[1])})
+            r = C.regression(vals["good"], vals["bad"], self.o.margin, final, better=self.lab.better())
             if r.verdict != C.MORE:
                 self._decide(what, r.verdict, r, {"good": good, "bad": bad})
                 return r
-            n = min(self.o.max_launches, n + 1)
+            n = self._fill(n + 1)
 
     def _classify(
         self,
@@ -139,7 +149,7 @@ class Search(Interactions):
         Sequential: the question is asked again after each launch added to its new points, and stops as
         soon as the CI decides it. A point measured before for another question brings every launch
         this search has asked of it (the count a resume replays alike), not only the first n."""
-        n = self.o.launches
+        n = self._fill(self.o.launches)
         first = next(iter(points))
         while True:
             self._note({"event": "step", "what": what, "label": self.lab.label(points[first])})
@@ -158,12 +168,12 @@ class Search(Interactions):
             if any(s.values is None for s in got.values()):
                 self._decide(what, C.INCONCLUSIVE, None, points)
                 return C.INCONCLUSIVE, None
-            est = theta({name: s.values for name, s in got.items() if s.values is not None})
+            est = theta(lane_free(got))
             verdict = decide(est, n >= self.o.max_launches)
             if verdict != C.MORE:
                 self._decide(what, verdict, est, points)
                 return verdict, est
-            n = min(self.o.max_launches, n + 1)
+            n = self._fill(n + 1)
 
     def classify_point(self, x: Point, lo: Point, hi: Point, what: str) -> tuple[str, C.Theta | None]:
         keys = {n: self.lab.key(p) for n, p in (("x", x), ("lo", lo), ("hi", hi))}
@@ -252,7 +262,8 @@ class Search(Interactions):
         a, b = self.lab.samples(points[lo], n), self.lab.samples(points[hi], n)
         if a.values is None or b.values is None:
             return False
-        r = C.regression(a.values, b.values, self.o.margin, final=True, better=self.lab.better())
+        vals = lane_free({"lo": a, "hi": b})
+        r = C.regression(vals["lo"], vals["hi"], self.o.margin, final=True, better=self.lab.better())
         self._decide(f"{what} residual [{lo}..{hi}]", r.verdict, r, {"good": points[lo], "bad": points[hi]})
         return r.verdict == C.REPRODUCED
 
@@ -412,6 +423,12 @@ class Search(Interactions):
                 )
             )
         return out
+
+
+def _after(s: Sample, start: int) -> Sample:
+    """The sample's launches after the first `start` (a confirmation's fresh ones)."""
+    lanes = s.lanes[start:] if s.lanes is not None else None
+    return Sample(s.key, (s.values or [])[start:], s.failure, lanes)
 
 
 def _r(x: float) -> float | None:

@@ -102,6 +102,8 @@ def _progress_printer(quiet: bool) -> tuple[Any, Any]:
             err_console.print(f"[yellow]SKIP[/] {e(ev['label'])}: {e(str(ev.get('reason')))}")
         elif kind == "note":
             err_console.print(f"[yellow]note[/] {e(str(ev['text']))}")
+        elif kind == "lanes":
+            err_console.print(f"[dim]lanes: {e(str(ev['text']))}[/]")
         elif kind == "decision":
             theta = ev.get("theta")
             tail = f" (theta {theta:.2f})" if isinstance(theta, (int, float)) else ""
@@ -191,6 +193,14 @@ def bisect(
         help="Start every launch as a fresh interpreter instead of forking a probe's launches from one warm "
         'interpreter per point (docs/probes.md, "Warm launches"). Default: warm.',
     ),
+    lanes: str = typer.Option(
+        "auto",
+        "--lanes",
+        help="Where a round's launches run at once, each lane a block of the statistics (docs/bisect.md, "
+        '"Lanes"): auto (the nodes of --slurm N; this machine or an SSH host: one lane), serial (the same '
+        "lanes, one launch at a time), gpu (this machine's GPUs in groups of the probe's --tp, each launch "
+        "pinned with CUDA_VISIBLE_DEVICES).",
+    ),
     json_out: bool = JsonOpt,
     markdown: bool = typer.Option(False, "--markdown", help="Print the report as Markdown on stdout."),
     fmt: str = format_opt("bisect"),
@@ -208,7 +218,7 @@ def bisect(
 # from there unless given again.
 JOURNAL_OPTIONS = (
     *("command", "probe", "metric", "repo", "setup", "find_links", "index_url", "python"),
-    *("launches", "max_launches", "margin", "min_share"),
+    *("launches", "max_launches", "margin", "min_share", "lanes"),
 )
 
 
@@ -235,6 +245,7 @@ def _request(ctx: typer.Context, o: dict[str, Any]) -> tuple[Request, Target]:
         "allow_code_from_record",
         "allow_unloaded",
         "cold",
+        "lanes",
     ]  # the options that are the request's fields as given
     req = Request(
         **{k: o[k] for k in same},
@@ -308,6 +319,8 @@ def _run(req: Request, target: Target) -> dict[str, Any]:
     from regdiag.bisect.run import run_bisect
     from regdiag.measure.needs import gpu_need
 
+    if req.lanes == "gpu" and target.checked().remote:  # before salloc or a connection
+        raise BadInput("--lanes gpu: this machine's GPUs only (under --slurm the lanes are its nodes)")
     on_event, status = _progress_printer(quiet=False)
     where = target.open(gpus=gpu_need(req.probe, req.probe_args)) if target.checked().remote else None
     try:

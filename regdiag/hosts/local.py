@@ -142,6 +142,7 @@ class LocalHost(Host):
     def __init__(self, python: str | None = None) -> None:
         self.name = socket.gethostname()
         self.python = python or sys.executable
+        self._running: set[subprocess.Popen[bytes]] = set()  # what run() started and waits for
 
     def run(
         self,
@@ -159,6 +160,7 @@ class LocalHost(Host):
         proc = _spawn(argv, stdin, env, cwd)
         if isinstance(proc, CommandResult):
             return proc
+        self._running.add(proc)
         out: list[bytes] | None = [] if keep_output else None
         err: list[bytes] = []
         assert proc.stdout is not None and proc.stderr is not None
@@ -171,6 +173,7 @@ class LocalHost(Host):
         try:
             timed_out = _wait(proc, stdin, timeout)
         finally:
+            self._running.discard(proc)
             for t in threads:
                 t.join(timeout=5.0)
         return CommandResult(
@@ -181,6 +184,11 @@ class LocalHost(Host):
             time.monotonic() - t0,
             timed_out,
         )
+
+    def kill_running(self) -> None:
+        """End every process run() started and still waits for (run in other threads: bisect's lanes)."""
+        for proc in list(self._running):
+            kill_tree(proc)
 
     def make_tempdir(self) -> str:
         return tempfile.mkdtemp(prefix="regdiag-")  # mkdtemp creates it 0700

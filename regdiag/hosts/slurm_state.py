@@ -109,6 +109,15 @@ def _node_down(node: str, lines: Sequence[str], nodes: list[str] | None) -> Slur
     return None
 
 
+def step_fault(node: str, lines: Sequence[str]) -> SlurmFault | None:
+    """The step on `node` was cancelled from outside (`scancel J.S`, an operator's signal) while its
+    job and node are fine, as slurmstepd says it ("*** STEP J.S ON n1 CANCELLED AT ..."): the lane's
+    fault, not the launch's; None when it does not say so."""
+    if _from_lines(lines) == "CANCELLED":
+        return SlurmFault(f"the step on {node} was cancelled", "scancel of the step")
+    return None
+
+
 def job_fault(
     job_id: str, node: str | None, lines: Sequence[str], hostnames: Any = None
 ) -> tuple[str, SlurmFault] | None:
@@ -135,5 +144,5 @@ def job_fault(
     if node is None:
         return None
     nodes = hostnames(info["nodes"]) if info and info.get("nodes") and hostnames else None
-    down = _node_down(node, lines, nodes)
+    down = _node_down(node, lines, nodes) or step_fault(node, lines)
     return ("node", down) if down else None

@@ -84,6 +84,15 @@ def run_lanes(
         threading.Thread(target=one, args=(n, lane), daemon=True)
         for n, lane in zip(nodes, lanes, strict=True)
     ]
+    join_lanes(threads, stop)
+    if fatal:
+        raise fatal[0]
+    return failed
+
+
+def join_lanes(threads: Sequence[threading.Thread], stop: Callable[[], None]) -> None:
+    """Start the lanes' threads and wait for them; an interruption (this thread only gets it) calls `stop`,
+    which ends every lane's process, waits for the lanes to record what arrived, and is raised."""
     for t in threads:
         t.start()
     try:
@@ -94,9 +103,6 @@ def run_lanes(
         for t in threads:
             t.join(timeout=30)
         raise
-    if fatal:
-        raise fatal[0]
-    return failed
 
 
 def _node_failure(e: BaseException) -> bool:
