@@ -134,6 +134,13 @@ def nccl_version() -> str | None:
 
 
 def device_info(device: Any) -> dict[str, Any]:
+    """What the header says of the device; `visible`: CUDA_VISIBLE_DEVICES where set (the GPUs a pinned
+    launch was given, e.g. a `bisect --lanes gpu` lane's)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return {**_device(device), **({"visible": visible} if visible is not None else {})}
+
+
+def _device(device: Any) -> dict[str, Any]:
     if device.type == "cuda":
         import torch
 

@@ -170,3 +170,25 @@ def test_no_process_outlives_a_bisect_stopped_mid_run(tmp_path: Path) -> None:
              "--tp", "2")  # fmt: skip
     _none_left(_interrupt(p, signal.SIGTERM, 5))
     assert p.returncode == 128 + signal.SIGTERM
+
+
+def test_a_gpu_lanes_warm_launch_is_forked_with_its_lanes_gpus(tmp_path: Path) -> None:
+    """`bisect --lanes gpu`: each lane has its own warm parent, started pinned; the forked launch sees
+    its lane's CUDA_VISIBLE_DEVICES (the header's device.visible), not the parent's or the machine's."""
+    from regdiag.hosts.gpu_lanes import GpuLane
+    from regdiag.measure.launch import launch
+    from regdiag.measure.stream import LaunchStream
+    from regdiag.measure.warm import WarmPool
+
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    args = ["--preset", "tiny", "--context", "64", "--warmup", "1", "--cycles", "2", "--launch-index", "0"]
+    seen = {}
+    with WarmPool() as pool:
+        for lane in (GpuLane(["0"]), GpuLane(["2", "3"])):
+            argv, how = pool.argv("point", lane, "spec_decode.py", args, env=env, cwd=str(ROOT))
+            assert how == "warm" and argv is not None, pool.starts
+            stream = LaunchStream()
+            res = launch(lane, argv, stream, env=env, cwd=str(ROOT), timeout=300, regdiag_code=True)
+            assert stream.failure(res, 300) is None, stream.stderr_tail
+            seen[lane.name] = stream.header["device"]["visible"]
+    assert seen == {"gpu0": "0", "gpu2-3": "2,3"}

@@ -300,9 +300,9 @@ def run_bisect(
             _seed(lab, req.seed_endpoints)
         options = Options(req.launches, req.max_launches, req.margin, req.min_share)
         between = lambda f: kind_of(f).values_between(f, plan.where)  # noqa: E731
-        with WarmPool(
-            enabled=not req.cold and lab.width == 1
-        ) as lab.warm:  # each point's warm parent, stopped on every way out
+        # Each point's warm parent per lane (a GPU lane's parent is started pinned to its GPUs; CUDA is
+        # first touched in the forked child), stopped on every way out. A round holds up to three points.
+        with WarmPool(keep=max(6, 3 * lab.width), enabled=not req.cold) as lab.warm:
             outcome = Search(lab, options, between, clear).run()
         report = _final_report(outcome, lab, req, notes, plan, time.monotonic() - t0)
         journal.end(report)

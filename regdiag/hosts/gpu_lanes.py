@@ -45,8 +45,6 @@ def gpu_ids() -> list[str]:
 class GpuLane(LocalHost):
     """This machine, every command pinned to one group of GPUs (CUDA_VISIBLE_DEVICES)."""
 
-    keeps_warm = False  # a warm parent is started before its launches' GPUs are known
-
     def __init__(self, gpus: Sequence[str], python: str | None = None) -> None:
         super().__init__(python)
         self.gpus = list(gpus)
