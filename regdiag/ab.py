@@ -39,13 +39,13 @@ from regdiag.bisect.measure import launch_argv
 from regdiag.bisect.run import Request as BisectRequest
 from regdiag.bisect.run import argv_builder
 from regdiag.engine.keeper import LaunchPools
-from regdiag.engine.reuse import note_start_check
 from regdiag.errors import BadInput, HostError, ProbeError
 from regdiag.hosts.base import CommandResult, Host
 from regdiag.measure.launch import UsageAbort, launch, measure_launch
 from regdiag.measure.nodes import NodeFailed
 from regdiag.measure.probe import new_probe_run, trace_args
 from regdiag.measure.session import Session, warn
+from regdiag.measure.starts import note_start_check
 from regdiag.measure.stream import LaunchStream, adopt_header, env_for_record
 from regdiag.measure.warm import WarmPool
 from regdiag.runs import RunWriter

@@ -17,7 +17,7 @@ import pytest
 from server_helpers import free_port
 from test_engine_probe import FAKE, FAKE_PHASES
 
-from regdiag.engine.reuse import fresh_start, start_check, start_warning
+from regdiag.measure.starts import fresh_start, start_check, start_warning
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOK = ROOT / "probes" / "_engine_hook"

@@ -32,11 +32,11 @@ from regdiag.bisect.measure import Launch
 from regdiag.bisect.report import build_report
 from regdiag.bisect.search import Options, Outcome, Search
 from regdiag.engine.keeper import LaunchPools, refuse_reuse_args
-from regdiag.engine.reuse import start_check, start_warning
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 from regdiag.hosts.local import LocalHost
 from regdiag.measure.probes import probe_loads
+from regdiag.measure.starts import start_check, start_warning
 from regdiag.run_view import usable
 from regdiag.snapshot.redact import redact_tree
 

@@ -31,10 +31,11 @@ from typing import Any
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 from regdiag.measure.launch import launch
+from regdiag.measure.starts import FRESH_AT, fresh_start
 from regdiag.measure.warm import GROUP, GROUP_ENV, PER_LAUNCH, WarmPool
 from regdiag.runs import RunWriter
 
-from .reuse import FRESH_AT, SharedStarts, fresh_start
+from .reuse import SharedStarts
 from .run import EngineProbe, protocol_lines
 
 IDLE_S = float(os.environ.get("REGDIAG_WARM_IDLE_S", "900"))
