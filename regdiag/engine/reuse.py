@@ -15,7 +15,8 @@ processes, its loaded weights, compiled kernels and captured graphs, its allocat
 every variable and setting read at start (docs/engine.md, "Reused starts"). Launches of one start are
 therefore not independent draws of the start: `FRESH_AT` starts the engine afresh at the first and
 the third launch of every environment, and `start_check` compares the launches of different starts
-against those of one start (a warning when they differ by more than the starts' own spread).
+against those of one start (measure/starts.py; a warning when the starts differ by more than the
+launches of one start vary).
 """
 
 from __future__ import annotations
