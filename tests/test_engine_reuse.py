@@ -168,3 +168,17 @@ def test_ab_sides_reuse_their_engine_and_a_killed_run_leaves_no_engine(cli, tmp_
 
 def statistics_median(xs: list[float]) -> float:
     return sorted(xs)[len(xs) // 2]
+
+
+def test_bisect_shares_engine_starts_only_for_a_served_engine():
+    from regdiag.bisect.run import Request, argv_builder
+    from regdiag.errors import BadInput
+
+    def builder(*args: str):
+        return argv_builder(Request(good="X=1", bad="X=2", probe="engine", probe_args=list(args)))
+
+    assert builder("--launch-cmd", "python serve.py", "--url", "http://127.0.0.1:9").reusable
+    assert not builder("--launch-cmd", "python gen.py").reusable  # a script: each launch its own start
+    for own in ("--cold", "--serve-launches=/tmp/s"):
+        with pytest.raises(BadInput, match="the bisect's to set"):
+            builder("--launch-cmd", "python serve.py", own)

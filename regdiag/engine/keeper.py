@@ -321,6 +321,7 @@ class EnginePool:
                 self._same[slot] = same
                 if not k.start():
                     self.starts[key] = {"mode": "cold", "why": k.why}
+                    k.stop()
                     return None, "cold"
                 self.starts[key] = {"mode": "reused", "fresh_at": list(FRESH_AT)}
             self.keepers[slot] = k
