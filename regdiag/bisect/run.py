@@ -303,9 +303,11 @@ def run_bisect(
             _seed(lab, req.seed_endpoints)
         options = Options(req.launches, req.max_launches, req.margin, req.min_share)
         between = lambda f: kind_of(f).values_between(f, plan.where)  # noqa: E731
-        with LaunchPools(
-            enabled=not req.cold
-        ) as lab.warm:  # each point's warm parent, stopped on every way out
+        # each point's warm parent (its engine's keeper), stopped on every way out
+        with LaunchPools(enabled=not req.cold) as lab.warm:
+            # --probe engine: the endpoints' launches include a second engine start (the independence
+            # check); another point's launches share one start
+            lab.warm.engines.checked = {lab.key(lab.good()), lab.key(lab.bad())}
             outcome = Search(lab, options, between, clear).run()
         notes += start_notes(lab)
         report = _final_report(outcome, lab, req, notes, plan, time.monotonic() - t0)

@@ -278,6 +278,10 @@ class EnginePool:
 
     def __init__(self, keep: int = 1, enabled: bool = True) -> None:
         self.keep, self.enabled = max(1, keep), enabled
+        # The environments whose launches include a second fresh start (FRESH_AT), the independence
+        # check; None: every one (an A/B run's two sides). A bisect names its endpoints: its other
+        # points' launches share one start.
+        self.checked: set[str] | None = None
         self.keepers: dict[tuple[str, str], EngineKeeper] = {}  # in order of last use
         self.starts: dict[str, dict[str, Any]] = {}
         self._same: dict[tuple[str, str], tuple[Any, ...]] = {}
@@ -325,7 +329,8 @@ class EnginePool:
                     return None, "cold"
                 self.starts[key] = {"mode": "reused", "fresh_at": list(FRESH_AT)}
             self.keepers[slot] = k
-            fresh = fresh_start(index) or k.launches == 0
+            checked = self.checked is None or key in self.checked
+            fresh = (fresh_start(index) if checked else index == 0) or k.launches == 0
             k.launches += 1
             return k.attach_argv(index, fresh), "fresh" if fresh else "reused"
 
