@@ -190,9 +190,8 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
         with Session(
             host, list(writers.values()), req.snapshot, lambda when: emit({"event": "snapshot", "when": when})
         ):
-            with LaunchPools(
-                enabled=not req.cold
-            ) as pool:  # each side's warm parent, stopped on every way out
+            # each side's warm parent (its engine's keeper), stopped on every way out
+            with LaunchPools(enabled=not req.cold) as pool:
                 try:
                     Pairs(req, host, plan, writers, argv_for, builder, emit, pool).run()
                 finally:
