@@ -67,7 +67,8 @@ def spread(medians: list[float], reps: int = 2000) -> dict[str, float]:
     return {"cv": cv(medians), "lo": boots[int(0.025 * reps)], "hi": boots[int(0.975 * reps) - 1]}
 
 
-def _compare(a: Path, b: Path) -> str:
+def compare_verdict(a: Path, b: Path) -> str:
+    """`regdiag compare A B`'s verdict (an error and its exit code when there is none)."""
     res = subprocess.run([sys.executable, "-m", "regdiag", "compare", str(a), str(b), "--json"], cwd=ROOT,
                          capture_output=True, text=True)  # fmt: skip
     try:
@@ -111,7 +112,7 @@ def main() -> None:
             [statistics.median(la["samples"]["cycle"]) for la in r["run"]["launches"]] for r in runs[mode]
         ]
         starts = [r["run"]["probe"].get("start", {}) for r in runs[mode]]
-        aa = [_compare(records[mode][j], records[mode][j + 1]) for j in range(len(records[mode]) - 1)]
+        aa = [compare_verdict(records[mode][j], records[mode][j + 1]) for j in range(len(records[mode]) - 1)]
         report["modes"][mode] = {
             "stage_medians_s": med,
             "run_wall_s": [round(r["wall_s"], 3) for r in runs[mode]],

@@ -38,12 +38,14 @@ from regdiag.bisect.loaded import check_before, check_launch
 from regdiag.bisect.measure import launch_argv
 from regdiag.bisect.run import Request as BisectRequest
 from regdiag.bisect.run import argv_builder
+from regdiag.engine.keeper import LaunchPools
 from regdiag.errors import BadInput, HostError, ProbeError
 from regdiag.hosts.base import CommandResult, Host
 from regdiag.measure.launch import UsageAbort, launch, measure_launch
 from regdiag.measure.nodes import NodeFailed
 from regdiag.measure.probe import new_probe_run, trace_args
 from regdiag.measure.session import Session, warn
+from regdiag.measure.starts import note_start_check
 from regdiag.measure.stream import LaunchStream, adopt_header, env_for_record
 from regdiag.measure.warm import WarmPool
 from regdiag.runs import RunWriter
@@ -188,13 +190,17 @@ def run_ab(req: AbRequest, host: Host | None = None, progress: Progress | None =
         with Session(
             host, list(writers.values()), req.snapshot, lambda when: emit({"event": "snapshot", "when": when})
         ):
-            with WarmPool(enabled=not req.cold) as pool:  # each side's warm parent, stopped on every way out
+            # each side's warm parent (its engine's keeper), stopped on every way out
+            with LaunchPools(enabled=not req.cold) as pool:
                 try:
                     Pairs(req, host, plan, writers, argv_for, builder, emit, pool).run()
                 finally:
                     for label, w in writers.items():
                         if label in pool.starts:
                             w.run["probe"]["start"] = pool.starts[label]
+                        if label in pool.engines.starts:  # --probe engine: shared engine starts
+                            w.run["probe"]["start"] = pool.engines.starts[label]
+                            note_start_check(w.run)
     except UsageAbort:
         for w in writers.values():
             w.discard()  # nothing was measured: leave no record behind

@@ -172,9 +172,24 @@ def test_server_launch_records_its_host_and_says_no_gpu(tmp_path: Path) -> None:
     port = free_port()
     out = tmp_path / "server.json"
     r = run_cli(
-        "probe", "server", "--url", f"http://127.0.0.1:{port}", "--launch-cmd", launch_cmd(port),
-        "-L", "2", "-R", "4", "--max-tokens", "32", "--no-snapshot", "-o", str(out), timeout=180,
-    )  # fmt: skip
+        "probe",
+        "server",
+        "--url",
+        f"http://127.0.0.1:{port}",
+        "--launch-cmd",
+        launch_cmd(port),
+        "-L",
+        "2",
+        "-R",
+        "4",
+        "--max-tokens",
+        "32",
+        "--no-snapshot",
+        "--cold",
+        "-o",
+        str(out),
+        timeout=180,
+    )  # fmt: skip  (--cold: a start per launch, each with its own host samples; a shared start's are on its last)
     assert r.returncode == 0, r.stderr[-2000:]
     run = json.loads(out.read_text())
     for la in run["launches"]:

@@ -44,7 +44,7 @@ def test_llama_server_with_draft_model(cli, tmp_path: Path) -> None:
     out = tmp_path / "run.json"
     p = cli(
         "probe", "server", "--url", f"http://127.0.0.1:{port}", "--api", "openai", "--launch-cmd", cmd,
-        *"-L 2 -R 3 --max-tokens 24 --no-snapshot --startup-timeout 120 -o".split(), str(out),
+        *"-L 2 -R 3 --max-tokens 24 --no-snapshot --cold --startup-timeout 120 -o".split(), str(out),
         timeout=600,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr

@@ -31,6 +31,14 @@ read later, at most MAX_PENDING cycles behind (a synchronize on the oldest when 
 Nested calls of targets (a draft model's forward inside the draft phase) count in the outer call.
 
 Output: protocol lines (docs/probes.md) appended to OUT_DIR/hook-<pid>.jsonl, one file per process.
+
+Windows (one engine start measured as several launches, regdiag/engine/reuse.py): with `"window_file"`
+in the configuration, regdiag writes `K` there before launch K's requests and `K end` after them. The
+hook reads the file at a call that follows an idle gap of at least GAP_S (a small read, never per cycle in a
+busy engine). At a change it drops the cycle left open over the gap (it spans the idle time), writes
+every cycle still pending (each under the window it opened in), and restarts the warm-up and ABBA
+counts for the new window; at `K end` it writes window K's footer (`"window": K`). Cycles opened after
+`K end` (the request that carries the news) are not written. Cycle lines carry their `window`.
 """
 
 import atexit
@@ -46,6 +54,7 @@ import time
 from regdiag_phase_readers import Readers
 
 MAX_PENDING = 8
+GAP_S = 0.05  # an idle engine between two windows: regdiag waits longer than this after writing the file
 VERSION = "1"
 PROTOCOL = 1  # probes/_protocol.py's: the hook runs in the engine without it (tests/test_layers.py ties them)
 
@@ -118,10 +127,10 @@ def _out_dir_from_env():
 class _Cycle:
     __slots__ = (
         "i", "start", "end", "prev_start", "host_start", "host_prev", "marks", "bare", "warmup",
-        "accept", "calls", "graph", "graph_mode", "tokens",
+        "accept", "calls", "graph", "graph_mode", "tokens", "window",
     )  # fmt: skip
 
-    def __init__(self, i, start, bare, warmup):
+    def __init__(self, i, start, bare, warmup, window=None):
         self.i, self.start, self.end, self.prev_start = i, start, None, None
         self.host_start, self.host_prev = time.perf_counter(), None
         self.marks = []  # (phase, start mark, end mark)
@@ -130,6 +139,7 @@ class _Cycle:
         self.calls = {}
         self.graph, self.graph_mode = {}, {}
         self.tokens = {}  # phase -> tokens its forward took (the batch's verified tokens)
+        self.window = window  # (K, ending) of the window it opened in; None without windows
 
 
 class Timer:
@@ -164,6 +174,11 @@ class Timer:
         self.header_written = False
         self.emitted = 0
         self.skipped = 0
+        # windows (see the module's docstring): the file, the window now, its first cycle's number
+        self.window_file = cfg.get("window_file")
+        self.window = (0, False)
+        self.window_base = 0
+        self.last_call = time.perf_counter()
 
     # -- patching -------------------------------------------------------------------------------
     def patch_module(self, module):
@@ -230,8 +245,10 @@ class Timer:
     def _open(self, mark=None):
         n = self.n_cycles
         self.n_cycles += 1
-        bare = self.block > 0 and n >= self.warmup and ((n - self.warmup) // self.block) % 4 in (1, 2)
-        c = _Cycle(n, mark if mark is not None else self._mark(), bare, n < self.warmup)
+        w = n - self.window_base  # the warm-up and the ABBA blocks count from the window's start
+        bare = self.block > 0 and w >= self.warmup and ((w - self.warmup) // self.block) % 4 in (1, 2)
+        window = self.window if self.window_file else None
+        c = _Cycle(n, mark if mark is not None else self._mark(), bare, w < self.warmup, window)
         if self.last_start is not None:  # the period: the previous cycle's start to this one's
             c.prev_start, c.host_prev = self.last_start
         self.last_start = (c.start, c.host_start)
@@ -259,7 +276,30 @@ class Timer:
             self.pending.pop(0)
             self._emit(c)
 
+    def _window_check(self):
+        """After an idle gap: has regdiag moved to another window? (the module's docstring)"""
+        try:
+            with open(self.window_file, encoding="utf-8") as f:
+                words = f.read().split()
+            now = (int(words[0]), len(words) > 1 and words[1] == "end")
+        except (OSError, ValueError, IndexError):
+            return
+        if now == self.window:
+            return
+        if self.cycle is not None:  # left open over the idle gap: it would time the gap
+            self.cycle = None
+            self.n_cycles -= 1
+        self.last_start = None
+        self._drain(force_all=True)
+        ended = self.window
+        self.window = now
+        self.window_base = self.n_cycles
+        if now[1] and not ended[1]:
+            self._footer({"window": now[0]})
+
     def _emit(self, c):
+        if c.window is not None and c.window[1]:
+            return  # opened after a window's end: the request that told the hook, not measured
         if not self.header_written:
             self._header()
         t = {"cycle": round(self._ms(c.start, c.end), 5)}
@@ -284,6 +324,8 @@ class Timer:
                 line["graph_mode"] = dict(c.graph_mode)
         if c.warmup:
             line["warmup"] = True
+        if c.window is not None:
+            line["window"] = c.window[0]
         line["t"] = t
         self.out.write(line)
         self.emitted += 1
@@ -351,6 +393,11 @@ class Timer:
         return start
 
     def call(self, fn, roles, args, kwargs, target=None):
+        if self.window_file is not None:
+            now = time.perf_counter()
+            if now - self.last_call > GAP_S:
+                self._window_check()
+            self.last_call = now
         if self._capturing():  # an engine capturing a CUDA graph: an event there would be captured
             return fn(*args, **kwargs)
         depth = getattr(self.local, "depth", 0)
@@ -395,6 +442,9 @@ class Timer:
         if self.cycle is not None and self.cfg.get("sync") is None and not self.cfg.get("cycle"):
             self._close()  # the last cycle ended with the loop
         self._drain(force_all=True)
+        self._footer({})
+
+    def _footer(self, extra):
         missing = [t for ts in self.pending_modules.values() for t in ts]
         if self.header_written or self.patched:
             self.out.write(
@@ -406,6 +456,7 @@ class Timer:
                     "never_imported": missing,
                     "absent": self.absent,
                     "loaded": _loaded(),
+                    **extra,
                 }
             )
 

@@ -35,6 +35,7 @@ from regdiag.measure.warm import WarmPool
 from regdiag.snapshot.redact import scrub_text
 
 SKIP_EXIT = 125
+STARTS = ("warm", "cold", "fresh", "reused")  # how a launch started (see launch_argv)
 USAGE = "probe usage: "
 
 
@@ -57,7 +58,8 @@ class Launch:
     profile: dict[str, Any] | None = (
         None  # `-- --profile`: the probe's per-phase profile (probes/_profile.py)
     )
-    start: str | None = None  # "warm" (forked from its environment's warm parent) or "cold"
+    # "warm" (forked from its environment's warm parent) or "cold"; an engine's "fresh" or "reused"
+    start: str | None = None
     engine_config: dict[str, Any] | None = None  # --probe engine: what the engine chose at start
     lane: str | None = None  # the lane it ran on (a Slurm node, a GPU group: bisect/lanes.py)
 
@@ -101,7 +103,7 @@ class Launch:
             loaded=loaded_list(d.get("loaded")),
             placement=d.get("placement") if isinstance(d.get("placement"), dict) else None,
             profile=d.get("profile") if isinstance(d.get("profile"), dict) else None,
-            start=d.get("start") if d.get("start") in ("warm", "cold") else None,
+            start=d.get("start") if d.get("start") in STARTS else None,
             engine_config=d.get("engine_config") if isinstance(d.get("engine_config"), dict) else None,
             lane=d.get("lane") if isinstance(d.get("lane"), str) else None,
         )
@@ -135,9 +137,20 @@ def launch_argv(
 ) -> tuple[list[str], str]:
     """The argv of launch `index` in environment `built` (named `key`) on `node`, and how it starts: a
     regdiag probe (bisect.run.ProbeArgv) forks from the environment's warm parent in `pool` ("warm");
-    a --command, an engine, or a parent that could not start, runs as a fresh process ("cold"). `extra`:
+    `--probe engine` (bisect.run.EngineArgv) is a window of the environment's engine, started for it
+    ("fresh") or shared with its earlier launches ("reused"; engine/keeper.py); a --command, or a
+    parent that could not start, runs as a fresh process ("cold"). `extra`:
     options of this launch's own (where its profile's trace goes)."""
     script = getattr(argv_for, "script", None)
+    keeper_args = getattr(argv_for, "keeper_args", None)
+    engines = getattr(pool, "engines", None)  # engine.keeper.LaunchPools
+    if engines is not None and keeper_args is not None and getattr(argv_for, "reusable", False):
+        # --probe engine with --url: launches share engine starts
+        argv, how = engines.argv(
+            key, node, keeper_args(built), index, env=env, unset=unset, cwd=built.worktree
+        )
+        if argv is not None:
+            return argv, how
     if pool is not None and script is not None:
         args = [*getattr(argv_for, "args", []), "--launch-index", str(index), *extra]
         argv, how = pool.argv(

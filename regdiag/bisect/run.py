@@ -31,11 +31,12 @@ from regdiag.bisect.loaded import (
 from regdiag.bisect.measure import Launch
 from regdiag.bisect.report import build_report
 from regdiag.bisect.search import Options, Outcome, Search
+from regdiag.engine.keeper import LaunchPools, refuse_reuse_args
 from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 from regdiag.hosts.local import LocalHost
 from regdiag.measure.probes import probe_loads
-from regdiag.measure.warm import WarmPool
+from regdiag.measure.starts import start_check, start_warning
 from regdiag.run_view import usable
 from regdiag.snapshot.redact import redact_tree
 
@@ -156,7 +157,7 @@ class ProbeArgv:
 MEASURED_BY_REGDIAG = ("engine",)
 
 
-def engine_argv(req: Request) -> Callable[[Built, int], list[str]]:
+def engine_argv(req: Request) -> EngineArgv:
     """One launch of `regdiag probe engine` with the environment's interpreter as the engine's: its
     --python, and `{python}` (or the base interpreter's path) in --launch-cmd, become the built one."""
     args = list(req.probe_args)
@@ -165,18 +166,31 @@ def engine_argv(req: Request) -> Callable[[Built, int], list[str]]:
             "--probe engine: --host, --python, --launches and --protocol are the bisect's to set; "
             "give --python to bisect itself and {python} in --launch-cmd"
         )
+    refuse_reuse_args(args)
     base = req.python or sys.executable
-    bases = {base, os.path.realpath(base)}
+    return EngineArgv(args, {base, os.path.realpath(base)})
 
-    def one(built: Built, index: int) -> list[str]:
+
+class EngineArgv:
+    """Launch `index` of `probe engine` in environment `built` (a fresh engine start each: `__call__`),
+    or the options of its environment's keeper, whose launches share engine starts (engine/keeper.py,
+    through engine.keeper.LaunchPools.engines)."""
+
+    def __init__(self, args: list[str], bases: set[str]) -> None:
+        self.args, self.bases = args, bases
+        # a served engine (--url) takes launches as windows; a command that runs to its end cannot
+        self.reusable = any(a == "--url" or a.startswith("--url=") for a in args)
+
+    def keeper_args(self, built: Built) -> list[str]:
         def sub(arg: str) -> str:
-            words = [built.python if w in bases else w for w in arg.split(" ")]
+            words = [built.python if w in self.bases else w for w in arg.split(" ")]
             return " ".join(words).replace("{python}", built.python)
 
-        own = ["probe", "engine", "--protocol", "-L", "1", "--python", built.python]
-        return [sys.executable, "-m", "regdiag", *own, *[sub(a) for a in args]]
+        return ["--python", built.python, *[sub(a) for a in self.args]]
 
-    return one
+    def __call__(self, built: Built, index: int) -> list[str]:
+        own = ["probe", "engine", "--protocol", "-L", "1"]
+        return [sys.executable, "-m", "regdiag", *own, *self.keeper_args(built)]
 
 
 def is_remote(host: Host | None) -> bool:
@@ -301,9 +315,18 @@ def run_bisect(
         options = Options(req.launches, req.max_launches, req.margin, req.min_share)
         between = lambda f: kind_of(f).values_between(f, plan.where)  # noqa: E731
         # Each point's warm parent per lane (a GPU lane's parent is started pinned to its GPUs; CUDA is
-        # first touched in the forked child), stopped on every way out. A round holds up to three points.
-        with WarmPool(keep=max(6, 3 * lab.width), enabled=not req.cold) as lab.warm:
+        # first touched in the forked child) and its engine's keeper, stopped on every way out. A round
+        # holds up to three points.
+        with LaunchPools(keep=max(6, 3 * lab.width), enabled=not req.cold) as lab.warm:
+            # --probe engine: the endpoints' launches include a second engine start (the independence
+            # check); another point's launches share one start. Over several lanes each launch starts its
+            # engine (one engine alive at a time: a keeper stopped for another lane's would end its launch).
+            lab.warm.engines.checked = {lab.key(lab.good()), lab.key(lab.bad())}
+            if lab.width > 1 and lab.warm.engines.enabled:
+                lab.warm.engines.enabled = False
+                lab.warm.engines.off_why = f"{lab.width} lanes: each launch starts its own engine"
             outcome = Search(lab, options, between, clear).run()
+        notes += start_notes(lab)
         report = _final_report(outcome, lab, req, notes, plan, time.monotonic() - t0)
         journal.end(report)
         return report
@@ -337,6 +360,19 @@ def lanes_line(lab: Lab) -> str:
     return f"{lab.width} lanes ({names}), " + (
         "at once" if lab.parallel else "one launch at a time (--lanes serial)"
     )
+
+
+def start_notes(lab: Lab) -> list[str]:
+    """--probe engine: per endpoint, the independence check of its launches that shared engine starts
+    (engine/reuse.py), a note when launches of one start varied less than launches of different starts."""
+    notes = []
+    for side, point in (("good", lab.good()), ("bad", lab.bad())):
+        launches = [la.to_dict() for la in lab.launches(point)]
+        if any(la.get("start") == "reused" for la in launches):
+            warning = start_warning(start_check(launches, lab.metric))
+            if warning:
+                notes.append(f"the {side} endpoint: {warning}")
+    return notes
 
 
 def _preflight(

@@ -92,7 +92,8 @@ def ab(
         False,
         "--cold",
         help="Start every launch as a fresh interpreter instead of forking a probe's launches from one warm "
-        'interpreter per side (docs/probes.md, "Warm launches"). Default: warm.',
+        "interpreter per side; with --probe engine and --url, start the engine for every launch instead of "
+        "sharing one among the side's launches (docs/engine.md, 'Reused starts'). Default: warm, shared.",
     ),
     allow_code_from_record: bool = AllowCodeOpt,
     allow_unloaded: bool = AllowUnloadedOpt,

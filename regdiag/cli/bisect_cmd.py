@@ -191,7 +191,8 @@ def bisect(
         False,
         "--cold",
         help="Start every launch as a fresh interpreter instead of forking a probe's launches from one warm "
-        'interpreter per point (docs/probes.md, "Warm launches"). Default: warm.',
+        "interpreter per point; with --probe engine and --url, start the engine for every launch instead of "
+        "sharing one among the point's launches (docs/engine.md, 'Reused starts'). Default: warm, shared.",
     ),
     lanes: str = typer.Option(
         "auto",

@@ -131,6 +131,13 @@ def probe_engine(
         help="Print the launch as probe-protocol lines on stdout instead of the summary (a header, its "
         "cycles, a footer; an error line on failure), for `regdiag bisect --command`. Needs -L 1.",
     ),
+    cold: bool = typer.Option(
+        False,
+        "--cold",
+        help="With --url: start the engine for every launch. Default: launches share engine starts, a "
+        'fresh start at the first and third (docs/engine.md, "Reused starts").',
+    ),
+    serve_launches: str | None = typer.Option(None, "--serve-launches", hidden=True),
     target: Target = TARGET,
 ) -> None:
     launches = launches_opt if launches_opt is not None else (1 if protocol else 3)
@@ -155,7 +162,11 @@ def probe_engine(
         block=block,
         timeout=timeout,
         check=check,
+        cold=cold,
     )
+    if serve_launches:  # bisect's and ab's keeper of this environment's engine (engine/keeper.py)
+        _serve(request, target, snapshot, serve_launches)
+        return
     try:
         quiet = chosen != "terminal" or protocol
         path, run, phases = _measure(request, target, snapshot, quiet=quiet, output=output)
@@ -177,7 +188,7 @@ def _measure(
 ) -> tuple[Path, dict[str, Any], list[str]]:
     """Plan, open the host, run the launches into a record; (record path, run, phases)."""
     from regdiag.engine.plan import plan_engine
-    from regdiag.engine.run import run_engine
+    from regdiag.engine.reuse import run_launches
 
     plan = plan_engine(request)
     target = where.open()
@@ -196,12 +207,38 @@ def _measure(
                     err_console.print(_launch_line(data["record"], request.launches), soft_wrap=True)
 
             try:
-                run_engine(plan.probe(target), writer, on_event)
+                run_launches(plan.probe(target), writer, on_event)
             except (BadInput, ProbeError) as e:
                 raise type(e)(f"{e}; record: {writer.path}") from None
     finally:
         target.close()
     return writer.path, writer.run, plan.phases
+
+
+def _serve(request: EngineRequest, where: Target, snapshot: bool, sock: str) -> None:
+    """The engine's keeper: launches asked over `sock`, each a window of a shared engine start."""
+    from regdiag.engine.keeper import Launches, serve
+    from regdiag.engine.plan import plan_engine
+    from regdiag.engine.reuse import finish_reused
+
+    try:
+        plan = plan_engine(request)
+        target = where.open()
+    except (BadInput, ProbeError) as e:
+        print_json_line(
+            {"type": "error", "kind": "usage" if isinstance(e, BadInput) else "error", "message": str(e)}
+        )
+        raise
+    try:
+        run = plan.run_record(target)
+        with RunWriter(None, run) as writer, Session(target, [writer], snapshot):
+            launches = Launches(plan.probe(target), writer)
+            try:
+                serve(sock, launches.measure, launches.stop)
+            finally:
+                finish_reused(writer, [])
+    finally:
+        target.close()
 
 
 def _render(run: dict[str, Any], path: Path, phases: list[str], *, protocol: bool, out_fmt: str) -> None:

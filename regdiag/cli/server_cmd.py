@@ -34,9 +34,10 @@ from regdiag.runs import RunWriter, runs_dir
 SERVER_HELP = """Measure a live SGLang or vLLM endpoint: TTFT, inter-token latency, tok/s, accept length.
 
 Sends --requests greedy (temperature 0) requests per launch, --concurrency at a time, and repeats
-for --launches launches. Each launch is one server start with --launch-cmd (regdiag starts the
-server, waits for /health, measures, stops it by process group), else one batch of requests
-against the running server. Accept length comes from the engine: SGLang's meta_info
+for --launches launches. Each launch is one batch of requests. With --launch-cmd regdiag starts the
+server (waits for /health, stops it by process group at the end), and the launches share starts: a
+fresh start at the first and third launch, the others reuse it (--cold: a start per launch).
+Without, the batches go to the running server. Accept length comes from the engine: SGLang's meta_info
 (completion_tokens / spec_verify_ct) or vLLM's /metrics spec-decode counters.
 
 The record (kind "server", primary "itl") is written after every request batch and goes through
@@ -129,7 +130,7 @@ def probe_server(
         "--launches",
         "-L",
         callback=bounded(*LAUNCHES),
-        help="Launches (server starts with --launch-cmd). Default: 3.",
+        help="Launches (windows of requests; with --launch-cmd, of shared server starts). Default: 3.",
     ),
     requests: int = typer.Option(
         8, "--requests", "-R", callback=bounded(*COUNT), help="Measured requests per launch. Default: 8."
@@ -183,6 +184,12 @@ def probe_server(
         help="Start the server with this command for every launch (NAME=VALUE words first set its "
         "environment), e.g. 'python -m sglang.launch_server --model-path M --port 30000'. Default: measure a running server.",
     ),
+    cold: bool = typer.Option(
+        False,
+        "--cold",
+        help="With --launch-cmd: start the server for every launch. Default: launches share server starts, "
+        'a fresh start at the first and third (docs/engine.md, "Reused starts").',
+    ),
     startup_timeout: float = typer.Option(
         1800.0,
         "--startup-timeout",
@@ -230,6 +237,7 @@ def probe_server(
             startup_timeout=startup_timeout,
             stop_grace=stop_grace,
             host=on,
+            cold=cold,
         )
     )
     host = target.open() if plan.needs_host else None

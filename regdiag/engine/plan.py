@@ -52,6 +52,7 @@ class EngineRequest:
     block: int
     timeout: float
     check: bool
+    cold: bool = False  # --cold: every launch its own engine start (else launches share starts)
 
 
 @dataclass
@@ -118,6 +119,7 @@ class EnginePlan:
             timeout_s=r.timeout,
             prompts=list(BUILTIN_PROMPTS),
             load=LoadSpec(requests=r.requests, max_tokens=r.max_tokens, stream=False) if self.ep else None,
+            reuse=not r.cold,
         )
 
 

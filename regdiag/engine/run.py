@@ -82,6 +82,7 @@ class EngineProbe:
     prompts: Sequence[str] = ()
     timeout_s: float = 1800.0
     stop_grace_s: float = 30.0
+    reuse: bool = True  # launches share engine starts where they can (engine/reuse.py)
 
 
 def _median(xs: list[float]) -> float | None:
@@ -233,7 +234,9 @@ def read_streams(host: Host, out_dir: str) -> list[LaunchStream]:
     return list(streams.values())
 
 
-def _prepare(host: Host, tmp: str, probe: EngineProbe) -> tuple[str, str, str]:
+def prepare_hook(
+    host: Host, tmp: str, probe: EngineProbe, extra: dict[str, Any] | None = None
+) -> tuple[str, str, str]:
     hook = f"{tmp}/hook"
     out = f"{tmp}/out"
     command(
@@ -244,7 +247,13 @@ def _prepare(host: Host, tmp: str, probe: EngineProbe) -> tuple[str, str, str]:
         host.put_file(src / name, f"{hook}/{name}")
     # what each engine process loaded (probes/_loaded.py), read by the hook's footer from beside it
     host.put_file(src.parent / "_loaded.py", f"{hook}/{LOADED_FILE}")
-    cfg = {**probe.targets.config(), "out_dir": out, "warmup": probe.warmup, "block": probe.block}
+    cfg = {
+        **probe.targets.config(),
+        "out_dir": out,
+        "warmup": probe.warmup,
+        "block": probe.block,
+        **(extra or {}),
+    }
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "hook.json"
         p.write_text(json.dumps(cfg))
@@ -252,7 +261,7 @@ def _prepare(host: Host, tmp: str, probe: EngineProbe) -> tuple[str, str, str]:
     return hook, f"{tmp}/hook.json", out
 
 
-def _fill(
+def fill_launch(
     launch: dict[str, Any], streams: list[LaunchStream]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
     """The launch's measurements from the hook's streams; returns (usage errors, other errors, patched)."""
@@ -292,7 +301,12 @@ def _drive(probe: EngineProbe, server: ServerProcess, launch: dict[str, Any]) ->
             return server.exit_note("with an error")
         return None
     server.wait_healthy(probe.ep, probe.timeout_s)
-    assert probe.load is not None
+    return send_load(probe, server, launch)
+
+
+def send_load(probe: EngineProbe, server: ServerProcess, launch: dict[str, Any]) -> str | None:
+    """The launch's requests to the healthy engine (--url); the failure, if any."""
+    assert probe.ep is not None and probe.load is not None
     server.window(True)  # the host and GPU samples' measured window is the load's
     results, wall = run_load(probe.ep, probe.prompts, probe.load)
     server.window(False)
@@ -313,7 +327,7 @@ def _measure_launch(probe: EngineProbe, writer: RunWriter, launch: dict[str, Any
     hook refused its configuration (a usage error: no further launch can do better)."""
     t0 = time.monotonic()
     with probe.host.tempdir() as tmp:
-        hook, cfg, out = _prepare(probe.host, tmp, probe)
+        hook, cfg, out = prepare_hook(probe.host, tmp, probe)
         argv = [probe.host.python, "-c", EXEC_WITH_HOOK, hook, cfg, *probe.argv]
         server = ServerProcess(probe.host, argv, probe.env, grace_s=probe.stop_grace_s)
         failure: str | None = None
@@ -325,10 +339,23 @@ def _measure_launch(probe: EngineProbe, writer: RunWriter, launch: dict[str, Any
             # Also on Ctrl-C / SIGTERM: stop the engine, keep every cycle it wrote.
             launch["server_process"] = server.stop()
             streams = read_streams(probe.host, out)
-            usage, errors, patched = _fill(launch, streams)
+            usage, errors, patched = fill_launch(launch, streams)
             server.record_into(launch)  # the host and GPU samples beside the engine
             launch["duration_s"] = round(time.monotonic() - t0, 3)
             writer.flush()
+    return judge(probe, writer, launch, failure, (usage, errors, patched))
+
+
+def judge(
+    probe: EngineProbe,
+    writer: RunWriter,
+    launch: dict[str, Any],
+    failure: str | None,
+    told: tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]],
+) -> str | None:
+    """The launch's failure from what the hook told (fill_launch's answer); raises BadInput on a usage
+    error (no further launch can do better)."""
+    usage, errors, patched = told
     if usage:
         launch["status"], launch["error"] = "error", str(usage[0].get("message"))
         writer.flush()
@@ -344,10 +371,16 @@ def _measure_launch(probe: EngineProbe, writer: RunWriter, launch: dict[str, Any
     return failure
 
 
-def run_engine(probe: EngineProbe, writer: RunWriter, on_event: Event | None = None) -> None:
+def run_engine(
+    probe: EngineProbe, writer: RunWriter, on_event: Event | None = None, why: str | None = None
+) -> None:
+    """Each launch its own engine start (engine/reuse.py's run_launches chooses); `why` says why."""
     emit = on_event or (lambda kind, data: None)
+    if probe.launches > 1 and why is not None:
+        writer.run["probe"]["start"] = {"mode": "fresh", "why": why}
     for li in range(probe.launches):
         launch = new_launch(len(writer.run["launches"]), now_iso())
+        launch.update({"start": "fresh", "engine_start": li})  # each launch its own engine start
         writer.add_launch(launch)
         emit("launch_start", {"launch": li, "of": probe.launches})
         failure = _measure_launch(probe, writer, launch)
@@ -356,6 +389,11 @@ def run_engine(probe: EngineProbe, writer: RunWriter, on_event: Event | None = N
         emit("launch_end", {"launch": li, "record": launch})
         if failure is not None:
             raise ProbeError(f"launch {li}: {failure}")
+    finish_run(writer)
+
+
+def finish_run(writer: RunWriter) -> None:
+    """The run's warnings once its launches are in."""
     flag_run(writer.run)  # launches whose host stood out from the others' (docs/statistics.md)
     # acceptance as a signal: a drifting accept length, a verify size that varied (docs/engine.md)
     found = acceptance_warnings(writer.run["launches"])
@@ -363,9 +401,9 @@ def run_engine(probe: EngineProbe, writer: RunWriter, on_event: Event | None = N
     writer.flush()
 
 
-def protocol_lines(run: dict[str, Any]) -> list[dict[str, Any]]:
-    """The run's one launch as probe-protocol lines (docs/probes.md), for `bisect --command`."""
-    la = run["launches"][0]
+def protocol_lines(run: dict[str, Any], la: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The run's one launch (or `la`) as probe-protocol lines (docs/probes.md), for `bisect --command`."""
+    la = run["launches"][0] if la is None else la
     hdr = la.get("header") or {}
     lines: list[dict[str, Any]] = [
         {
@@ -403,6 +441,8 @@ def protocol_lines(run: dict[str, Any]) -> list[dict[str, Any]]:
             "loaded": la.get("loaded"),
             # what the engine chose at start: a bisect names a change of it beside its culprit
             **({"engine_config": la["engine_config"]} if isinstance(la.get("engine_config"), dict) else {}),
+            # a launch of a shared engine start (engine/reuse.py): which start, and whether it began it
+            **{k: la[k] for k in ("start", "engine_start", "engine_start_s") if la.get(k) is not None},
         }
     )
     return lines

@@ -18,6 +18,7 @@ from typing import Any
 
 from regdiag.host_phantom import flag_run
 from regdiag.hosts.base import Host
+from regdiag.measure.starts import fresh_start, note_start_check
 from regdiag.runs import RunWriter, now_iso
 from regdiag.server import client, metrics
 from regdiag.server.client import API_SGLANG, Endpoint, RequestFailed, RequestResult
@@ -51,6 +52,7 @@ class ServerProbe:
     host: Host | None = None
     startup_timeout_s: float = 1800.0
     stop_grace_s: float = 30.0
+    cold: bool = False  # --cold: a server start per launch (else launches share starts)
 
 
 def server_info(ep: Endpoint) -> dict[str, Any]:
@@ -138,47 +140,86 @@ class _Flusher:
 
 
 def run_probe(probe: ServerProbe, writer: RunWriter, on_event: Event | None = None) -> None:
-    """All launches, into `writer`. Raises MeasureError when going on makes no sense."""
+    """All launches, into `writer`. Raises MeasureError when going on makes no sense. With --launch-cmd
+    the launches share server starts (a fresh start at each index of engine/reuse.py's FRESH_AT; every
+    launch with --cold), each launch saying `start` (fresh / reused)."""
     emit = on_event or (lambda kind, data: None)
-    for li in range(probe.launches):
-        launch = new_launch(len(writer.run["launches"]), now_iso(), server_launch_header(probe.ep))
-        writer.add_launch(launch)
-        t_launch = time.monotonic()
-        emit("launch_start", {"launch": li, "of": probe.launches})
-        server: ServerProcess | None = None
-        fatal: str | None = None
-        try:
-            if probe.launch_argv is not None:
-                assert probe.host is not None
-                server = ServerProcess(
-                    probe.host, probe.launch_argv, probe.launch_env, grace_s=probe.stop_grace_s
-                )
-                emit("server_starting", {"launch": li})
-                try:
-                    server.start()
-                    launch["header"]["server_pid"] = server.pid
-                    healthy = server.wait_healthy(probe.ep, probe.startup_timeout_s)
-                    launch["header"]["healthy_after_s"] = round(healthy, 3)
-                    emit("server_healthy", {"launch": li, "after_s": healthy})
-                except LaunchError as e:
-                    launch["status"], launch["error"] = "error", str(e)
-                    fatal = str(e)
-            if fatal is None:
-                fatal = _one_launch(probe, writer, launch, li, server, emit)
-        finally:
-            if server is not None:
-                launch["server_process"] = server.stop()
-                server.record_into(launch)  # the host and GPU samples beside it
-                summary = engine_log_summary(server.engine_lines)
-                if summary:
-                    launch["engine_log"] = summary
-            launch["duration_s"] = round(time.monotonic() - t_launch, 3)
+    server: ServerProcess | None = None
+    try:
+        for li in range(probe.launches):
+            launch = new_launch(len(writer.run["launches"]), now_iso(), server_launch_header(probe.ep))
+            fresh = probe.launch_argv is not None and (probe.cold or fresh_start(li) or server is None)
+            if fresh and server is not None:
+                _stop_into(server, writer.run["launches"][-1])
+                server = None
+            writer.add_launch(launch)
+            t_launch = time.monotonic()
+            emit("launch_start", {"launch": li, "of": probe.launches})
+            fatal: str | None = None
+            mark = 0  # the engine's log lines before this launch (a reused server's earlier ones)
+            try:
+                if fresh:
+                    server, fatal = _start(probe, launch, li, emit)
+                elif server is not None:
+                    launch["start"] = "reused"
+                    if not server.running:
+                        fatal = launch["error"] = server.exit_note("since its last launch")
+                        launch["status"] = "error"
+                mark = len(server.engine_lines) if server is not None else 0
+                if fatal is None:
+                    fatal = _one_launch(probe, writer, launch, li, server, emit)
+            finally:
+                if server is not None and probe.cold:
+                    _stop_into(server, launch)
+                    server = None
+                elif server is not None:
+                    summary = engine_log_summary(server.engine_lines[mark:])
+                    if summary:
+                        launch["engine_log"] = summary
+                launch["duration_s"] = round(time.monotonic() - t_launch, 3)
+                writer.flush()
+                emit("launch_end", {"launch": li, "record": launch})
+            if fatal:
+                raise MeasureError(f"launch {li}: {fatal}")
+    finally:
+        if server is not None:
+            _stop_into(server, writer.run["launches"][-1])
             writer.flush()
-            emit("launch_end", {"launch": li, "record": launch})
-        if fatal:
-            raise MeasureError(f"launch {li}: {fatal}")
+    if probe.launch_argv is not None and not probe.cold:
+        note_start_check(writer.run)
     flag_run(writer.run)  # launches whose host stood out from the others' (docs/statistics.md)
     writer.flush()
+
+
+def _start(
+    probe: ServerProbe, launch: dict[str, Any], li: int, emit: Event
+) -> tuple[ServerProcess, str | None]:
+    """Start the server for launch `li` and wait until it is healthy; it, and the failure if any."""
+    assert probe.host is not None and probe.launch_argv is not None
+    server = ServerProcess(probe.host, probe.launch_argv, probe.launch_env, grace_s=probe.stop_grace_s)
+    launch["start"] = "fresh"
+    emit("server_starting", {"launch": li})
+    try:
+        server.start()
+        launch["header"]["server_pid"] = server.pid
+        healthy = server.wait_healthy(probe.ep, probe.startup_timeout_s)
+        launch["header"]["healthy_after_s"] = round(healthy, 3)
+        emit("server_healthy", {"launch": li, "after_s": healthy})
+    except LaunchError as e:
+        launch["status"], launch["error"] = "error", str(e)
+        return server, str(e)
+    return server, None
+
+
+def _stop_into(server: ServerProcess, launch: dict[str, Any]) -> None:
+    """Stop the server; its last launch gets how it stopped, the host and GPU samples of its start and
+    (without reuse) the engine's own decode statistics."""
+    launch["server_process"] = server.stop()
+    server.record_into(launch)  # the host and GPU samples beside it
+    if "engine_log" not in launch and launch.get("start") == "fresh":
+        summary = engine_log_summary(server.engine_lines)
+        if summary:
+            launch["engine_log"] = summary
 
 
 def _learn_server(

@@ -46,6 +46,7 @@ class ServerRequest:
     startup_timeout: float
     stop_grace: float
     host: str | None  # where --launch-cmd starts the server
+    cold: bool = False  # --cold: a server start per launch (else launches share starts)
 
 
 @dataclass
@@ -114,6 +115,7 @@ class ServerPlan:
             host=target,
             startup_timeout_s=r.startup_timeout,
             stop_grace_s=r.stop_grace,
+            cold=r.cold,
         )
 
     def can_snapshot(self, target: Host | None) -> bool:
