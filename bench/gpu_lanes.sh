@@ -15,8 +15,8 @@ python3 - "$OUT/lanes.jsonl" <<'PY'
 import collections, json, sys
 rows = [json.loads(x) for x in open(sys.argv[1]) if x.strip()]
 las = [r for r in rows if r.get("type") == "launch"]
-print("launches", len(las), "lanes", dict(collections.Counter(str(r.get("lane")) for r in las)),
-      "faults", sum(r.get("type") == "fault" for r in rows))
+where = collections.Counter(f"{(r.get('placement') or {}).get('lane')} {r.get('start')}" for r in las)
+print("launches", len(las), "by lane and start", dict(where), "faults", sum(r.get("type") == "fault" for r in rows))
 PY
 pgrep -af "probes/(_warm|spec_decode)\.py" || echo "no probe process left"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv
