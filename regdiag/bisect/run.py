@@ -312,26 +312,32 @@ def run_bisect(
             clear = _clearing(lab, req, before)
         if req.seed_endpoints and not journal.resumed:
             _seed(lab, req.seed_endpoints)
-        options = Options(req.launches, req.max_launches, req.margin, req.min_share)
-        between = lambda f: kind_of(f).values_between(f, plan.where)  # noqa: E731
-        # Each point's warm parent per lane (a GPU lane's parent is started pinned to its GPUs; CUDA is
-        # first touched in the forked child) and its engine's keeper, stopped on every way out. A round
-        # holds up to three points.
-        with LaunchPools(keep=max(6, 3 * lab.width), enabled=not req.cold) as lab.warm:
-            # --probe engine: the endpoints' launches include a second engine start (the independence
-            # check); another point's launches share one start. Over several lanes each launch starts its
-            # engine (one engine alive at a time: a keeper stopped for another lane's would end its launch).
-            lab.warm.engines.checked = {lab.key(lab.good()), lab.key(lab.bad())}
-            if lab.width > 1 and lab.warm.engines.enabled:
-                lab.warm.engines.enabled = False
-                lab.warm.engines.off_why = f"{lab.width} lanes: each launch starts its own engine"
-            outcome = Search(lab, options, between, clear).run()
+        outcome = _search(lab, req, plan, clear)
         notes += start_notes(lab)
         report = _final_report(outcome, lab, req, notes, plan, time.monotonic() - t0)
         journal.end(report)
         return report
     finally:
         journal.close()  # a --resume, in this process or another, may open it now
+
+
+def _search(
+    lab: Lab, req: Request, plan: Plan, clear: Callable[[], list[tuple[Factor, str]]] | None
+) -> Outcome:
+    """The search, with each point's warm parent per lane (a GPU lane's parent is started pinned to its
+    GPUs; CUDA is first touched in the forked child) and its engine's keeper, stopped on every way out.
+    A round holds up to three points."""
+    options = Options(req.launches, req.max_launches, req.margin, req.min_share)
+    between = lambda f: kind_of(f).values_between(f, plan.where)  # noqa: E731
+    with LaunchPools(keep=max(6, 3 * lab.width), enabled=not req.cold) as lab.warm:
+        # --probe engine: the endpoints' launches include a second engine start (the independence
+        # check); another point's launches share one start. Over several lanes each launch starts its
+        # engine (one engine alive at a time: a keeper stopped for another lane's would end its launch).
+        lab.warm.engines.checked = {lab.key(lab.good()), lab.key(lab.bad())}
+        if lab.width > 1 and lab.warm.engines.enabled:
+            lab.warm.engines.enabled = False
+            lab.warm.engines.off_why = f"{lab.width} lanes: each launch starts its own engine"
+        return Search(lab, options, between, clear).run()
 
 
 LANES = ("auto", "serial", "gpu")
