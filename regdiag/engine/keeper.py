@@ -32,7 +32,7 @@ from regdiag.errors import BadInput
 from regdiag.hosts.base import Host
 from regdiag.measure.launch import launch
 from regdiag.measure.starts import FRESH_AT, fresh_start
-from regdiag.measure.warm import GROUP, GROUP_ENV, PER_LAUNCH, WarmPool
+from regdiag.measure.warm import GROUP, GROUP_ENV, PER_LAUNCH, Kept, WarmPool
 from regdiag.runs import RunWriter
 
 from .reuse import SharedStarts
@@ -283,9 +283,8 @@ class EnginePool:
         # check; None: every one (an A/B run's two sides). A bisect names its endpoints: its other
         # points' launches share one start.
         self.checked: set[str] | None = None
-        self.keepers: dict[tuple[str, str], EngineKeeper] = {}  # in order of last use
+        self.keepers: Kept[EngineKeeper] = Kept(self.keep)
         self.starts: dict[str, dict[str, Any]] = {}
-        self._same: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._lock = threading.Lock()
 
     def argv(
@@ -307,29 +306,17 @@ class EnginePool:
             return None, "cold"
         with self._lock:
             slot = (key, host.name)
-            same = (
-                tuple(args),
-                sorted((k, v) for k, v in env.items() if k not in PER_LAUNCH),
-                sorted(unset),
-                cwd,
+            kept_env = {k2: v for k2, v in env.items() if k2 not in PER_LAUNCH}
+            same = (tuple(args), sorted(kept_env.items()), sorted(unset), cwd)
+            k, new = self.keepers.take(
+                slot, same, lambda: EngineKeeper(host, args, kept_env, unset, cwd), lambda k: k.ready
             )
-            k = self.keepers.pop(slot, None)
-            if k is not None and (self._same.get(slot) != same or not k.ready):
-                k.stop()
-                k = None
-            if k is None:
-                while len(self.keepers) >= self.keep:
-                    self.keepers.pop(next(iter(self.keepers))).stop()
-                k = EngineKeeper(
-                    host, args, {k2: v for k2, v in env.items() if k2 not in PER_LAUNCH}, unset, cwd
-                )
-                self._same[slot] = same
+            if new:
                 if not k.start():
                     self.starts[key] = {"mode": "cold", "why": k.why}
-                    k.stop()
+                    self.keepers.drop(slot)
                     return None, "cold"
                 self.starts[key] = {"mode": "reused", "fresh_at": list(FRESH_AT)}
-            self.keepers[slot] = k
             checked = self.checked is None or key in self.checked
             fresh = (fresh_start(index) if checked else index == 0) or k.launches == 0
             k.launches += 1
@@ -337,8 +324,7 @@ class EnginePool:
 
     def close(self) -> None:
         with self._lock:
-            while self.keepers:
-                self.keepers.pop(next(iter(self.keepers))).stop()
+            self.keepers.close()
 
 
 class LaunchPools(WarmPool):

@@ -21,8 +21,8 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
 from regdiag.hosts.base import Host
 from regdiag.measure.launch import command, launch
@@ -140,6 +140,55 @@ class WarmInterpreter:
 PER_LAUNCH = ("REGDIAG_LAUNCH_INDEX",)
 
 
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+P = TypeVar("P", bound=Stoppable)
+
+
+class Kept(Generic[P]):
+    """Long-lived processes by slot (environment, host), at most `keep` at once, in order of last use:
+    `take` gives a slot's process, a new one (`make`) where it has none, where the one it has was made for
+    other inputs (`same`) or is no longer `usable`; the one used least recently stops first. The warm
+    parents here and the engines' keepers (engine/keeper.py) are kept so."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = max(1, keep)
+        self.items: dict[tuple[str, str], P] = {}  # in order of last use
+        self._same: dict[tuple[str, str], Any] = {}
+
+    def take(
+        self,
+        slot: tuple[str, str],
+        same: Any,
+        make: Callable[[], P],
+        usable: Callable[[P], bool] = lambda _: True,
+    ) -> tuple[P, bool]:
+        """The slot's process and whether it is new (not started yet)."""
+        old = self.items.pop(slot, None)
+        if old is not None and (self._same.get(slot) != same or not usable(old)):
+            old.stop()
+            old = None
+        if old is not None:
+            self.items[slot] = old
+            return old, False
+        while len(self.items) >= self.keep:
+            self.items.pop(next(iter(self.items))).stop()
+        new = make()
+        self.items[slot], self._same[slot] = new, same
+        return new, True
+
+    def drop(self, slot: tuple[str, str]) -> None:
+        """Stop the slot's process and forget it (one that did not start)."""
+        if (p := self.items.pop(slot, None)) is not None:
+            p.stop()
+
+    def close(self) -> None:
+        while self.items:
+            self.items.pop(next(iter(self.items))).stop()
+
+
 class WarmPool:
     """The warm interpreters of several environments (a bisect's points, an A/B run's sides): one per
     environment and host, started at its first launch (or before: `prestart`), with that environment's
@@ -155,9 +204,8 @@ class WarmPool:
 
     def __init__(self, keep: int = 6, enabled: bool = True) -> None:
         self.keep, self.enabled = keep, enabled
-        self.warm: dict[tuple[str, str], WarmInterpreter] = {}  # in order of last use
+        self.warm: Kept[WarmInterpreter] = Kept(keep)
         self.starts: dict[str, dict[str, Any]] = {}
-        self._env: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._lock = threading.Lock()  # the lanes of several nodes ask from their own threads
 
     def argv(
@@ -215,21 +263,13 @@ class WarmPool:
             why = "--cold" if not self.enabled else f"launches on {host.via} start cold (a job step each)"
             self.starts.setdefault(key, {"mode": "cold", "why": why})
             return None, False
-        slot = (key, host.name)
         parent_env = {k: v for k, v in env.items() if k not in PER_LAUNCH}
         same = (script, sorted(parent_env.items()), sorted(unset), cwd, python)
-        w = self.warm.pop(slot, None)
-        if w is not None and self._env.get(slot) != same:  # a new environment under an old name
-            w.stop()
-            w = None
-        fresh = w is None
-        if w is None:
-            while len(self.warm) >= self.keep:
-                self.warm.pop(next(iter(self.warm))).stop()
-            w = WarmInterpreter(host, script, parent_env, python, unset=unset, cwd=cwd)
-            self._env[slot] = same
-        self.warm[slot] = w
-        return w, fresh
+
+        def make() -> WarmInterpreter:
+            return WarmInterpreter(host, script, parent_env, python, unset=unset, cwd=cwd)
+
+        return self.warm.take((key, host.name), same, make)
 
     def _start(self, key: str, w: WarmInterpreter) -> None:
         ready = w.start()
@@ -238,8 +278,7 @@ class WarmPool:
     def close(self) -> None:
         """Stop every warm parent (each lets its last launch finish tearing down)."""
         with self._lock:
-            while self.warm:
-                self.warm.pop(next(iter(self.warm))).stop()
+            self.warm.close()
 
     def __enter__(self) -> WarmPool:
         return self
