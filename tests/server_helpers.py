@@ -19,7 +19,8 @@ event mid-stream), cut_after_chunks (connection closed mid-stream), malformed_af
 broken JSON event), malformed_body (a plain answer that is not JSON), hang_s (no answer for this
 long), die_after_requests (the process exits when request N+1 arrives), usage ("continuous" |
 "final" | "none"), health_delay_s (/health answers 503 while "loading"), ignore_sigterm, and
-only_requests (fault knobs apply to these request numbers only, counted from 1).
+only_requests (fault knobs apply to these request numbers only, counted from 1). busy_ms spins the
+CPU that long per step (a server whose CPU time is what a test measures).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "num_spec_tokens": 3,
     "tokens_per_step": [3, 2, 1, 2],
     "step_ms": 2.0,
+    "busy_ms": 0.0,
     "ttft_ms": 5.0,
     "status": 503,
     "status_every": 0,
@@ -63,6 +65,15 @@ DEFAULTS: dict[str, Any] = {
     "old_sglang": False,
     "malformed_body": False,
 }
+
+
+def _step(k: dict[str, Any]) -> None:
+    """One decode step: `busy_ms` of CPU work, then `step_ms` of waiting."""
+    end = time.perf_counter() + k["busy_ms"] / 1000
+    while time.perf_counter() < end:
+        pass
+    time.sleep(k["step_ms"] / 1000)
+
 
 SECRET = "sk-emulated0123456789abcdefSECRET"
 
@@ -340,7 +351,7 @@ class Handler(BaseHTTPRequestHandler):
             done = 0
             for i, tok in enumerate(plan):
                 if i:
-                    time.sleep(k["step_ms"] / 1000)
+                    _step(k)
                     _account(tok, Handler.running)
                 done += tok
             text = "".join(f" w{j}" for j in range(done))
@@ -354,7 +365,7 @@ class Handler(BaseHTTPRequestHandler):
             if self._faults(n, i):
                 return
             if i:
-                time.sleep(k["step_ms"] / 1000)
+                _step(k)
                 _account(tok, Handler.running)
             text += "".join(f" w{j}" for j in range(done, done + tok))
             done += tok
@@ -387,7 +398,7 @@ class Handler(BaseHTTPRequestHandler):
         if not body.get("stream"):
             for i, tok in enumerate(plan):
                 if i:
-                    time.sleep(k["step_ms"] / 1000)
+                    _step(k)
                     _account(tok, Handler.running)
             text = "".join(f" w{j}" for j in range(total))
             choice: dict[str, Any] = {"index": 0, "finish_reason": "length"}
@@ -414,7 +425,7 @@ class Handler(BaseHTTPRequestHandler):
             if self._faults(n, i):
                 return
             if i:
-                time.sleep(k["step_ms"] / 1000)
+                _step(k)
                 _account(tok, Handler.running)
             piece = "".join(f" w{j}" for j in range(done, done + tok))
             done += tok

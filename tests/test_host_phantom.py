@@ -177,7 +177,7 @@ def test_server_launch_records_its_host_and_says_no_gpu(tmp_path: Path) -> None:
         "--url",
         f"http://127.0.0.1:{port}",
         "--launch-cmd",
-        launch_cmd(port),
+        launch_cmd(port, busy_ms=2.0),  # CPU time the window must see (sleeps alone can read 0 ticks)
         "-L",
         "2",
         "-R",
