@@ -36,6 +36,7 @@ from regdiag.bisect.kinds import KINDS, BuildPlan, LaunchSetup, Where, kind_of
 from regdiag.bisect.lab import EnvBuilder, builder_for
 from regdiag.bisect.loaded import check_before, check_launch
 from regdiag.bisect.measure import launch_argv
+from regdiag.bisect.node_envs import NodeBuilder, each_node, on_node
 from regdiag.bisect.run import Request as BisectRequest
 from regdiag.bisect.run import argv_builder
 from regdiag.engine.keeper import LaunchPools
@@ -230,6 +231,8 @@ def _build(plan: AbPlan, builder: EnvBuilder, emit: Progress) -> None:
             s.built = builder.build(bp.packages, bp.commit)
         except BuildFailed as e:
             raise BadInput(f"side {s.label}: cannot build its environment: {e}") from None
+    if isinstance(builder, NodeBuilder) and any(s.built and s.built.root for s in plan.sides.values()):
+        emit({"event": "note", "text": each_node(builder)})
 
 
 def differences(plan: AbPlan) -> list[dict[str, Any]]:
@@ -305,6 +308,7 @@ class Pairs:
         self.pool = pool
         self.how: dict[tuple[str, int], str] = {}  # (side, pair) -> how its launch started
         self.argv_for, self.emit = argv_for, emit
+        self.builder = builder
         base_path = getattr(builder, "base_path", None)
         self.base_path: Callable[[], str] = base_path or (lambda: os.environ.get("PATH", ""))
         self.lock = threading.Lock()
@@ -446,8 +450,8 @@ class Pairs:
     ) -> Callable[[LaunchStream], CommandResult]:
         """Launch `index` of side `s` on `node`, ready to run: forked from the side's warm parent (started
         now at its first launch) where the measurement is a regdiag probe, else a fresh process."""
-        built = s.built
-        assert built is not None
+        assert s.built is not None
+        built = on_node(self.builder, s.built, node)  # its copy on the node (node-local caches)
         env = dict(built.process_env(self.base_path()))
         if "PATH" not in env and os.path.dirname(built.python):
             # `python` in a --command means the environment's interpreter, the base one included.

@@ -393,15 +393,33 @@ def test_a_cuda_probe_is_given_gpus_and_refused_where_its_steps_see_none(cli, sl
 
 
 def test_environments_are_built_where_every_node_sees_them(cli, slurm, tmp_path):
-    # n2's tasks look for regdiag's cache in a directory of their own, as a node-local cache does.
+    # n2's tasks look for regdiag's cache in a directory of their own, as a node-local cache does: each
+    # node builds each environment in its own cache, and each launch runs in its node's copy.
     slurm.node_env("n2", {"XDG_CACHE_HOME": str(tmp_path / "n2-local")})
     sides = ["--a", "packaging==26.4", "--b", "packaging==23.0", "--allow-unloaded", "--launches", "2"]
     base = ["ab", "--slurm", "2", *sides, "--no-snapshot", "--json", *TINY]
-    r = cli(*base, env=slurm.env, timeout=300)
-    assert r.returncode == 4, r.stderr[-3000:]
-    lines = r.stderr.strip().splitlines()
-    assert "n2 does not see" in lines[-1] and f"it looks in {tmp_path / 'n2-local'}/regdiag" in lines[-1]
-    assert "give --env-dir a directory every node shares" in lines[-1]
+    # Each launch says where it ran and in which environment (`python` is the environment's own).
+    log = tmp_path / "where.txt"
+    probe = ROOT / "probes" / "spec_decode.py"
+    said_where = f'echo "$REGDIAG_AB_SIDE $SLURMD_NODENAME $VIRTUAL_ENV" >> {log}'
+    command = f"/bin/sh -c '{said_where}; exec python {probe} --preset tiny --cycles 12'"
+    here = {**slurm.env, "XDG_CACHE_HOME": str(tmp_path / "cache")}  # this machine's and n1's
+    r = cli(*base[:3], *sides, "--no-snapshot", "--command", command, "-o", str(tmp_path / "local"), env=here,
+            timeout=600)  # fmt: skip
+    assert r.returncode in (0, 1, 3), r.stderr[-3000:]
+    said = f"environments are built on each node (n2 does not see {tmp_path / 'cache'}/regdiag as"
+    assert said in r.stderr and f"it looks in {tmp_path / 'n2-local'}/regdiag" in r.stderr, r.stderr
+    a, b = _records(tmp_path / "local")
+    assert b["host"]["builds"] == "on each node" and b["host"]["env_dir"] is None
+    assert {la["node"] for la in b["launches"]} == {"n1", "n2"}
+    assert all(la["status"] == "ok" for la in a["launches"] + b["launches"])
+    for cache in ("cache", "n2-local"):  # B's environment (A's is the base) built in each node's cache
+        assert [d for d in (tmp_path / cache / "regdiag" / "envs").iterdir() if (d / "ready.json").exists()]
+    ran = [line.split() for line in log.read_text().splitlines()]
+    b_runs = [(node, venv) for side, node, *venv in ran if side == "B"]
+    assert {node for node, _v in b_runs} == {"n1", "n2"}, ran
+    for node, venv in b_runs:  # each in its own node's copy
+        assert venv and venv[0].startswith(str(tmp_path / ("n2-local" if node == "n2" else "cache"))), ran
 
     before = slurm.submitted()
     r = cli(*base[:3], "--env-dir", str(tmp_path / "nowhere"), *base[3:], env=slurm.env, timeout=120)
@@ -417,6 +435,34 @@ def test_environments_are_built_where_every_node_sees_them(cli, slurm, tmp_path)
     assert b["host"]["env_dir"] == str(shared) and list((shared / "envs").iterdir())
     assert {la["node"] for la in b["launches"]} == {"n1", "n2"}
     assert all(la["status"] == "ok" for la in a["launches"] + b["launches"])
+
+
+def test_a_bisect_builds_on_each_node_whose_cache_is_its_own(cli, slurm, tmp_path):
+    # The bisect's lanes are n1 and n2, n2 with a node-local cache: each point's environment is built on
+    # both, and each launch runs in its own node's copy, on whichever lane its round put it.
+    slurm.node_env("n2", {"XDG_CACHE_HOME": str(tmp_path / "n2-local")})
+    log = tmp_path / "where.txt"
+    probe = ROOT / "probes" / "spec_decode.py"
+    said_where = f'echo "$SLURMD_NODENAME $VIRTUAL_ENV" >> {log}'
+    command = f"/bin/sh -c '{said_where}; exec python {probe} --preset tiny --cycles 12'"
+    here = {**slurm.env, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    r = cli(
+        "bisect", "--slurm", "2", "--good", "packaging==26.4 NCCL_PROTO=Simple",
+        "--bad", f"packaging==23.0 NCCL_PROTO=LL REGDIAG_PROBE_SLOW=verify:{SLOW_MS}", "--allow-unloaded",
+        "--metric", "verify", "--launches", "2", "--max-launches", "4", "--margin", "0.25",
+        "--journal", str(tmp_path / "j.jsonl"), "--command", command, "--json", env=here, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "environments are built on each node (n2 does not see" in r.stderr, r.stderr[-3000:]
+    report = json.loads(r.stdout)
+    assert report["verdict"] == "CULPRIT"
+    assert {f["name"] for c in report["culprits"] for f in c["factors"]} == {"REGDIAG_PROBE_SLOW"}
+    assert report["cost"]["environments_built"] >= 2  # packaging 23.0's, once on each node
+    ran = [line.split() for line in log.read_text().splitlines()]
+    in_venv = [(node, venv[0]) for node, *venv in ran if venv]
+    assert {node for node, _v in in_venv} == {"n1", "n2"}, ran
+    for node, venv in in_venv:
+        assert venv.startswith(str(tmp_path / ("n2-local" if node == "n2" else "cache"))), ran
 
 
 def test_a_node_set_down_mid_bisect_is_named_its_launches_run_elsewhere_and_a_cut_journal_resumes(

@@ -36,6 +36,7 @@ from regdiag.bisect.journal import Journal
 from regdiag.bisect.kinds import BuildPlan, LaunchSetup, kind_of
 from regdiag.bisect.lanes import blocked, levels, slow_lane
 from regdiag.bisect.measure import Launch, launch_argv, run_launch
+from regdiag.bisect.node_envs import NodeBuilder, on_node, per_node, present_on
 from regdiag.bisect.remote_envs import RemoteBuilder
 from regdiag.bisect.rounds import Round, run_round
 from regdiag.errors import BadInput, HostError, RegdiagError
@@ -46,7 +47,7 @@ from regdiag.measure.warm import WarmPool
 Point = tuple[str | None, ...]  # one value per factor, in factor order
 ArgvFor = Callable[[Built, int], list[str]]  # (environment, launch index) -> argv
 Progress = Callable[[dict[str, Any]], None]
-EnvBuilder = Builder | RemoteBuilder  # builds on this machine, or on a host over SSH
+EnvBuilder = Builder | RemoteBuilder | NodeBuilder  # here, on a host over SSH, or on each node of one
 Job = tuple[Point, str, int]  # a point, its key, the index of its launch
 FAULTS_PER_LANE = 2  # a lane is dropped after this many launches lost to it
 
@@ -66,13 +67,16 @@ def builder_for(req: BuildInputs, repo: str | None, host: Host | None = None) ->
     measured (exit 2 for what cannot work on it), or on this machine (host None), layered on the
     request's --python (default: this interpreter)."""
     if host is not None:
-        remote = RemoteBuilder(
+        remote = per_node(
+            RemoteBuilder(
+                host,
+                repo=repo,
+                setup=req.setup,
+                find_links=req.find_links,
+                index_url=req.index_url,
+                installer=req.installer,
+            ),
             host,
-            repo=repo,
-            setup=req.setup,
-            find_links=req.find_links,
-            index_url=req.index_url,
-            installer=req.installer,
         )
         remote.check()
         return remote
@@ -417,12 +421,12 @@ class Lab:
             self.built.pop(key, None)
         self._launch_one(p, key, index, lane, again=True)
 
-    def _vanished(self, built: Built) -> bool:
-        """The environment's interpreter is gone from where it was built (asked of its builder)."""
+    def _vanished(self, built: Built, lane: Host) -> bool:
+        """The environment's interpreter is gone from where `lane` runs it (asked of its builder)."""
         if built.root is None:
             return False
         try:
-            return not self.builder.present(built.python)
+            return not present_on(self.builder, built.python, lane)
         except RegdiagError:
             return False  # cannot tell: the launch's own failure stands
 
@@ -493,6 +497,7 @@ class Lab:
             env = {**self._env(key, built, index), **{k: v for k, v in variables.items() if v is not None}}
             unset = [k for k, v in variables.items() if v is None]
             node = self.lane_for(index)
+            built = on_node(self.builder, built, node)
             where = {"cwd": built.worktree, "python": built.python}
             wanted.append({"key": key, "host": node, "script": script, "env": env, "unset": unset, **where})
         self.warm.prestart(wanted)
@@ -501,7 +506,12 @@ class Lab:
         built = self._environment(p, key)
         if built is None:
             return
-        if not again and self._vanished(built):
+        try:
+            built = on_node(self.builder, built, lane)  # its copy on the lane's node (node-local caches)
+        except BuildFailed as e:
+            self._skip_point(p, key, e)
+            return
+        if not again and self._vanished(built, lane):
             # Removed since it was built (a `regdiag clean` beside this bisect). A bare `python` in a
             # --command would fall through PATH to the base interpreter and measure the wrong packages.
             self._rebuild(p, key, built, index, lane)
@@ -518,7 +528,7 @@ class Lab:
         except StepFailed as e:
             self._skip_point(p, key, e)
             return
-        if launch.status != "ok" and not again and self._vanished(built):
+        if launch.status != "ok" and not again and self._vanished(built, lane):
             self._rebuild(
                 p, key, built, index, lane
             )  # removed during the launch: that failure is not evidence

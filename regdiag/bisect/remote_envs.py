@@ -18,6 +18,7 @@ keeping every launch that finished.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import time
@@ -112,6 +113,15 @@ class RemoteBuilder:
         self._root: str | None = None
         self._path: str | None = None
         self.built_now = 0
+        self.key_host = host.name  # the host its environments' keys name (a node's: its allocation)
+
+    def on(self, node: Host) -> RemoteBuilder:
+        """The same builder on `node` (one of this host's nodes), its environments keyed as this one's;
+        what it learnt of this host (versions, paths) is asked again there."""
+        other = copy.copy(self)
+        other.host, other.base_python, other.built_now = node, node.python, 0
+        other._base_versions = other._root = other._path = None
+        return other
 
     # -- the host ------------------------------------------------------------------------------
 
@@ -185,7 +195,7 @@ class RemoteBuilder:
             setup=self.setup,
             find_links=self.find_links,
             index_url=self.index_url,
-            host=self.host.name,
+            host=self.key_host,
         )
 
     # -- building ------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from regdiag.bisect.loaded import (
     unloaded,
 )
 from regdiag.bisect.measure import Launch
+from regdiag.bisect.node_envs import NodeBuilder, each_node
 from regdiag.bisect.report import build_report
 from regdiag.bisect.search import Options, Outcome, Search
 from regdiag.engine.keeper import LaunchPools, refuse_reuse_args
@@ -361,10 +362,13 @@ def lanes_for(req: Request, host: Host, remote: bool) -> list[Host]:
 def lanes_line(lab: Lab) -> str:
     """ "1 lane (gpu0)", "4 lanes (n1, n2, n3, n4), at once": what the start of a bisect says."""
     names = ", ".join(la.name for la in lab.lanes)
+    builds = f"; {each_node(lab.builder)}" if isinstance(lab.builder, NodeBuilder) else ""
     if lab.width == 1:
-        return f"1 lane ({names})"
-    return f"{lab.width} lanes ({names}), " + (
-        "at once" if lab.parallel else "one launch at a time (--lanes serial)"
+        return f"1 lane ({names}){builds}"
+    return (
+        f"{lab.width} lanes ({names}), "
+        + ("at once" if lab.parallel else "one launch at a time (--lanes serial)")
+        + builds
     )
 
 

@@ -200,6 +200,8 @@ def _printer() -> Any:
             say(f"records: {ev['paths']['A']} {ev['paths']['B']}")
         elif kind == "build":
             say(f"environment of side {ev['side']}")
+        elif kind == "note":
+            say(str(ev["text"]))
         elif kind == "launch":
             on = f" on {ev['node']}" if ev.get("node") else ""
             say(f"launch {ev['order'] + 1}/{ev['of']}: {ev['side']} #{ev['index'] + 1}{on}")

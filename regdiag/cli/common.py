@@ -83,8 +83,8 @@ EnvDirOpt = typer.Option(
     "--env-dir",
     metavar="DIR",
     help="With --slurm: build environments (packages, commits) in DIR, a directory every node shares "
-    "(checked at the start, one step per node). Default: ~/.cache/regdiag as the nodes see it, which "
-    "must be shared too.",
+    "(checked at the start, one step per node). Default: ~/.cache/regdiag as the nodes see it; where "
+    "a node's is its own (node-local), each environment is built on every node.",
 )
 
 

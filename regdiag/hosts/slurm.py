@@ -232,7 +232,7 @@ class SlurmAllocation(SlurmNode):
         self._watchdog = _start_watchdog(self.job_name)
         self.need = need  # the GPUs one launch uses (measure/needs.py), or None
         self.env_dir = env_dir  # --env-dir: where environments are built (every node must see it)
-        self.unshared: str | None = None  # why the default cache is not shared (raised at a build)
+        self.unshared: str | None = None  # why the default cache is not shared (each node builds then)
         self.per_node = (1, 0)  # the CPUs and GPUs the allocation holds on each node
         try:
             self.job_id = self._allocate(count, list(salloc_args))
@@ -241,7 +241,9 @@ class SlurmAllocation(SlurmNode):
             self._nodes = [SlurmNode(self, n) for n in self.node_names]
             problems, unshared = start_check(self._nodes, self.python, need, env_dir)
             if env_dir and unshared:
-                problems += [f"--env-dir {env_dir}: {unshared[0]}"]
+                problems += [
+                    f"--env-dir {env_dir}: {unshared[0]}: give --env-dir a directory every node shares"
+                ]
             if problems:
                 more = f" (and {len(problems) - 1} more alike)" if len(problems) > 1 else ""
                 raise HostError(problems[0] + more)
@@ -308,11 +310,15 @@ class SlurmAllocation(SlurmNode):
         return {"allocation": self.job_id}
 
     def cache_dir(self) -> str | None:
-        """Where environments are built: --env-dir, else the nodes' own ~/.cache/regdiag, which the
-        start check found shared (an environment built there must be seen by every node)."""
-        if self.env_dir is None and self.unshared is not None:
-            raise HostError(self.unshared)
+        """Where environments are built: --env-dir, else each node's own ~/.cache/regdiag (shared by
+        the nodes, as the start check found, or each node's own: `builds_per_node`)."""
         return self.env_dir
+
+    @property
+    def builds_per_node(self) -> str | None:
+        """Why each node builds its own copy of every environment (its cache is its own, and no --env-dir
+        was given: bisect/node_envs.py), or None where one build serves every node."""
+        return self.unshared if self.env_dir is None else None
 
     def reopen(self) -> dict[str, Any]:
         """--slurm N and its --slurm-args: a resumed bisect asks Slurm for a new allocation alike."""
@@ -325,6 +331,7 @@ class SlurmAllocation(SlurmNode):
             "nodes": list(self.node_names),
             "gpus": gpus,
             "env_dir": self.env_dir,
+            "builds": "on each node" if self.builds_per_node else "once, shared",
         }  # name, python, via, ...
 
     def close(self) -> None:

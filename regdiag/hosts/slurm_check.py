@@ -110,10 +110,7 @@ def _one(
     if not seen["marker"]:
         where = local_cache(env_dir)
         also = "" if seen["cache"] == where else f" (it looks in {seen['cache']})"
-        cache = (
-            f"{node.name} does not see {where} as this machine does{also}: an environment built on one "
-            f"node would be missing on the others; give --env-dir a directory every node shares"
-        )
+        cache = f"{node.name} does not see {where} as this machine does{also}"
     count = getattr(need, "count", 0)
     if count and seen["gpus"] < count:
         what = "no GPU" if not seen["gpus"] else f"{seen['gpus']} GPU(s)"
