@@ -223,3 +223,91 @@ def test_bad_input_on_the_host_is_one_line(sshd: Sshd, tmp_path: Path, good, bad
     [line] = r.stderr.strip().splitlines()[-1:]
     assert line.startswith("regdiag: error: ") and needle in line, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def _two_hosts(sshd: Sshd, zsh_host: dict, tmp_path: Path) -> str:  # noqa: F811
+    """An ssh_config with two aliases of the loopback sshd, regdiag-test and regdiag-b: two hosts as
+    regdiag sees them (two connections, two bundles), one machine and one home behind them."""
+    text = Path(zsh_host["cfg"]).read_text()
+    block = text[text.index("Host regdiag-test") :]
+    cfg = tmp_path / "ssh_config_two"
+    cfg.write_text(text + "\n" + block.replace("Host regdiag-test", "Host regdiag-b"), encoding="utf-8")
+    return str(cfg)
+
+
+def test_a_bisect_over_two_hosts_runs_its_rounds_on_both(zsh_host, sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    # Each host is a lane: rounds at once, each environment built on each host (here one home behind
+    # both, so the second finds it built), each launch in its own host's copy.
+    home: Path = zsh_host["home"]
+    wheels = home / "wheels"
+    for v, extra in (("1.0", {}), ("1.3", {"verify": 4.0})):
+        make_wheel(wheels, "slowpkg", v, extra)
+    _chown_tree(wheels, zsh_host["user"])
+    cfg = _two_hosts(sshd, zsh_host, tmp_path)
+    journal = tmp_path / "journal.jsonl"
+    argv = [
+        "bisect", "--good", "slowpkg==1.0 NCCL_PROTO=LL", "--bad", "slowpkg==1.3 NCCL_PROTO=Simple",
+        "--command", f"{{python}} {zsh_host['probe']}", "--find-links", str(wheels), "--installer", "pip",
+        "--launches", "2", "--max-launches", "6", "--journal", str(journal), "--json",
+        "--host", "regdiag-test", "--host", "regdiag-b", "--python", PY, "--ssh-config", cfg,
+    ]  # fmt: skip
+    r = run_cli(*argv)
+    assert r.returncode == 0, r.stderr
+    assert "lanes: 2 lanes (regdiag-test, regdiag-b), at once" in r.stderr, r.stderr
+    assert (
+        "environments are built on each of regdiag-test, regdiag-b (SSH hosts keep their own files)"
+        in r.stderr
+    )
+    rep = json.loads(r.stdout)
+    assert [f["name"] for c in rep["culprits"] for f in c["factors"]] == ["slowpkg"]
+    assert rep["lanes"]["names"] == ["regdiag-test", "regdiag-b"] and rep["lanes"]["parallel"]
+    lines = [json.loads(x) for x in journal.read_text().splitlines() if x.strip()]
+    launches = [e for e in lines if e.get("type") == "launch"]
+    assert {e["lane"] for e in launches} == {"regdiag-test", "regdiag-b"}
+    assert all(e["lane"] == ("regdiag-test", "regdiag-b")[e["index"] % 2] for e in launches)
+    assert lines[0]["inputs"]["target"] == {"hosts": ["regdiag-test", "regdiag-b"]}
+    # --resume reopens both hosts from the journal alone, and measures nothing again
+    again = run_cli("bisect", "--resume", "--journal", str(journal), "--json", "--ssh-config", cfg)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["cost"]["launches_run"] == 0
+
+
+def test_a_host_lost_mid_bisect_is_dropped_and_the_other_finishes(
+    zsh_host,
+    sshd: Sshd,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    from regdiag.hosts.group import HostGroup
+
+    cfg = _two_hosts(sshd, zsh_host, tmp_path)
+    req = Request(
+        good="NCCL_PROTO=LL OMP_NUM_THREADS=2",
+        bad="NCCL_PROTO=Simple OMP_NUM_THREADS=4 PROBE_EXTRA=verify:4",
+        command=f"{{python}} {zsh_host['probe']}",
+        journal=str(tmp_path / "journal.jsonl"),
+        launches=2,
+        max_launches=6,
+    )
+    group = HostGroup([open_host("regdiag-test", PY, cfg), open_host("regdiag-b", PY, cfg)])
+    client_port = group.hosts[1].transport.sock.getsockname()[1]  # type: ignore[attr-defined]
+    killed: list[int] = []
+
+    def cut(ev: dict) -> None:
+        if ev.get("event") == "launch" and ev.get("run", 0) >= 3 and not killed:  # cut regdiag-b
+            for pid in pids_holding_connection(sshd.port, client_port):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+    try:
+        r = run_bisect(req, progress=cut, host=group)
+    finally:
+        group.close()
+    assert killed
+    assert r["verdict"] == "CULPRIT", r
+    assert [f["name"] for c in r["culprits"] for f in c["factors"]] == ["PROBE_EXTRA"]
+    lanes = r["lanes"]
+    assert lanes["faults"] and all(f["lane"] == "regdiag-b" for f in lanes["faults"]), lanes
+    assert "regdiag-b" in lanes["dropped"], lanes
+    assert len(lanes["faults"]) == 1 and lanes["faults"][0]["again_on"] == "regdiag-test", lanes
+    assert lanes["faults"][0]["what"].startswith("regdiag-b: the SSH connection"), lanes  # named once
+    assert any(n.startswith("regdiag-b: the SSH connection") for n in lanes["notes"]), lanes["notes"]

@@ -407,7 +407,7 @@ def test_environments_are_built_where_every_node_sees_them(cli, slurm, tmp_path)
     r = cli(*base[:3], *sides, "--no-snapshot", "--command", command, "-o", str(tmp_path / "local"), env=here,
             timeout=600)  # fmt: skip
     assert r.returncode in (0, 1, 3), r.stderr[-3000:]
-    said = f"environments are built on each node (n2 does not see {tmp_path / 'cache'}/regdiag as"
+    said = f"environments are built on each of n1, n2 (n2 does not see {tmp_path / 'cache'}/regdiag as"
     assert said in r.stderr and f"it looks in {tmp_path / 'n2-local'}/regdiag" in r.stderr, r.stderr
     a, b = _records(tmp_path / "local")
     assert b["host"]["builds"] == "on each node" and b["host"]["env_dir"] is None
@@ -453,7 +453,7 @@ def test_a_bisect_builds_on_each_node_whose_cache_is_its_own(cli, slurm, tmp_pat
         "--journal", str(tmp_path / "j.jsonl"), "--command", command, "--json", env=here, timeout=900,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "environments are built on each node (n2 does not see" in r.stderr, r.stderr[-3000:]
+    assert "environments are built on each of n1, n2 (n2 does not see" in r.stderr, r.stderr[-3000:]
     report = json.loads(r.stdout)
     assert report["verdict"] == "CULPRIT"
     assert {f["name"] for c in report["culprits"] for f in c["factors"]} == {"REGDIAG_PROBE_SLOW"}

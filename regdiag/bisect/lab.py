@@ -313,7 +313,8 @@ class Lab:
             others = self._live(but=lane.name)
             after = [la for la in others if self.lanes.index(la) > self.lanes.index(lane)]
             to = (after or others)[0]
-            what = e.at(f"at launch {at}") if hasattr(e, "at") else f"{lane.name}: {e} at launch {at}"
+            said = str(e) if str(e).startswith(f"{lane.name}: ") else f"{lane.name}: {e}"
+            what = e.at(f"at launch {at}") if hasattr(e, "at") else f"{said} at launch {at}"
             record = {
                 "point": key,
                 "index": index,
@@ -324,7 +325,7 @@ class Lab:
             }
             self.journal.fault(record)
             self._count_rerun(lane.name, to.name)
-            down = "went DOWN" in str(e)
+            down = "went DOWN" in str(e) or lane.unavailable() is not None  # a node DOWN, a lost host
             dropped = down or self.lane_faults[lane.name] >= FAULTS_PER_LANE
             if dropped and lane.name not in self.dropped:
                 self.dropped[lane.name] = what

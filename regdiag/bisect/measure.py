@@ -158,7 +158,8 @@ def launch_argv(
         )
         if argv is not None:
             return argv, how
-    return [*argv_for(built, index), *extra], "cold"
+    on = getattr(argv_for, "on", None)  # a regdiag probe: run from the lane's own copy of regdiag's code
+    return [*(on(node) if on is not None else argv_for)(built, index), *extra], "cold"
 
 
 def run_launch(

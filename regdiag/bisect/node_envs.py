@@ -7,6 +7,8 @@ an environment built on one node would be missing on the others: `NodeBuilder` t
 every node at once, each node in its own cache (`${XDG_CACHE_HOME:-$HOME/.cache}/regdiag/envs/<key>`,
 as that node's shell finds it), and a launch runs in its node's copy (`on`). A node whose copy is
 missing (it was busy or gone when the others built) builds it when a launch first needs it there.
+Nodes whose cache has the same path build one after another (the first builds, the others find it
+built where they share the disk), so that two never build in one directory at once.
 """
 
 from __future__ import annotations
@@ -33,9 +35,19 @@ class NodeBuilder:
         self._copies: dict[tuple[str, str], Built] = {}  # (the first node's python, node) -> its copy
         self._asked: dict[str, tuple[Mapping[str, str], str | None]] = {}  # first python -> what it is
         self._lock = threading.Lock()
+        self._dirs: dict[str, threading.Lock] = {}  # a cache path -> one build at a time there
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.base, name)  # repo, setup, base_python, identity, base_path, key, ...
+
+    def _build_on(self, name: str, packages: Mapping[str, str], commit: str | None) -> Built:
+        """The environment on node `name`, built there one at a time per cache path."""
+        b = self.nodes[name]
+        where = b.root() if b.key(packages, commit) is not None else ""
+        with self._lock:
+            lock = self._dirs.setdefault(where, threading.Lock())
+        with lock:
+            return b.build(packages, commit)
 
     @property
     def built_now(self) -> int:
@@ -53,7 +65,7 @@ class NodeBuilder:
 
         def one(name: str) -> Built:
             try:
-                return self.nodes[name].build(packages, commit)
+                return self._build_on(name, packages, commit)
             except BuildFailed as e:
                 raise BuildFailed(f"on {name}: {e}") from None
 
@@ -77,7 +89,7 @@ class NodeBuilder:
             asked = self._asked.get(built.python)
         if have is not None or asked is None or node.name not in self.nodes:
             return have or built  # the base interpreter, or not one of the allocation's nodes
-        made = self.nodes[node.name].build(*asked)
+        made = self._build_on(node.name, *asked)
         with self._lock:
             self._copies[(built.python, node.name)] = made
         return made
@@ -100,8 +112,8 @@ def per_node(builder: Any, host: Host | None) -> Any:
 
 
 def each_node(builder: NodeBuilder) -> str:
-    """What a run says of its builds: "environments are built on each node (n2 does not see ...)"."""
-    return f"environments are built on each node ({builder.why}; --env-dir DIR builds them once there)"
+    """What a run says of its builds: "environments are built on each of n1, n2 (n2 does not see ...)"."""
+    return f"environments are built on each of {', '.join(builder.nodes)} ({builder.why})"
 
 
 def on_node(builder: Any, built: Built, node: Host) -> Built:

@@ -152,6 +152,10 @@ class ProbeArgv:
         entry = ["probe", self.script, *self.args, "--launch-index", str(index)]
         return self.where.regdiag_argv(entry, built.python)
 
+    def on(self, node: Host) -> ProbeArgv:
+        """The same launches on `node`, one of the host's lanes (an SSH host's bundle is its own)."""
+        return ProbeArgv(node, self.script, self.args)
+
 
 # Measurements that are regdiag commands of their own, run once per launch in the environment's
 # interpreter: `regdiag probe engine --protocol` (the user's engine, its phases timed by the hook).

@@ -56,7 +56,9 @@ HELP = (
     "--host H: everything is built and measured on H over SSH (env vars per process, venvs on H's --python, "
     "worktrees of --repo, a path on H; --find-links is a directory on H), cached in ~/.cache/regdiag on H "
     "(removed by `regdiag clean --host H`); the journal stays here. A lost connection ends the bisect with "
-    "exit 4 and every finished launch journalled: --resume continues.\n\n"
+    "exit 4 and every finished launch journalled: --resume continues. --host A --host B: each host is a "
+    "lane (launches at once, paired within a host, every environment built on each host); a host whose "
+    "connection is lost is dropped and its launch runs again on another.\n\n"
     "Exit status: 0 culprit(s) named, 3 none named (not reproduced or inconclusive), 2 bad input, "
     "5 an endpoint cannot be measured."
 )
@@ -103,7 +105,7 @@ def _progress_printer(quiet: bool) -> tuple[Any, Any]:
         elif kind == "note":
             err_console.print(f"[yellow]note[/] {e(str(ev['text']))}")
         elif kind == "lanes":
-            err_console.print(f"[dim]lanes: {e(str(ev['text']))}[/]")
+            err_console.print(f"[dim]lanes: {e(str(ev['text']))}[/]", soft_wrap=True)
         elif kind == "decision":
             theta = ev.get("theta")
             tail = f" (theta {theta:.2f})" if isinstance(theta, (int, float)) else ""
@@ -113,7 +115,7 @@ def _progress_printer(quiet: bool) -> tuple[Any, Any]:
     return on_event, status
 
 
-@target_options(one="bisect", kinds=("slurm",), verb="Build and measure")
+@target_options(kinds=("slurm",), verb="Build and measure")
 def bisect(
     ctx: typer.Context,
     good: str | None = typer.Option(

@@ -99,6 +99,11 @@ class Target:
         kind = t.kind
         if kind:
             return open_kind(kind, t.options[kind], t.python, {**t.options, **needs})
+        if len(set(t.hosts)) > 1:  # a command that takes several (bisect): each host a lane
+            from regdiag.hosts.group import HostGroup
+            from regdiag.hosts.resolve import open_hosts
+
+            return HostGroup(open_hosts(t.hosts, t.python, t.ssh_config))
         return open_host(t.host, t.python, t.ssh_config)
 
     def for_each(self, fn: Callable[[Any], Any]) -> list[Any]:
@@ -109,8 +114,11 @@ class Target:
 
     @classmethod
     def from_record(cls, d: Mapping[str, Any]) -> Target:
-        """The target a journal kept (Host.reopen(): {} this machine, {"host": NAME}, {"slurm": N, ...})."""
+        """The target a journal kept (Host.reopen(): {} this machine, {"host": NAME}, {"hosts": [NAME,
+        ...]}, {"slurm": N, ...})."""
         hosts = [d["host"]] if isinstance(d.get("host"), str) else []
+        if isinstance(d.get("hosts"), list):
+            hosts = [str(h) for h in d["hosts"]]
         options = {str(k): str(v) for k, v in d.items() if k != "host" and isinstance(v, (str, int))}
         return cls(hosts=tuple(hosts), options=options)
 

@@ -318,7 +318,9 @@ class SlurmAllocation(SlurmNode):
     def builds_per_node(self) -> str | None:
         """Why each node builds its own copy of every environment (its cache is its own, and no --env-dir
         was given: bisect/node_envs.py), or None where one build serves every node."""
-        return self.unshared if self.env_dir is None else None
+        if self.env_dir is not None or self.unshared is None:
+            return None
+        return f"{self.unshared}; --env-dir DIR builds them once there"
 
     def reopen(self) -> dict[str, Any]:
         """--slurm N and its --slurm-args: a resumed bisect asks Slurm for a new allocation alike."""

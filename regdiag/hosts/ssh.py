@@ -214,6 +214,10 @@ class SSHHost(BundleHost):
         t = self._clients[-1].get_transport() if self._clients else None
         return t is not None and t.is_active()
 
+    def unavailable(self) -> str | None:
+        """The connection is gone (a bisect's lane takes no more launches: it does not come back)."""
+        return None if self._closed or self._alive() else "its SSH connection was lost"
+
     def exec_simple(
         self, argv: Sequence[str], data: bytes = b"", timeout: float = 60.0
     ) -> tuple[int, bytes, bytes]:
