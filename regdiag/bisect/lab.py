@@ -154,6 +154,7 @@ class Lab:
         self.width = len(self.lanes)
         self.parallel = parallel
         self.dropped: dict[str, str] = {}  # lane -> why it takes no more launches
+        self.stopping = False  # an interruption is ending the round: a lane's failure then is ours
         self.lane_faults: dict[str, int] = {}
         self.rerun: dict[str, dict[str, int]] = {}  # lane -> {lane its launches ran on again: count}
         self._lock = threading.RLock()  # the journal, the counts and the builds, shared by the lanes
@@ -272,6 +273,7 @@ class Lab:
 
     def _stop(self) -> None:
         """An interruption during a round: end every lane's process at once (the host's close)."""
+        self.stopping = True
         for lane in self.lanes:
             kill = getattr(lane, "kill_running", None)
             if kill is not None:
@@ -288,6 +290,8 @@ class Lab:
         try:
             self._launch_one(p, key, index, lane)
         except HostError as e:
+            if self.stopping:
+                return  # ended by the interruption (the host closed under it): no fault, measured again on resume
             if getattr(self.host, "ended", None) is not None or not self._live(but=lane_name):
                 self._lost(lane, job, e)
                 raise  # the allocation ended, or no other lane: the run's failure, as before lanes

@@ -6,6 +6,7 @@ knows nothing of typer or rich. Progress goes to an optional callback as small d
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
@@ -282,6 +283,9 @@ def run_bisect(
     inputs = req.inputs(plan.factors, plan.fixed_env, host_name)
     # how --resume reaches the same place: {} this machine, {"host": NAME}, {"slurm": N, "slurm_args": ...}
     inputs["target"] = host.reopen() if remote and host is not None else {}
+    fewer = fewer_hosts(path, inputs) if req.resume else None
+    if fewer:
+        notes.append(fewer)
     where = host or LocalHost(req.python)
     lanes = lanes_for(req, where, remote)  # before the journal: --lanes gpu without a GPU leaves none
     journal = Journal(path, inputs, req.resume, req.sides())
@@ -361,6 +365,25 @@ def lanes_for(req: Request, host: Host, remote: bool) -> list[Host]:
     from regdiag.measure.needs import gpu_need
 
     return list(gpu_lanes(gpu_need(req.probe, req.probe_args).count, req.python))
+
+
+def fewer_hosts(path: Path, inputs: dict[str, Any]) -> str | None:
+    """A resume on some of the hosts the journal's bisect ran on (`--host a` of a bisect over a and b, one
+    of them gone): the journal's place kept in `inputs`, so that it is the same bisect, and the hosts
+    left out said. None where the resume is on the same place (or on another, refused by the journal)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            head = json.loads(f.readline())
+        was = dict(head["inputs"]["target"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    had, now = was.get("hosts"), inputs["target"]
+    given = now.get("hosts") or ([now["host"]] if isinstance(now.get("host"), str) else [])
+    if not isinstance(had, list) or not given or set(given) == set(had) or not set(given) <= set(had):
+        return None
+    inputs["target"], inputs["host"] = was, head["inputs"].get("host")
+    left = [h for h in had if h not in given]
+    return f"resumed on {', '.join(given)}: {', '.join(left)} of the journal's hosts left out"
 
 
 def lanes_line(lab: Lab) -> str:

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
+from regdiag.errors import HostError
 from regdiag.hosts.base import Host
 from regdiag.measure.launch import command, launch
 
@@ -118,15 +119,22 @@ class WarmInterpreter:
         return self.host.regdiag_argv(["warm", "launch", self._sock, *args], self.python)
 
     def stop(self) -> None:
+        """Stop the parent; where its host is gone (an SSH connection closed as a run is interrupted), the
+        host's end ended it (sshd hangs its session up), and the interruption is what is raised."""
         if self._thread is None:
             return
-        if self._thread.is_alive():
-            command(self.host, self.host.regdiag_argv(["warm", "stop", self._sock], self.python), timeout=60)
-            self._thread.join(60.0)  # the last launches' teardowns first (probes/_warm.py)
-        self._thread = None
-        self.ready = False
-        if self._tmp is not None:
-            self.host.remove_tree(self._tmp)
+        try:
+            if self._thread.is_alive():
+                argv = self.host.regdiag_argv(["warm", "stop", self._sock], self.python)
+                command(self.host, argv, timeout=60)
+                self._thread.join(60.0)  # the last launches' teardowns first (probes/_warm.py)
+            if self._tmp is not None:
+                self.host.remove_tree(self._tmp)
+        except HostError:
+            pass
+        finally:
+            self._thread = None
+            self.ready = False
             self._tmp = None
 
     def __enter__(self) -> WarmInterpreter:
