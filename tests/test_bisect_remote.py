@@ -311,3 +311,43 @@ def test_a_host_lost_mid_bisect_is_dropped_and_the_other_finishes(
     assert len(lanes["faults"]) == 1 and lanes["faults"][0]["again_on"] == "regdiag-test", lanes
     assert lanes["faults"][0]["what"].startswith("regdiag-b: the SSH connection"), lanes  # named once
     assert any(n.startswith("regdiag-b: the SSH connection") for n in lanes["notes"]), lanes["notes"]
+
+
+def test_ctrl_c_over_two_hosts_then_a_resume_on_one(zsh_host, sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    # Ctrl-C mid-round: exit 130, and the connections it closes are no lane's fault. The journal then
+    # resumes on one of its two hosts (the other gone, say), which the report names.
+    import sys
+
+    cfg = _two_hosts(sshd, zsh_host, tmp_path)
+    journal = tmp_path / "journal.jsonl"
+    argv = [
+        sys.executable, "-m", "regdiag", "bisect", "--good", "NCCL_PROTO=LL OMP_NUM_THREADS=2",
+        "--bad", "NCCL_PROTO=Simple OMP_NUM_THREADS=4 PROBE_EXTRA=verify:4",
+        "--command", f"{{python}} {zsh_host['probe']}", "--launches", "2", "--max-launches", "6",
+        "--journal", str(journal), "--python", PY, "--ssh-config", cfg,
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        [*argv, "--host", "regdiag-test", "--host", "regdiag-b"], stderr=subprocess.PIPE, text=True
+    )
+
+    def launches() -> int:
+        text = journal.read_text() if journal.exists() else ""
+        return sum(json.loads(x).get("type") == "launch" for x in text.splitlines() if x.strip())
+
+    deadline = time.monotonic() + 120
+    while launches() < 3 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, err[-2000:]
+    lines = [json.loads(x) for x in journal.read_text().splitlines() if x.strip()]
+    assert not [e for e in lines if e.get("type") == "fault"], err[-2000:]
+    assert "runs again on" not in err
+    done = launches()
+
+    r = run_cli(*argv[3:], "--host", "regdiag-test", "--resume", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep = json.loads(r.stdout)
+    assert [f["name"] for c in rep["culprits"] for f in c["factors"]] == ["PROBE_EXTRA"]
+    assert "resumed on regdiag-test: regdiag-b of the journal's hosts left out" in rep["notes"]
+    assert rep["cost"]["launches_run"] == launches() - done  # nothing measured twice
