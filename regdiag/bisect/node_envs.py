@@ -1,14 +1,16 @@
-"""Environments built on every node of a Slurm allocation whose nodes keep regdiag's cache on disks of
-their own (node-local storage), so that each launch finds its environment where it runs.
+"""Environments built on every node of a place whose nodes keep regdiag's cache on disks of their own,
+so that each launch finds its environment where it runs: a Slurm allocation on node-local storage, or
+several SSH hosts as a bisect's lanes (hosts/group.py), which share no files.
 
 The start check of an allocation (hosts/slurm_check.py) writes a marker in the cache directory as this
-machine sees it and asks each node for it. Where a node does not see it and no --env-dir was given,
-an environment built on one node would be missing on the others: `NodeBuilder` then builds each one on
-every node at once, each node in its own cache (`${XDG_CACHE_HOME:-$HOME/.cache}/regdiag/envs/<key>`,
-as that node's shell finds it), and a launch runs in its node's copy (`on`). A node whose copy is
-missing (it was busy or gone when the others built) builds it when a launch first needs it there.
-Nodes whose cache has the same path build one after another (the first builds, the others find it
-built where they share the disk), so that two never build in one directory at once.
+machine sees it and asks each node for it. Where a node does not see it and no --env-dir was given (or
+for SSH hosts, always), an environment built on one node would be missing on the others: `NodeBuilder`
+then builds each one on every node at once, each node in its own cache
+(`${XDG_CACHE_HOME:-$HOME/.cache}/regdiag/envs/<key>`, as that node's shell finds it), and a launch runs
+in its node's copy (`on`). A node whose copy is missing (it was busy or gone when the others built)
+builds it when a launch first needs it there. Nodes whose cache has the same path build one after
+another (the first builds, the others find it built where they share the disk), so that two never
+build in one directory at once. The place says why (`builds_per_node`), and the run says it once.
 """
 
 from __future__ import annotations
