@@ -107,7 +107,7 @@ class NodeBuilder:
 def per_node(builder: Any, host: Host | None) -> Any:
     """`builder` as the allocation `host` needs it: a NodeBuilder where its nodes do not share
     regdiag's cache (host.builds_per_node says why), else as it is."""
-    why = getattr(host, "builds_per_node", None)
+    why = host.builds_per_node if host is not None else None
     if not why or not isinstance(builder, RemoteBuilder) or host is None:
         return builder
     return NodeBuilder(builder, host.nodes(), why)

@@ -104,6 +104,10 @@ class Host(ABC):
     # A --command (an argv of this machine's paths) runs there as it would here: this machine, or nodes
     # that share its files (Slurm).
     shares_files: bool = False
+    # Why every environment is built on each of this host's nodes (bisect/node_envs.py): nodes that keep
+    # regdiag's cache on disks of their own (a Slurm allocation on node-local storage, several SSH
+    # hosts), or None where one build serves them all.
+    builds_per_node: str | None = None
     # The end of the host under the run, once a failed launch found it (a Slurm allocation cancelled or
     # out of time: hosts/slurm_state.py), or None: what was measured before it is the result.
     ended: Exception | None = None
