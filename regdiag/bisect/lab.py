@@ -144,6 +144,7 @@ class Lab:
         # Whoever makes the Lab closes it (run_bisect: on every way out).
         self.warm: WarmPool | None = None
         self.launches_run = 0
+        self.launches_started = 0  # the progress line's count: launches of one round start together
         # The share of this machine's CPUs other work took during each launch run here (None: not
         # told); launches on another host are not counted (host_phantom.OthersLoad).
         self.others_pct: list[float | None] = []
@@ -522,7 +523,11 @@ class Lab:
             self._rebuild(p, key, built, index, lane)
             return
         env = self._env(key, built, index)
-        self._say({"event": "launch", "label": self.label(p), "index": index, "run": self.launches_run})
+        with self._lock:
+            self.launches_started += 1
+            started = self.launches_started
+        said = {"label": self.label(p), "index": index, "run": self.launches_run, "started": started}
+        self._say({"event": "launch", **said, "lane": lane.name if self.width > 1 else None})
         try:
             with LaunchSetup(dict(self.fixed_env)) as setup:
                 for f, v in zip(self.factors, p, strict=True):

@@ -97,8 +97,9 @@ def _progress_printer(quiet: bool) -> tuple[Any, Any]:
             state["label"] = f"building {ev['label']}"
             plain.step(f"{state['what']}: building {ev['label']}")
         elif kind == "launch":
-            state["label"] = f"{ev['label']} #{ev['index'] + 1}"
-            state["launches"] = int(ev.get("run", 0)) + 1
+            on = f" on {ev['lane']}" if ev.get("lane") else ""
+            state["label"] = f"{ev['label']} #{ev['index'] + 1}{on}"
+            state["launches"] = int(ev.get("started", int(ev.get("run", 0)) + 1))
             plain.step(f"{state['what']}: {state['label']} (launch {state['launches']})")
         elif kind == "skip":
             err_console.print(f"[yellow]SKIP[/] {e(ev['label'])}: {e(str(ev.get('reason')))}")
