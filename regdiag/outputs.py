@@ -166,6 +166,10 @@ class Cleaned(TypedDict, total=False):
     orphan_traces: D[
         list[str], "(local) profile traces removed from $REGDIAG_HOME/runs: their record was gone"
     ]
+    traces_kept: D[
+        dict[str, Any] | None,
+        "(remote hosts) profile traces left on the host, ~/.regdiag/traces: {path, files, kib}; null: none",
+    ]
     error: D[str, "set instead of the rest when the host failed: why"]
 
 

@@ -141,12 +141,28 @@ def test_package_bisect_from_wheels_on_the_host_then_clean(zsh_host, tmp_path: P
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["cost"]["environments_built"] == 0
 
+    # Two profile traces, as `probe --profile --host` leaves them on the host (results its run records
+    # name, in ~/.regdiag/traces): clean counts them and leaves them.
+    traces = home / ".regdiag" / "traces"
+    traces.mkdir(parents=True)
+    for name in ("run-a.json.profile-0.json.gz", "run-b.json.profile-0.json.gz"):
+        (traces / name).write_bytes(os.urandom(3000))
+    _chown_tree(home / ".regdiag", zsh_host["user"])
     r = run_cli("clean", "--host", "regdiag-test", "--python", PY, "--ssh-config", zsh_host["cfg"])
     assert r.returncode == 0, r.stderr
     assert f"removed {home}/.cache/regdiag" in r.stdout
+    assert "regdiag-test: kept ~/.regdiag/traces: 2 profile trace(s)" in r.stdout, r.stdout
     assert not (home / ".cache" / "regdiag").exists()
+    assert len(list(traces.iterdir())) == 2
+    r = run_cli("clean", "--host", "regdiag-test", "--ssh-config", zsh_host["cfg"], "--json")
+    assert r.returncode == 0, r.stderr
+    [again] = json.loads(r.stdout)["hosts"]
+    assert (
+        again["existed"] is False and again["traces_kept"]["files"] == 2 and again["traces_kept"]["kib"] >= 6
+    )
+    shutil.rmtree(traces)
     r = run_cli("clean", "--host", "regdiag-test", "--ssh-config", zsh_host["cfg"])
-    assert r.returncode == 0 and "nothing to remove" in r.stdout
+    assert r.returncode == 0 and "nothing to remove" in r.stdout and "kept" not in r.stdout
 
 
 def test_commit_bisect_of_a_checkout_on_the_host(zsh_host, tmp_path: Path) -> None:

@@ -272,8 +272,8 @@ def test_clean_speaks_every_format(cli, tmp_path: Path) -> None:
     r = cli("clean", "--format", "csv", env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
-        "host,path,existed,kib,pruned,orphan_traces,error",
-        f"local,{home / 'envs'},True,,,,",
+        "host,path,existed,kib,pruned,orphan_traces,traces_kept,error",
+        f"local,{home / 'envs'},True,,,,,",
     ]
     assert not (home / "envs").exists()
     r = cli("clean", env=env)

@@ -73,8 +73,8 @@ def test_clean_removes_a_trace_whose_record_is_gone_and_says_so(capsys) -> None:
     assert json.loads(out)["hosts"][0]["orphan_traces"] == []
     trace_path(gone, 0).write_bytes(b"z")
     _, out = _cli(capsys, "clean", "--format", "csv")
-    assert out.splitlines()[0] == "host,path,existed,kib,pruned,orphan_traces,error"
-    assert out.splitlines()[1].endswith(f",{trace_path(gone, 0)},")
+    assert out.splitlines()[0] == "host,path,existed,kib,pruned,orphan_traces,traces_kept,error"
+    assert out.splitlines()[1].endswith(f",{trace_path(gone, 0)},,")
 
 
 def test_a_run_that_leaves_no_record_leaves_no_trace() -> None:

@@ -5,8 +5,10 @@ layered on H's interpreter (`python -m venv --without-pip --system-site-packages
 uv is on H's PATH), the differing packages pinned and installed `--no-deps` from an index or a
 `--find-links` directory *on H*; a `git worktree add --detach` of H's checkout (--repo, a path on H)
 with `--setup` run there. Everything lives under H's cache directory,
-`$XDG_CACHE_HOME/regdiag` or `~/.cache/regdiag` (`envs/<key>/`), the only place regdiag writes to on H
-besides the private temporary directory of each connection; `regdiag clean --host H` removes it.
+`$XDG_CACHE_HOME/regdiag` or `~/.cache/regdiag` (`envs/<key>/`); `regdiag clean --host H` removes it.
+regdiag writes to two other places on H: the private temporary directory of each connection, and
+~/.regdiag/traces, where `probe --profile` keeps a run's trace (a result, which `clean` counts and
+leaves).
 
 Every command is an argv of our own tokens (the Host interface joins them with shlex); the user's
 --setup travels as an uploaded file run by `/bin/sh`, never inside a quoted string. An environment
@@ -60,9 +62,28 @@ def remote_cache_dir(host: Host, timeout: float = 60.0) -> str:
     return lines[-1]
 
 
+# The profile traces `probe --profile` kept on the host (regdiag.measure.probe.trace_args): how many
+# files and KiB, or nothing when there is no such directory.
+TRACES_DIR = "~/.regdiag/traces"
+TRACES_SCRIPT = (
+    'd="$HOME/.regdiag/traces"; [ -d "$d" ] || exit 0; '
+    'printf "%s %s\\n" "$(ls -A "$d" | wc -l)" "$(du -sk "$d" | cut -f1)"'
+)
+
+
+def traces_kept(host: Host) -> dict[str, object] | None:
+    """The profile traces on `host` (results, not cache: their run records here name them, so `clean`
+    leaves them): {"path", "files", "kib"}, or None when there are none."""
+    res = command(host, ["/bin/sh", "-c", TRACES_SCRIPT], timeout=60)
+    words = res.stdout.decode("utf-8", "replace").split()
+    if not res.ok or len(words) != 2 or not all(w.isdigit() for w in words) or words[0] == "0":
+        return None
+    return {"path": TRACES_DIR, "files": int(words[0]), "kib": int(words[1])}
+
+
 def clean_remote(host: Host) -> dict[str, object]:
     """Remove regdiag's cache directory on `host` (environments and worktrees) and prune the worktrees
-    it registered in the checkouts it used. Returns what was removed."""
+    it registered in the checkouts it used. Returns what was removed, and the profile traces kept."""
     root = remote_cache_dir(host)
     repos: list[str] = []
     res = command(host, ["/bin/sh", "-c", 'cat "$1"/envs/*/repo 2>/dev/null || true', "regdiag-clean", root])
@@ -82,6 +103,7 @@ def clean_remote(host: Host) -> dict[str, object]:
         "existed": existed,
         "kib": int(kib[0]) if kib and kib[0].isdigit() else None,
         "pruned": repos,
+        "traces_kept": traces_kept(host),
     }
 
 

@@ -19,9 +19,9 @@ from regdiag.errors import error_line
 
 HELP = (
     "Remove the environments `regdiag bisect` built (venvs, git worktrees) and their cache.\n\n"
-    "With --host H: regdiag's cache directory on H (${XDG_CACHE_HOME:-~/.cache}/regdiag), the only place "
-    "regdiag writes to on a host besides each connection's private temporary directory; the worktrees it "
-    "registered in H's checkouts are pruned. Without --host: $REGDIAG_HOME/envs on this machine (run "
+    "With --host H: regdiag's cache directory on H (${XDG_CACHE_HOME:-~/.cache}/regdiag), and the worktrees "
+    "it registered in H's checkouts are pruned. The profile traces `probe --profile` kept on H "
+    "(~/.regdiag/traces) are results, not cache: they are counted and left. Without --host: $REGDIAG_HOME/envs on this machine (run "
     "`git worktree prune` in the engine checkout afterwards); an environment a running bisect uses is "
     "kept and named; and the profile traces in $REGDIAG_HOME/runs whose run record is gone "
     "(`probe spec-decode --profile` keeps one beside its record), each named. Exit 0, or 4 when a host "

@@ -14,7 +14,7 @@ from regdiag.report.jsonout import render as json_render
 from regdiag.report.registry import Out
 
 CHECK_COLUMNS = ("host", "address", "python_version", "executable", "round_trip_s", "error")
-CLEAN_COLUMNS = ("host", "path", "existed", "kib", "pruned", "orphan_traces", "error")
+CLEAN_COLUMNS = ("host", "path", "existed", "kib", "pruned", "orphan_traces", "traces_kept", "error")
 
 
 def _csv(columns: tuple[str, ...], rows: list[dict[str, Any]], out: Out) -> None:
@@ -72,6 +72,12 @@ def clean_terminal(results: list[dict[str, Any]], out: Out) -> None:
         for trace in r.get("orphan_traces") or []:
             line = f"{r['host']}: removed {trace} (a profile trace whose run record is gone)"
             out.console.print(line, highlight=False, soft_wrap=True, markup=False)
+        if kept := r.get("traces_kept"):
+            line = (
+                f"{r['host']}: kept {kept['path']}: {kept['files']} profile trace(s), {kept['kib'] / 1024:.1f} MiB "
+                "(`probe --profile` results, named by their run records; remove them by hand)"
+            )
+            out.console.print(line, highlight=False, soft_wrap=True, markup=False)
 
 
 def clean_json(results: list[dict[str, Any]], out: Out) -> None:
@@ -79,7 +85,10 @@ def clean_json(results: list[dict[str, Any]], out: Out) -> None:
 
 
 def clean_csv(results: list[dict[str, Any]], out: Out) -> None:
-    _csv(CLEAN_COLUMNS, results, out)
+    def cell(kept: dict[str, Any] | None) -> str | None:
+        return f"{kept['files']} files, {kept['kib']} KiB in {kept['path']}" if kept else None
+
+    _csv(CLEAN_COLUMNS, [{**r, "traces_kept": cell(r.get("traces_kept"))} for r in results], out)
 
 
 # demo: what run_demo returned (regdiag.demo).
