@@ -91,7 +91,7 @@ The options that several commands share mean one thing everywhere:
 | `-R`, `--requests N` | measured requests per launch | probe server, probe engine |
 | `-C` | `--concurrency`, the requests in flight (probe spec-decode's `-C` for `--cycles` still works until the next release, with a one-line note: its short option is `-n` now) | probe server |
 | `-n`, `--cycles N` | measured cycles per launch | probe spec-decode |
-| `--host H` | run there over SSH (`[user@]host[:port]` or an SSH config alias; default `REGDIAG_HOST`, then config.toml). Repeatable where a command runs on several hosts at once (snapshot, probe spec-decode / collectives, clean); elsewhere one host, and a second `--host` is refused in one line (ab, bisect, probe server, probe engine) | as listed |
+| `--host H` | run there over SSH (`[user@]host[:port]` or an SSH config alias; default `REGDIAG_HOST`, then config.toml). Repeatable where a command runs on several hosts at once: each its own run (snapshot, probe spec-decode / collectives, clean), or one run with each host a node of its pairs or a lane of its rounds (ab, bisect; docs/fleet.md); elsewhere one host, and a second `--host` is refused in one line (probe server, probe engine) | as listed |
 | `--python PATH` | the interpreter on the target host (default `REGDIAG_PYTHON`, then config.toml) | every command with `--host`, check-host |
 | `--preset NAME` | a named set that regdiag ships: model shapes (probe spec-decode, and explain's roofline) or an engine's phase targets (probe engine). explain's `--model` still works until the next release, with a one-line note | probe spec-decode, explain, probe engine |
 | `--model NAME` | the served model's name for the OpenAI APIs, as the engines' own benchmarks use it | probe server |

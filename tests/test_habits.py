@@ -212,7 +212,6 @@ def test_a_second_host_is_refused_where_one_is_measured(cli) -> None:
     for argv, what in (
         (["probe", "server", "--url", "http://127.0.0.1:9"], "probe server"),
         (["probe", "engine", "--launch-cmd", "true"], "probe engine"),
-        (["ab", "--a", "A=1", "--b", "A=2", "--command", "true"], "an A/B run"),
     ):
         r = cli(*argv, "--host", "nosuchhost-a", "--host", "gpu-box")
         assert r.returncode == 2, (what, r.stderr)
@@ -220,11 +219,12 @@ def test_a_second_host_is_refused_where_one_is_measured(cli) -> None:
             r.stderr
             == f"regdiag: error: {what} runs on one host: give one --host (got nosuchhost-a, gpu-box)\n"
         )
-    # bisect takes several (each host a lane): it connects to all, and names each one it cannot reach
-    r = cli("bisect", "--good", "A=1", "--bad", "A=2", "--command", "true", "--host", "nosuchhost-a",
-            "--host", "nosuchhost-b")  # fmt: skip
-    assert r.returncode == 4 and len(r.stderr.splitlines()) == 1, r.stderr
-    assert "nosuchhost-a: cannot resolve" in r.stderr and "nosuchhost-b: cannot resolve" in r.stderr
+    # bisect and ab take several (each host a lane, or a node of the pairs): they connect to all, and
+    # name each one they cannot reach
+    for argv in (["bisect", "--good", "A=1", "--bad", "A=2"], ["ab", "--a", "A=1", "--b", "A=2"]):
+        r = cli(*argv, "--command", "true", "--host", "nosuchhost-a", "--host", "nosuchhost-b")
+        assert r.returncode == 4 and len(r.stderr.splitlines()) == 1, (argv, r.stderr)
+        assert "nosuchhost-a: cannot resolve" in r.stderr and "nosuchhost-b: cannot resolve" in r.stderr
 
 
 @pytest.mark.launch

@@ -102,3 +102,35 @@ def test_probe_on_three_hosts_one_refusing(sshd: Sshd, tmp_path: Path) -> None: 
     assert at < table, r.stdout
     assert "node-a" in lines[at] and "node-b" in lines[at]
     assert any("pcie_width" in ln for ln in lines[at:table])
+
+
+def test_ab_over_two_hosts_pairs_each_launch_on_one_host(sshd: Sshd, tmp_path: Path) -> None:  # noqa: F811
+    # The pairs are spread over the hosts as over a Slurm allocation's nodes: pair p on host p mod 2,
+    # both halves of a pair on one host, and the verdict paired within each.
+    cfg = sshd.write_config(
+        tmp_path / "config", _alias(sshd, "node-a", sshd.port) + _alias(sshd, "node-b", sshd.port)
+    )
+    prefix = tmp_path / "ab"
+    r = run_cli(
+        "ab", "--a", "NCCL_ALGO=Ring", "--b", "NCCL_ALGO=Tree REGDIAG_PROBE_SLOW=verify:20", "--launches", "6",
+        "--margin", "25%", "--no-snapshot", "-o", str(prefix), "--json", "--host", "node-a", "--host", "node-b",
+        "--python", sys.executable, "--ssh-config", str(cfg), "--probe", "spec-decode", "--",
+        "--preset", "tiny", "--cycles", "12",
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr  # REGRESSED: compare's exit code
+    out = json.loads(r.stdout)
+    verify = next(m for m in out["metrics"] if m["name"] == "verify")
+    assert verify["verdict"] == "REGRESSED" and verify["estimate"]["method"] == "paired"
+    a, b = (json.loads(Path(f"{prefix}-{s}.json").read_text()) for s in "ab")
+    assert a["design"]["nodes"] == {"node-a": [0, 2, 4], "node-b": [1, 3, 5]}
+    assert set(a["node_snapshots"]) == {"node-a", "node-b"}  # each host's own, checked before the pairs
+    for rec in (a, b):
+        assert rec["host"]["via"] == "ssh"
+        assert {la["pair"]: la["node"] for la in rec["launches"]} == {
+            p: ("node-a", "node-b")[p % 2] for p in range(6)
+        }
+    assert [n["node"] for n in out["fleet"]["nodes"]] == ["node-a", "node-b"]
+    assert all(n["ratio"] > 2 for n in out["fleet"]["nodes"]), out["fleet"]["nodes"]
+    assert any("needs at least 3" in n for n in out["fleet"]["notes"]), out["fleet"]["notes"]
+    # the progress names each launch's host
+    assert "on node-a" in r.stderr and "on node-b" in r.stderr, r.stderr

@@ -45,12 +45,14 @@ HELP = (
     "Writes one run record per side to $REGDIAG_HOME/runs/ (and with -o PREFIX a copy of each to "
     "PREFIX-a.json and PREFIX-b.json), each launch as it finishes; `regdiag compare A.json B.json` re-reads "
     "them.\n\n"
+    "Several --host (or --slurm N): the pairs are spread over the hosts, pair k on host k mod H, both "
+    "halves of a pair on one host, and the verdict is paired within each host (docs/fleet.md).\n\n"
     "Exit status: like compare (0 unchanged or improved, 1 regressed, 3 inconclusive), 2 bad input, "
     "5 a launch failed (the launches before it are kept)."
 )
 
 
-@target_options(one="an A/B run", kinds=("slurm",))
+@target_options(kinds=("slurm",))
 def ab(
     ctx: typer.Context,
     a: str = typer.Option(..., "--a", help="Side A (the reference): a spec, a snapshot or run file."),
