@@ -336,7 +336,7 @@ class Pairs:
             w.run["node_snapshots"] = snaps  # each node's own, taken on it before the design
         lanes = pair_plan(self.req.launches, len(nodes))
         jobs = [lambda n=n, lane=lane: self.lane(n, lane) for n, lane in zip(nodes, lanes, strict=True)]
-        failed = run_lanes(nodes, jobs, stop=self.host.close)
+        failed = run_lanes(nodes, jobs, stop=self.host.close, on_fail=self._node_failed)
         for w in self.writers.values():
             w.run["design"]["nodes"] = {
                 n.name: [p for p, _ in lane] for n, lane in zip(nodes, lanes, strict=True)
@@ -352,6 +352,11 @@ class Pairs:
         record_node_failures(self.writers, {**unfit, **failed})
         if len(failed) == len(nodes):
             raise ProbeError(f"every node failed: {'; '.join(f'{k}: {v}' for k, v in failed.items())}")
+
+    def _node_failed(self, name: str, why: str) -> None:
+        """Said as it happens; the allocation's end (every lane's) is said once, by the run."""
+        if self.host.ended is None:
+            self.emit({"event": "node_failed", "node": name, "why": why})
 
     def lane(self, node: Host, pairs: list[tuple[int, str]], alone: bool = False) -> None:
         """One node's pairs, back to back. Alone (the only node), a failed launch ends the run as in

@@ -188,6 +188,7 @@ def test_a_node_drained_mid_run_costs_only_its_pairs(cli, slurm, tmp_path):
     a, b = _records(prefix)
     assert "n2" in a["design"]["failed_nodes"] and "drain" in a["design"]["failed_nodes"]["n2"]
     assert any("node n2 failed" in w for w in a["warnings"])
+    assert "regdiag: warning: node n2 failed: " in err and "its pairs are left out" in err, err[-3000:]
     on_n1 = [la for la in b["launches"] if la["node"] == "n1"]
     assert len(on_n1) == 3  # n1 ran all of its pairs
     assert len([la for la in b["launches"] if la["node"] == "n2"]) < 3
@@ -331,6 +332,9 @@ def test_a_node_set_down_and_scancel_are_named_and_what_was_measured_is_reported
     assert re.fullmatch(r"the allocation was cancelled at launch \d+ \(scancel\)", result["ended"]), result
     assert "regdiag: warning: the allocation was cancelled at launch" in stderr
     assert "every node failed" not in stderr and "status 143" not in stderr
+    # n3's failure is said as it happens; the lanes the cancel ended are not each a failed node
+    assert "regdiag: warning: node n3 failed: n3 went DOWN" in stderr, stderr[-3000:]
+    assert not re.search(r"node n[12] failed", stderr), stderr[-3000:]
     a, b = _records(prefix)
     # The reason while Slurm still lists n3 as down (ReturnToService brings it back at once here).
     down = r"n3 went DOWN at launch \d+ \((regdiag-test-down|node failure: it left the allocation)\)"

@@ -209,6 +209,12 @@ def _printer() -> Any:
             say(f"launch {ev['order'] + 1}/{ev['of']}: {ev['side']} #{ev['index'] + 1}{on}")
         elif kind == "ended":
             err_console.print(f"regdiag: warning: {escape(ev['why'])}", soft_wrap=True, highlight=False)
+        elif kind == "node_failed":
+            err_console.print(
+                f"regdiag: warning: node {escape(ev['node'])} failed: {escape(ev['why'])}; its pairs are left out",
+                soft_wrap=True,
+                highlight=False,
+            )
         elif kind == "health" and not ev.get("fit"):
             say(f"node {ev['node']} left out: {ev['why']}")
 

@@ -62,11 +62,15 @@ class NodeFailed(Exception):
 
 
 def run_lanes(
-    nodes: Sequence[Host], lanes: Sequence[Callable[[], None]], stop: Callable[[], None]
+    nodes: Sequence[Host],
+    lanes: Sequence[Callable[[], None]],
+    stop: Callable[[], None],
+    on_fail: Callable[[str, str], None] | None = None,
 ) -> dict[str, str]:
     """Run each node's lane in its own thread; the failed nodes by name with why (a lane's exception,
-    in one line). A usage error or an interruption is raised here, after every lane has ended; `stop`
-    ends every lane's process at once (the host's close)."""
+    in one line), each also told to `on_fail(name, why)` as it fails, while the others run on. A usage
+    error or an interruption is raised here, after every lane has ended; `stop` ends every lane's
+    process at once (the host's close)."""
     failed: dict[str, str] = {}
     fatal: list[BaseException] = []
     lock = threading.Lock()
@@ -79,6 +83,8 @@ def run_lanes(
                 failed[node.name] = " ".join(str(e).split()) or type(e).__name__
                 if not _node_failure(e):
                     fatal.append(e)
+                elif on_fail is not None:
+                    on_fail(node.name, failed[node.name])
 
     threads = [
         threading.Thread(target=one, args=(n, lane), daemon=True)
