@@ -391,8 +391,6 @@ class Pairs:
             pos, self.order = self.order, self.order + 1
             self.at[node.name] = pos
         where = node.placement()
-        if node is not self.host and "node" not in where:  # one of several --host: named as a node
-            where = {"node": node.name, **where}
         self.emit({"event": "launch", "side": label, "index": pair, "order": pos, "of": self.total, **where})
 
         def keep(la: dict[str, Any]) -> None:

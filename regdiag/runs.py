@@ -32,6 +32,11 @@ def runs_dir() -> Path:
 _TRACE = re.compile(r"(.+)\.profile-\d+\.json\.gz")
 
 
+# Where a run on an SSH host keeps its profile trace, on that host (probe --profile; `clean --host`
+# counts what is there).
+HOST_TRACES = "~/.regdiag/traces"
+
+
 def trace_path(record: Path, index: int) -> Path:
     """Where launch `index` of the run recorded at `record` keeps its profile trace (probe --profile)."""
     return record.with_name(f"{record.name.removesuffix('.json')}.profile-{index}.json.gz")

@@ -44,6 +44,7 @@ from regdiag.bisect.failures import BuildFailed
 from regdiag.errors import BadInput, HostError
 from regdiag.hosts.base import CommandResult, Host
 from regdiag.measure.launch import command
+from regdiag.runs import HOST_TRACES
 
 # The cache directory on the host, found by the host's shell (no user data in this line).
 CACHE_DIR_SCRIPT = 'printf "%s\\n" "${XDG_CACHE_HOME:-$HOME/.cache}/regdiag"'
@@ -64,9 +65,8 @@ def remote_cache_dir(host: Host, timeout: float = 60.0) -> str:
 
 # The profile traces `probe --profile` kept on the host (regdiag.measure.probe.trace_args): how many
 # files and KiB, or nothing when there is no such directory.
-TRACES_DIR = "~/.regdiag/traces"
 TRACES_SCRIPT = (
-    'd="$HOME/.regdiag/traces"; [ -d "$d" ] || exit 0; '
+    f'd="{HOST_TRACES.replace("~", "$HOME", 1)}"; [ -d "$d" ] || exit 0; '
     'printf "%s %s\\n" "$(ls -A "$d" | wc -l)" "$(du -sk "$d" | cut -f1)"'
 )
 
@@ -78,7 +78,7 @@ def traces_kept(host: Host) -> dict[str, object] | None:
     words = res.stdout.decode("utf-8", "replace").split()
     if not res.ok or len(words) != 2 or not all(w.isdigit() for w in words) or words[0] == "0":
         return None
-    return {"path": TRACES_DIR, "files": int(words[0]), "kib": int(words[1])}
+    return {"path": HOST_TRACES, "files": int(words[0]), "kib": int(words[1])}
 
 
 def clean_remote(host: Host) -> dict[str, object]:

@@ -99,7 +99,7 @@ def _progress_printer(quiet: bool) -> tuple[Any, Any]:
         elif kind == "launch":
             on = f" on {ev['lane']}" if ev.get("lane") else ""
             state["label"] = f"{ev['label']} #{ev['index'] + 1}{on}"
-            state["launches"] = int(ev.get("started", int(ev.get("run", 0)) + 1))
+            state["launches"] = int(ev["started"])
             plain.step(f"{state['what']}: {state['label']} (launch {state['launches']})")
         elif kind == "skip":
             err_console.print(f"[yellow]SKIP[/] {e(ev['label'])}: {e(str(ev.get('reason')))}")

@@ -108,6 +108,8 @@ class Host(ABC):
     # regdiag's cache on disks of their own (a Slurm allocation on node-local storage, several SSH
     # hosts), or None where one build serves them all.
     builds_per_node: str | None = None
+    # One host of several (hosts/group.py sets it): a node of the run, named in each launch record.
+    in_group: bool = False
     # The end of the host under the run, once a failed launch found it (a Slurm allocation cancelled or
     # out of time: hosts/slurm_state.py), or None: what was measured before it is the result.
     ended: Exception | None = None
@@ -147,5 +149,6 @@ class Host(ABC):
         return None
 
     def placement(self) -> dict[str, Any]:
-        """What a launch record says about where it ran, beyond the run's host (Slurm: node, allocation)."""
-        return {}
+        """What a launch record says about where it ran, beyond the run's host (Slurm: node, allocation;
+        one of several --host: that host, as the node)."""
+        return {"node": self.name} if self.in_group else {}

@@ -31,6 +31,8 @@ class HostGroup(Host):
         if len(hosts) < 2:
             raise ValueError("a group of hosts needs two or more")
         self.hosts = list(hosts)
+        for h in self.hosts:
+            h.in_group = True
         self.first = self.hosts[0]
         self.name = "+".join(h.name for h in self.hosts)
         self.python = self.first.python

@@ -29,7 +29,7 @@ from regdiag.measure.probes import probe_table
 from regdiag.measure.session import Session, warn
 from regdiag.measure.stream import LaunchStream, adopt_header, env_for_record
 from regdiag.measure.warm import WarmInterpreter
-from regdiag.runs import RunWriter, new_run, trace_path
+from regdiag.runs import HOST_TRACES, RunWriter, new_run, trace_path
 from regdiag.snapshot.redact import redact_argv
 
 EventCallback = Callable[[str, dict[str, Any]], None]
@@ -196,7 +196,7 @@ def trace_args(args: Sequence[str], record: Path, index: int, host: Host) -> lis
     if index != 0 or not any(a == "--profile" or a.startswith("--profile=") for a in args):
         return []
     here = trace_path(record, index)
-    path = str(here) if host.builds_here else f"~/.regdiag/traces/{here.name}"
+    path = str(here) if host.builds_here else f"{HOST_TRACES}/{here.name}"
     return ["--profile-trace", path]
 
 
