@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from importlib.metadata import version
 from pathlib import Path
@@ -338,14 +339,26 @@ def test_a_pid_that_does_not_exist_is_one_line_exit_2(cli) -> None:
     os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"),
     reason="needs root, setpriv and a system python3 to run the snapshot as another user",
 )
-def test_another_users_process_is_one_line_exit_2(tmp_path, engines) -> None:
+def test_another_users_process_is_one_line_exit_2(tmp_path, engines, request) -> None:
     write_sitecustomize(tmp_path / "sc", "")
     target = engines(tmp_path / "sc")  # runs as root
-    home = tmp_path / "home"
+    # The other user must be able to read the code it runs and reach its home. The checkout need not be
+    # readable by it (a root user's clone under a mode-700 home, pytest's private temp directory), so
+    # both go into a directory of their own under /tmp, open to every user, removed afterwards.
+    shared = Path(tempfile.mkdtemp(prefix="regdiag-other-user-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    os.chmod(shared, 0o755)
+    root = shared / "code"
+    src = Path(__file__).resolve().parent.parent
+    shutil.copytree(src / "regdiag", root / "regdiag", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(src / "probes", root / "probes", ignore=shutil.ignore_patterns("__pycache__"))
+    for d, _dirs, files in os.walk(root):
+        os.chmod(d, 0o755)
+        for f in files:
+            os.chmod(os.path.join(d, f), 0o644)
+    home = shared / "home"
     home.mkdir()
     os.chmod(home, 0o777)
-    os.chmod(tmp_path, 0o755)
-    root = Path(__file__).resolve().parent.parent
     r = subprocess.run(
         [
             "setpriv",
