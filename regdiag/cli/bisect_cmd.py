@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from regdiag.cli.common import (
-    AllowCodeOpt,
     AllowUnloadedOpt,
+    BisectAllowCodeOpt,
     FindLinksOpt,
     IgnoreOpt,
     IndexUrlOpt,
@@ -189,7 +189,7 @@ def bisect(
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue the bisect recorded in --journal."),
     allow_unloaded: bool = AllowUnloadedOpt,
-    allow_code_from_record: bool = AllowCodeOpt,
+    allow_code_from_record: bool = BisectAllowCodeOpt,
     cold: bool = typer.Option(
         False,
         "--cold",
