@@ -16,6 +16,11 @@ ignored: a default that silently does not apply sends a measurement to the wrong
 read like snapshot.key: a regular file (a FIFO or a link to /dev/zero is refused, never waited on or
 read without end) of at most 64 KiB.
 
+A config.toml that another user may have written (owned by another user than this one or root, or
+writable by its group or by anyone: a team home of mode 2770) chooses no code for the user running
+regdiag: its `python` (of [defaults] and of every host) and `shared_home` are ignored, said in one
+warning line naming the file and why (load_checked). Its `host` still applies: where to run, not what.
+
 Only the standard library: tomllib where Python has it (3.11+), else a reader of the small part of
 TOML this file needs (tables, `key = "string"`), tested against tomllib."""
 
@@ -28,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from regdiag.errors import BadInput
-from regdiag.files import regdiag_home
+from regdiag.files import not_own_file, regdiag_home
 
 ENV = {"host": "REGDIAG_HOST", "python": "REGDIAG_PYTHON"}
 DEFAULT_KEYS = ("host", "python")
@@ -84,12 +89,19 @@ def parse_small_toml(text: str) -> dict[str, Any]:
 
 
 def load(path: Path | None = None) -> dict[str, Any]:
-    """The config file, checked; {} when there is none."""
+    """The config file, checked, without what it may not choose (load_checked); {} when there is none."""
+    return load_checked(path)[0]
+
+
+def load_checked(path: Path | None = None) -> tuple[dict[str, Any], str | None]:
+    """The config file, checked ({} when there is none), and the warning line when it is one another
+    user may have written: its keys that choose code or accept the home (CODE_KEYS) are then left out."""
     p = path or config_path()
     try:
-        text = read_small(p, MAX_BYTES).decode("utf-8")
+        raw, st = read_small(p, MAX_BYTES)
+        text = raw.decode("utf-8")
     except FileNotFoundError:
-        return {}
+        return {}, None
     except (OSError, UnicodeDecodeError) as e:
         raise BadInput(f"{p}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     try:
@@ -97,15 +109,40 @@ def load(path: Path | None = None) -> dict[str, Any]:
     except ValueError as e:  # tomllib.TOMLDecodeError is a ValueError
         raise BadInput(f"{p}: not valid TOML: {e}") from None
     _check(data, p)
-    return data
+    why = not_own_file(st)
+    return (data, None) if why is None else _without_code(data, p, why)
 
 
-def read_small(p: Path, cap: int) -> bytes:
-    """The bytes of a regular file of at most `cap` bytes; BadInput in one line for a FIFO, a device, a
-    directory or a longer file (opened O_NONBLOCK: a FIFO is refused, never waited on)."""
+# What a config.toml another user may write cannot set for this user: the interpreter regdiag runs
+# (--python's default, of [defaults] and of each host) and the acceptance of a group-writable home.
+CODE_KEYS = ("python", "shared_home")
+
+
+def _without_code(data: dict[str, Any], p: Path, why: str) -> tuple[dict[str, Any], str | None]:
+    left = []
+    out: dict[str, Any] = {}
+    for top, table in data.items():
+        sections = {"": table} if top == "defaults" else table
+        kept: dict[str, Any] = {}
+        for name, section in sections.items():
+            left += [f"[{top}{'.' + name if name else ''}] {k}" for k in section if k in CODE_KEYS]
+            kept[name] = {k: v for k, v in section.items() if k not in CODE_KEYS}
+        out[top] = kept[""] if top == "defaults" else kept
+    if not left:
+        return out, None
+    return out, (
+        f"regdiag: warning: {p}: {why}; its {', '.join(left)} ignored: a file another user may write "
+        "chooses no code for this user and does not make REGDIAG_HOME acceptable"
+    )
+
+
+def read_small(p: Path, cap: int) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file of at most `cap` bytes, and its stat; BadInput in one line for a FIFO, a
+    device, a directory or a longer file (opened O_NONBLOCK: a FIFO is refused, never waited on)."""
     fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise BadInput(f"{p}: not a regular file (a FIFO, a device or a directory); remove it")
         chunks, n = [], 0
         while n <= cap:
@@ -116,7 +153,7 @@ def read_small(p: Path, cap: int) -> bytes:
             n += len(chunk)
         if n > cap:
             raise BadInput(f"{p}: larger than {cap // 1024} KiB; a config file is a few lines")
-        return b"".join(chunks)
+        return b"".join(chunks), st
     finally:
         os.close(fd)
 

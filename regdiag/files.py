@@ -72,6 +72,17 @@ def _check_home_dir(fd: int, path: str, home_gid: int | None) -> None:
         raise RecordError(f"{path}: writable by {who} (mode {stat.S_IMODE(st.st_mode):o}); {hint}")
 
 
+def not_own_file(st: os.stat_result) -> str | None:
+    """Why a file (a journal, config.toml) may hold what another user wrote, or None when it is this
+    user's own (or root's) and writable by no one else."""
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"owned by another user (uid {st.st_uid})"
+    if st.st_mode & 0o022:
+        who = "anyone" if st.st_mode & 0o002 else "its group"
+        return f"writable by {who} (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
 def _open_child(dfd: int, name: str, path: str, make: bool) -> int:
     """`name` in the directory `dfd`, made (0700; 0770 in a shared home) when missing and `make`, opened
     without following a link."""

@@ -524,12 +524,17 @@ def save_record(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
     atomic_write_text(path, dumps_record(record))
 
 
+def json_line(obj: dict[str, Any]) -> str:
+    """`obj` as append_jsonl writes it: strict JSON (NaN and infinities as null), one line."""
+    try:
+        return json.dumps(obj, sort_keys=False, allow_nan=False, default=_json_default)
+    except ValueError:
+        return json.dumps(finite(obj), sort_keys=False, allow_nan=False, default=_json_default)
+
+
 def append_jsonl(path: str | os.PathLike[str], obj: dict[str, Any]) -> None:
     """Append one JSON line and fsync: an append-only journal survives kill -9 up to its last line."""
-    try:
-        line = json.dumps(obj, sort_keys=False, allow_nan=False, default=_json_default)
-    except ValueError:
-        line = json.dumps(finite(obj), sort_keys=False, allow_nan=False, default=_json_default)
+    line = json_line(obj)
     # 0600 whatever the umask: journals hold environment data, like records.
     fd = open_appending(path)
     try:

@@ -118,6 +118,12 @@ python = "/root/ml-env/bin/python3"
 A file that is not valid TOML, an unknown table or key is refused in one line (exit 2); commands with
 neither `--host` nor `--python` never read it. regdiag/config.py has the rules.
 
+A config.toml that another user owns, or that its group or anyone may write (a team home's, mode 2770),
+chooses no code for the user running regdiag: its `python` (of `[defaults]` and of every host) and
+`shared_home` are ignored, said in one line, `regdiag: warning: /team/config.toml: writable by its group
+(mode 664); its [defaults] python ignored: ...`; the command goes on with its own defaults (a team home
+then needs `--shared-home` or `REGDIAG_SHARED_HOME=1`, else exit 2). Its `host` still applies.
+
 ## Shell completion
 
 `regdiag --install-completion` adds completion of commands, options and choices to the shell it runs in

@@ -140,8 +140,7 @@ def load_side(arg: str, what: str, allow_code: bool = False) -> Spec:
     A side read from a file that would set a variable loading code into every launch (loads_code) is
     refused in one line, naming the variables, unless `allow_code` (--allow-code-from-record)."""
     p = Path(arg)
-    looks_like_file = p.suffix == ".json" or (p.exists() and p.is_file())
-    if not looks_like_file:
+    if not _looks_like_file(p):
         return parse_spec(arg, what)
     try:
         rec = load_record(p, (SNAPSHOT, RUN))
@@ -149,15 +148,32 @@ def load_side(arg: str, what: str, allow_code: bool = False) -> Spec:
         raise BadInput(f"{what}: {e}") from None
     spec = _side_of_record(rec, p, what)
     _check_env(spec, f"{what} {p}")
+    refuse_code(spec, f"{what} {p}", allow_code)
+    return spec
+
+
+def _looks_like_file(p: Path) -> bool:
+    return p.suffix == ".json" or (p.exists() and p.is_file())
+
+
+def check_recorded_side(arg: str, where: str, allow_code: bool = False) -> None:
+    """A side that a record holds as text (a journal's --good / --bad): a spec read from a file is held
+    to the rule of records (refuse_code); a file it names is checked when it is read (load_side)."""
+    if not _looks_like_file(Path(arg)):
+        refuse_code(parse_spec(arg, where), where, allow_code)
+
+
+def refuse_code(spec: Spec, where: str, allow_code: bool) -> None:
+    """BadInput in one line naming the variables a side read from a record would set in every launch
+    that are not settings (code_from_record), unless `allow_code` (--allow-code-from-record)."""
     names = code_from_record(spec)
     if names and not allow_code:
         raise BadInput(
-            f"{what} {p}: the record sets {_shown(names)} for every launch, which are not known settings "
+            f"{where}: the record sets {_shown(names)} for every launch, which are not known settings "
             "(a variable outside the NCCL_, CUDA_, TORCH_, VLLM_, ... families, or one naming a path, a "
             "plugin or a command); a record does not choose code to run: pass --allow-code-from-record "
             "if you trust it"
         )
-    return spec
 
 
 def _shown(names: list[str]) -> str:

@@ -7,9 +7,17 @@ first n launches of this point", and the journal has them), so it takes the same
 same answer and measures no launch twice. Decisions recomputed on resume are checked against the
 journaled ones rather than written again.
 
+A journal is a record: a file someone else may have written. `--resume` refuses one owned by another
+user or writable by others (check_writer), and takes the options that choose code (CODE_INPUTS: the
+command, setup, interpreter, checkout, package sources, probe options) and the sides' variables from
+it only when its start line's start_hash verifies under this home's key, i.e. this user's regdiag wrote
+it (unverified); otherwise they are given again, or the sides held to the rule of records
+(regdiag.bisect.factors), unless --allow-code-from-record.
+
 Lines (all carry "type"):
   start     schema "regdiag.journal/1", the inputs and their hash, the sides as given (--good, --bad,
-            --ignore, --only: what `--resume --journal J` alone reads); the first line
+            --ignore, --only: what `--resume --journal J` alone reads), and start_hash: a keyed hash
+            (this home's snapshot.key) of the whole line; the first line
   env       one point's environment: built (key, seconds, cached) or skip (reason)
   launch    one launch of one point: index, status, medians per metric (ms), cycles, seconds
   decision  one classification: seq, what, verdict, theta with its CI, launches used
@@ -21,6 +29,7 @@ Lines (all carry "type"):
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
 import os
@@ -31,20 +40,27 @@ from typing import Any
 
 from regdiag.bisect.measure import Launch
 from regdiag.errors import BadInput
-from regdiag.files import open_appending
+from regdiag.files import not_own_file, open_appending
 from regdiag.records import (
     JOURNAL,
     FileLock,
     RecordError,
     append_jsonl,
     check_schema,
+    json_line,
     read_jsonl_numbered,
     schema_id,
 )
 from regdiag.runs import now_iso, regdiag_home
-from regdiag.snapshot.redact import redact_spec, redact_tree, redact_value
+from regdiag.snapshot.keyedhash import signature
+from regdiag.snapshot.redact import default_key, redact_spec, redact_tree, redact_value
 
 SCHEMA = schema_id(JOURNAL)
+START_HASH = "start_hash"
+# The inputs (Request.inputs) that choose code a resume runs: what runs, in what interpreter, from which
+# checkout and package sources; the probe's options (an engine's --launch-cmd). Taken from a journal only
+# when it is this user's own (unverified is None) or with --allow-code-from-record.
+CODE_INPUTS = ("command", "setup", "python", "repo", "find_links", "index_url", "probe_args")
 
 
 def inputs_hash(inputs: Mapping[str, Any]) -> str:
@@ -149,9 +165,59 @@ def _checked(ev: dict[str, Any], metric: object = None) -> dict[str, Any]:
     return ev
 
 
-def read_start(path: Path) -> dict[str, Any]:
+def start_hash(line: Mapping[str, Any], key: bytes) -> str:
+    """The keyed hash of a start line as read back (every field but start_hash itself)."""
+    body = {k: v for k, v in line.items() if k != START_HASH}
+    return signature(key, "bisect journal start line", json.dumps(body, sort_keys=True).encode("utf-8"))
+
+
+def _start_line(inputs: Mapping[str, Any], digest: str, sides: Mapping[str, Any]) -> dict[str, Any]:
+    line = {
+        "type": "start",
+        "schema": SCHEMA,
+        "created": now_iso(),
+        "inputs": _recorded_inputs(inputs),
+        "inputs_hash": digest,
+        "sides": _recorded_sides(sides),  # what `--resume --journal J` alone reads
+    }
+    key = default_key()
+    if key is not None:  # hashed as it will be read back: the JSON that append_jsonl writes
+        line[START_HASH] = start_hash(json.loads(json_line(line)), key)
+    return line
+
+
+def unverified(head: Mapping[str, Any]) -> str | None:
+    """Why a start line is not known to be one this user's regdiag wrote, or None when its start_hash
+    verifies under this home's key."""
+    got = head.get(START_HASH)
+    if not isinstance(got, str):
+        return "its start line has no start_hash (a journal written before it was kept, or elsewhere)"
+    key = default_key()
+    if key is None or not hmac.compare_digest(got, start_hash(head, key)):
+        return "its start line does not match its start_hash (edited, or written under another REGDIAG_HOME)"
+    return None
+
+
+def check_writer(path: Path, allow_code: bool) -> None:
+    """A journal owned by another user, or writable by others, is refused for --resume in one line
+    unless `allow_code` (--allow-code-from-record): what it says would run, and be believed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # a missing or unreadable journal is said by its reader
+    why = not_own_file(st)
+    if why and not allow_code:
+        raise BadInput(
+            f"{path}: {why}; a journal chooses what a resume runs (its command, setup, python and "
+            "sides) and what it concludes: pass --allow-code-from-record if you trust it"
+        )
+
+
+def read_start(path: Path, allow_code: bool = False) -> dict[str, Any]:
     """The start line of the journal at `path` (for `--resume --journal J` alone: its "inputs" and
-    "sides" are the options to continue with); BadInput in one line when there is none."""
+    "sides" are the options to continue with); BadInput in one line when there is none, or when another
+    user may have written the file (check_writer)."""
+    check_writer(Path(path), allow_code)
     try:
         numbered = read_jsonl_numbered(Path(path))
     except RecordError as e:
@@ -164,9 +230,16 @@ def read_start(path: Path) -> dict[str, Any]:
 
 class Journal:
     def __init__(
-        self, path: Path, inputs: Mapping[str, Any], resume: bool, sides: Mapping[str, Any] | None = None
+        self,
+        path: Path,
+        inputs: Mapping[str, Any],
+        resume: bool,
+        sides: Mapping[str, Any] | None = None,
+        allow_code: bool = False,  # --allow-code-from-record: resume a journal another user may have written
     ) -> None:
         self.path = Path(path)
+        if resume:
+            check_writer(self.path, allow_code)
         self._sides = dict(sides or {})
         self.later: dict[str, dict[int, Launch]] = {}  # launches after a gap in a point's indexes
         self.faults: list[dict[str, Any]] = []  # launches lost to their lane
@@ -232,17 +305,8 @@ class Journal:
                     ) from None
             _drop_torn_tail(self.path)
         else:
-            append_jsonl(  # makes a missing directory only inside REGDIAG_HOME (records.check_output_path)
-                self.path,
-                {
-                    "type": "start",
-                    "schema": SCHEMA,
-                    "created": now_iso(),
-                    "inputs": _recorded_inputs(inputs),
-                    "inputs_hash": digest,
-                    "sides": _recorded_sides(self._sides),  # what `--resume --journal J` alone reads
-                },
-            )
+            # makes a missing directory only inside REGDIAG_HOME (records.check_output_path)
+            append_jsonl(self.path, _start_line(inputs, digest, self._sides))
         self.old_decisions = len(self.decisions)
         self._seq = 0
 

@@ -288,7 +288,7 @@ def run_bisect(
         notes.append(fewer)
     where = host or LocalHost(req.python)
     lanes = lanes_for(req, where, remote)  # before the journal: --lanes gpu without a GPU leaves none
-    journal = Journal(path, inputs, req.resume, req.sides())
+    journal = Journal(path, inputs, req.resume, req.sides(), req.allow_code_from_record)
     try:
         if progress:
             progress(

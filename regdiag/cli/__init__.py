@@ -82,9 +82,12 @@ def _root(
     from regdiag import config
     from regdiag.files import check_home, set_shared_home
 
-    set_shared_home(
-        shared_home or (config.config_path().exists() and config.shared_home_wanted(config.load()))
-    )
+    data, warning = (
+        config.load_checked()
+    )  # another user's config.toml neither accepts the home nor picks code
+    if warning:
+        sys.stderr.write(warning + "\n")
+    set_shared_home(shared_home or config.shared_home_wanted(data))
     check_home()
 
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from regdiag.cli.common import (
-    AllowCodeOpt,
     AllowUnloadedOpt,
+    BisectAllowCodeOpt,
     FindLinksOpt,
     IgnoreOpt,
     IndexUrlOpt,
@@ -189,7 +189,7 @@ def bisect(
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue the bisect recorded in --journal."),
     allow_unloaded: bool = AllowUnloadedOpt,
-    allow_code_from_record: bool = AllowCodeOpt,
+    allow_code_from_record: bool = BisectAllowCodeOpt,
     cold: bool = typer.Option(
         False,
         "--cold",
@@ -266,11 +266,13 @@ def _request(ctx: typer.Context, o: dict[str, Any]) -> tuple[Request, Target]:
 def _from_journal(ctx: typer.Context, o: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """--resume --journal J alone: the sides and every option the journal was started with, except
     those given again on this command line (or by REGDIAG_* variables); and its probe options."""
-    from regdiag.bisect.journal import read_start
+    from regdiag.bisect.journal import read_start, unverified
 
-    head = read_start(o["journal"])
+    allow = bool(o["allow_code_from_record"])
+    head = read_start(o["journal"], allow)  # refused when another user may have written it
     sides, inputs = head.get("sides") or {}, head.get("inputs") or {}
     where = o["journal"]
+    why = None if allow else unverified(head)
     if not sides.get("good") or not sides.get("bad"):
         raise BadInput(
             f"{where}: the journal does not hold --good and --bad (an older one); give them with --resume"
@@ -287,13 +289,43 @@ def _from_journal(ctx: typer.Context, o: dict[str, Any]) -> tuple[dict[str, Any]
     out["bad"] = o["bad"] if o["bad"] is not None else sides["bad"]
     out["ignore"] = o["ignore"] or list(sides.get("ignore") or [])
     out["only"] = o["only"] or list(sides.get("only") or [])
-    for name in JOURNAL_OPTIONS:
-        source = ctx.get_parameter_source(name)
-        if name in inputs and (source is None or source.name == "DEFAULT"):
-            value = inputs[name]
-            out[name] = str(value) if name == "margin" else value
+    taken = [n for n in JOURNAL_OPTIONS if n in inputs and _defaulted(ctx, n)]
+    extra = [] if ctx.args else [str(a) for a in inputs.get("probe_args") or []]  # after --: given again
+    if why:
+        taken_sides = {k: str(sides[k]) for k in ("good", "bad") if o[k] is None}
+        _refuse_code_from(where, why, inputs, [*taken, *(["probe_args"] if extra else [])], taken_sides)
+    for name in taken:
+        value = inputs[name]
+        out[name] = str(value) if name == "margin" else value
     out["target"] = _target_from_journal(ctx, o["target"], inputs, where)
-    return out, [str(a) for a in inputs.get("probe_args") or []]
+    return out, extra
+
+
+def _defaulted(ctx: typer.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is None or source.name == "DEFAULT"
+
+
+def _refuse_code_from(
+    where: Any, why: str, inputs: dict[str, Any], taken: list[str], sides: dict[str, str]
+) -> None:
+    """A journal not known to be this user's own (journal.unverified says `why`) chooses no code: the
+    options of CODE_INPUTS it would give are given again, and the sides it gives are held to the rule of
+    records (factors.check_recorded_side)."""
+    from regdiag.bisect.factors import check_recorded_side
+    from regdiag.bisect.journal import CODE_INPUTS
+
+    code = [n for n in CODE_INPUTS if n in taken and inputs.get(n) not in (None, "", [])]
+    if code:
+        named = ", ".join(
+            "the probe's options after --" if n == "probe_args" else "--" + n.replace("_", "-") for n in code
+        )
+        raise BadInput(
+            f"{where}: {why}; a journal does not choose code to run: give {named} again, or pass "
+            "--allow-code-from-record if you trust it"
+        )
+    for side, text in sides.items():
+        check_recorded_side(text, f"{where}: its --{side}")
 
 
 def _target_from_journal(ctx: typer.Context, given: Target, inputs: dict[str, Any], where: Any) -> Target:

@@ -366,13 +366,21 @@ AllowUnloadedOpt = typer.Option(
     "launch, a change there cannot show; exit 2 when no other factor is left; docs/bisect.md, "
     '"Does the measurement see the factor?").',
 )
-AllowCodeOpt = typer.Option(
-    False,
-    "--allow-code-from-record",
-    help="Let a snapshot or run record given as a side set variables that are not known settings "
+_ALLOW_CODE_HELP = (
+    "Let a snapshot or run record given as a side set variables that are not known settings "
     "(anything outside the NCCL_, CUDA_, TORCH_, VLLM_, SGLANG_, OMP_, ... families, a name holding a path "
     "or plugin, a value that is a path or a shell expansion: PYTHONPATH, LD_PRELOAD, OPENSSL_CONF, PS4, "
-    "...) to values this shell does not have; refused by default (exit 2, naming them).",
+    "...) to values this shell does not have; refused by default (exit 2, naming them)."
+)
+AllowCodeOpt = typer.Option(False, "--allow-code-from-record", help=_ALLOW_CODE_HELP)
+# bisect's: a journal is a record too (regdiag/bisect/journal.py)
+BisectAllowCodeOpt = typer.Option(
+    False,
+    "--allow-code-from-record",
+    help=_ALLOW_CODE_HELP
+    + " With --resume: also take the command, setup, python, repo, package sources, probe options and sides "
+    "from a journal this user's regdiag did not write (its start_hash does not verify), and resume one "
+    "that another user owns or others may write; each refused by default (exit 2).",
 )
 IgnoreOpt = typer.Option(
     None,

@@ -148,5 +148,12 @@ def keyed_hash(key: bytes, name: str, value: str) -> str:
     return PREFIX + mac.hexdigest()[:_DIGEST_CHARS]
 
 
+def signature(key: bytes, purpose: str, data: bytes) -> str:
+    """An HMAC-SHA256 of `data` under a key derived from the hash key for `purpose` alone: no value
+    hashed for a record (keyed_hash) can be made to match it."""
+    sub = hmac.new(key, b"regdiag signature\0" + purpose.encode(), hashlib.sha256).digest()
+    return hmac.new(sub, data, hashlib.sha256).hexdigest()
+
+
 def is_hashed(value: object) -> bool:
     return isinstance(value, str) and value.startswith(PREFIX)
