@@ -48,6 +48,7 @@ __all__ = [
     "Diff",
     "Factor",
     "Spec",
+    "checkout",
     "diff",
     "load_side",
     "parse_spec",
@@ -158,6 +159,24 @@ def load_side(arg: str, what: str, allow_code: bool = False) -> Spec:
             "if you trust it"
         )
     return spec
+
+
+def checkout(given: str | None, factors: Sequence[Factor], *sides: Spec) -> str | None:
+    """The engine checkout commits are built from: only the one the user names (--repo).
+
+    A record names the checkout it was taken in (its engine.path), but a record is a file anyone may
+    have written, and a worktree of that checkout is what every launch runs in (its files shadow the
+    measurement's imports, its scripts are what a --command or --setup runs). So when the commit is a
+    factor and only a record names the checkout, it is refused in one line naming the path to pass."""
+    if given or not any(f.kind == COMMIT for f in factors):
+        return given
+    for s in sides:
+        if s.repo:
+            raise BadInput(
+                f"the engine commit differs and {s.source} names the checkout {s.repo}; a record does not "
+                f"choose the repository to build and run: give --repo {s.repo} if you trust it"
+            )
+    return None
 
 
 def _shown(names: list[str]) -> str:
