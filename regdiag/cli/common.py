@@ -353,7 +353,8 @@ input_dir = _callback(check_input_dir)
 RepoOpt = typer.Option(
     None,
     "--repo",
-    help="The engine's git checkout, for a commit that differs (default: the snapshot's).",
+    help="The engine's git checkout, for a commit that differs (never taken from a record: one naming its "
+    "checkout is refused, naming the path to give here).",
     callback=input_dir,
 )
 SetupOpt = typer.Option(
