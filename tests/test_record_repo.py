@@ -35,7 +35,9 @@ def _planted(tmp_path: Path) -> tuple[Path, list[str], Path]:
 
 
 def _record(path: Path, repo: Path, sha: str) -> str:
-    engine = {"fields": {"commit": {"status": "ok", "value": sha}, "path": {"status": "ok", "value": str(repo)}}}
+    engine = {
+        "fields": {"commit": {"status": "ok", "value": sha}, "path": {"status": "ok", "value": str(repo)}}
+    }
     path.write_text(json.dumps({"schema": "regdiag.snapshot/2", "groups": {"engine": engine}}))
     return str(path)
 
