@@ -371,9 +371,10 @@ AllowCodeOpt = typer.Option(
     False,
     "--allow-code-from-record",
     help="Let a snapshot or run record given as a side set variables that are not known settings "
-    "(anything outside the NCCL_, CUDA_, TORCH_, VLLM_, SGLANG_, OMP_, ... families, a name holding a path "
-    "or plugin, a value that is a path or a shell expansion: PYTHONPATH, LD_PRELOAD, OPENSSL_CONF, PS4, "
-    "...) to values this shell does not have; refused by default (exit 2, naming them).",
+    "(anything outside the NCCL_, CUDA_, TORCH_, VLLM_, SGLANG_, OMP_, ... families, one that loads a "
+    "library, plugin or package whatever its value, a name holding a path, a value that is a path or a "
+    "shell expansion: PYTHONPATH, LD_PRELOAD, OPENSSL_CONF, PS4, OMP_TOOL_LIBRARIES, ...) to values this "
+    "shell does not have; refused by default (exit 2, naming them).",
 )
 IgnoreOpt = typer.Option(
     None,
