@@ -33,6 +33,7 @@ from typing import Any
 # Writes (atomic, never through a planted link) and locks live in regdiag.files; the error, the lock and
 # the atomic write are exported here as well, where the readers and writers of records import them.
 from regdiag.files import FileLock, RecordError, atomic_write_text, open_appending  # noqa: F401
+from regdiag.json_bounds import MAX_DEPTH, MAX_RECORD_TEXT, depth_over, text_over
 
 SNAPSHOT = "snapshot"
 RUN = "run"
@@ -407,74 +408,17 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-# How deep a JSON document regdiag reads may nest: its own records nest 9 levels at most (an engine's
-# config among them). Every reader of a record walks it (the scrubber, compare's and explain's views,
-# the HTML report), most of them recursively: a record nested 500 deep, which json.loads still
-# parses, ended those in a RecursionError traceback.
-MAX_DEPTH = 64
-
-
-def _depth_over(obj: Any, limit: int) -> int | None:
-    """The depth past `limit` that `obj` reaches (found without recursion), or None within it."""
-    stack = [(obj, 1)] if isinstance(obj, (dict, list)) else []
-    while stack:
-        x, d = stack.pop()
-        if d > limit:
-            return d
-        if isinstance(x, list) and _numbers(x):
-            continue
-        for v in x.values() if isinstance(x, dict) else x:
-            if isinstance(v, (dict, list)):
-                stack.append((v, d + 1))
-    return None
-
-
-_NUMBER_TYPES = frozenset({int, float})
-
-
-def _numbers(values: list[Any]) -> bool:
-    """Whether a list holds numbers only (a launch's samples): told by the set of its item types,
-    which is made without a Python loop, so a walk passes over millions of samples quickly."""
-    return set(map(type, values)) <= _NUMBER_TYPES
-
-
 def loads_json(text: str) -> Any:
     """json.loads for what regdiag reads from disk or a host: a key given twice is DuplicateKey, not the
     last one; an integer no float64 holds, a lone surrogate in a string and nesting deeper than
     MAX_DEPTH are refused too."""
     obj = json.loads(text, object_pairs_hook=_unique_keys, parse_int=_safe_int, parse_float=_safe_float)
-    if _depth_over(obj, MAX_DEPTH) is not None:
+    if depth_over(obj, MAX_DEPTH) is not None:
         raise UnusableJSON(f"JSON nested more than {MAX_DEPTH} levels deep (a regdiag record nests a few)")
     # Only an escape makes a surrogate (strict UTF-8 decoding refuses them), so most texts skip the walk.
     if ("\\ud" in text or "\\uD" in text) and (where := _text_problem(obj)):
         raise UnusableJSON(f"{where} holds a lone surrogate escape: not valid text (UTF-8)")
     return obj
-
-
-# The text a record's strings may hold in all (keys too). Every string of a record read for a report
-# goes through the scrubber (snapshot/redact.py), which takes about 0.7 s a MiB: a 200 MiB label took
-# minutes. The largest real record holds 0.1 MiB of text; its samples are numbers, which are not counted.
-MAX_RECORD_TEXT = 16 << 20
-
-
-def _text_over(obj: Any, limit: int) -> tuple[str, int] | None:
-    """Where the longest string is and its length, when `obj`'s strings hold more than `limit`
-    characters in all; None within it. Without recursion (loads_json bounds the depth)."""
-    total, longest, where = 0, -1, ""
-    stack: list[tuple[Any, str]] = [(obj, "")]
-    while stack:
-        x, at = stack.pop()
-        if isinstance(x, dict):
-            for k, v in x.items():
-                total += len(k)
-                stack.append((v, f"{at}.{k}" if at else k))
-        elif isinstance(x, list) and not _numbers(x):
-            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(x) if not isinstance(v, (int, float)))
-        elif isinstance(x, str):
-            total += len(x)
-            if len(x) > longest:
-                longest, where = len(x), at or "the top level"
-    return (where, longest) if total > limit else None
 
 
 def loads_record(text: str, source: str, expect: str | tuple[str, ...] | None = None) -> dict[str, Any]:
@@ -493,7 +437,7 @@ def loads_record(text: str, source: str, expect: str | tuple[str, ...] | None = 
                 f"{source}: truncated JSON (file ends at line {e.lineno} column {e.colno})"
             ) from None
         raise RecordError(f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
-    if (longest := _text_over(record, MAX_RECORD_TEXT)) is not None:
+    if (longest := text_over(record, MAX_RECORD_TEXT)) is not None:
         raise RecordError(
             f"{source}: its strings hold more than {MAX_RECORD_TEXT >> 20} MiB of text (the longest, at "
             f"{longest[0]}, {longest[1]:,} characters); a regdiag record holds far less"
