@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from regdiag.bisect.envs import BuildFailed, Built
-from regdiag.bisect.factors import Factor, Spec, diff, load_side, select
+from regdiag.bisect.factors import Factor, Spec, checkout, diff, load_side, select
 from regdiag.bisect.kinds import KINDS, BuildPlan, LaunchSetup, Where, kind_of
 from regdiag.bisect.lab import EnvBuilder, builder_for
 from regdiag.bisect.loaded import check_before, check_launch
@@ -108,7 +108,8 @@ def make_plan(req: AbRequest, host: Host) -> AbPlan:
     if d.factors and (req.ignore or req.only):
         d = select(d, req.ignore, req.only)
     here = host.builds_here
-    repo = req.repo or a.repo or b.repo if here else req.repo
+    # A record's checkout path is never taken on its own (factors.checkout); on a host it is not a path there.
+    repo = checkout(req.repo, d.factors, a, b) if here else req.repo
     python = (req.python or host.python) if here else host.python
     where = Where(repo, req.find_links, req.index_url, python, None if here else host)
     factors = [

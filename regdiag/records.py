@@ -33,6 +33,7 @@ from typing import Any
 # Writes (atomic, never through a planted link) and locks live in regdiag.files; the error, the lock and
 # the atomic write are exported here as well, where the readers and writers of records import them.
 from regdiag.files import FileLock, RecordError, atomic_write_text, open_appending  # noqa: F401
+from regdiag.json_bounds import MAX_DEPTH, MAX_RECORD_TEXT, depth_over, text_over
 
 SNAPSHOT = "snapshot"
 RUN = "run"
@@ -409,8 +410,11 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def loads_json(text: str) -> Any:
     """json.loads for what regdiag reads from disk or a host: a key given twice is DuplicateKey, not the
-    last one; an integer no float64 holds and a lone surrogate in a string are refused too."""
+    last one; an integer no float64 holds, a lone surrogate in a string and nesting deeper than
+    MAX_DEPTH are refused too."""
     obj = json.loads(text, object_pairs_hook=_unique_keys, parse_int=_safe_int, parse_float=_safe_float)
+    if depth_over(obj, MAX_DEPTH) is not None:
+        raise UnusableJSON(f"JSON nested more than {MAX_DEPTH} levels deep (a regdiag record nests a few)")
     # Only an escape makes a surrogate (strict UTF-8 decoding refuses them), so most texts skip the walk.
     if ("\\ud" in text or "\\uD" in text) and (where := _text_problem(obj)):
         raise UnusableJSON(f"{where} holds a lone surrogate escape: not valid text (UTF-8)")
@@ -433,6 +437,11 @@ def loads_record(text: str, source: str, expect: str | tuple[str, ...] | None = 
                 f"{source}: truncated JSON (file ends at line {e.lineno} column {e.colno})"
             ) from None
         raise RecordError(f"{source}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    if (longest := text_over(record, MAX_RECORD_TEXT)) is not None:
+        raise RecordError(
+            f"{source}: its strings hold more than {MAX_RECORD_TEXT >> 20} MiB of text (the longest, at "
+            f"{longest[0]}, {longest[1]:,} characters); a regdiag record holds far less"
+        )
     return check_record(record, source, expect)
 
 

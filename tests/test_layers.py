@@ -45,15 +45,22 @@ def test_probes_import_nothing_of_regdiag():
 
 
 @pytest.mark.parametrize(
-    "path", [PKG / "records.py", PKG / "files.py", *_files("regdiag", "snapshot")], ids=lambda p: p.name
+    "path",
+    [PKG / "records.py", PKG / "json_bounds.py", PKG / "files.py", *_files("regdiag", "snapshot")],
+    ids=lambda p: p.name,
 )
 def test_records_and_snapshot_need_only_the_standard_library_and_each_other(path):
     regdiag_imports = {m for m in _imports(path) if m.startswith("regdiag")}
     # probe_modules loads the probe kit's stdlib-only tables (NVML reasons, model shapes): travels in the bundle,
     # as does regdiag.version (the version string, nothing else).
-    allowed = {"regdiag", "regdiag.records", "regdiag.files", "regdiag.probe_modules", "regdiag.version"} | {
-        m for m in regdiag_imports if m.startswith("regdiag.snapshot")
-    }
+    allowed = {
+        "regdiag",
+        "regdiag.records",
+        "regdiag.json_bounds",
+        "regdiag.files",
+        "regdiag.probe_modules",
+        "regdiag.version",
+    } | {m for m in regdiag_imports if m.startswith("regdiag.snapshot")}
     assert regdiag_imports <= allowed
     assert not {m.split(".")[0] for m in _imports(path)} & {"torch", "numpy", "rich", "typer", "scipy"}
 

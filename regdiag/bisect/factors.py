@@ -19,14 +19,14 @@ imported from here as ever.
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from regdiag.bisect.code_vars import code_from_record, is_setting, loads_code, what_it_loads
 from regdiag.bisect.factor_base import Factor, Spec
 from regdiag.bisect.kinds import KINDS
 
@@ -36,7 +36,6 @@ from regdiag.bisect.kinds.env import ENV
 from regdiag.bisect.kinds.package import PACKAGE
 from regdiag.errors import BadInput
 from regdiag.records import RUN, SNAPSHOT, RecordError, load_record, parse_schema
-from regdiag.snapshot.families import SETTING_PREFIXES
 from regdiag.snapshot.fields import field_value
 from regdiag.snapshot.packages import SELF, normalize, versions_of
 from regdiag.snapshot.redact import is_hidden
@@ -48,8 +47,12 @@ __all__ = [
     "Diff",
     "Factor",
     "Spec",
+    "checkout",
+    "code_from_record",
     "diff",
+    "is_setting",
     "load_side",
+    "loads_code",
     "parse_spec",
     "spec_from_snapshot",
 ]
@@ -171,13 +174,37 @@ def refuse_code(spec: Spec, where: str, allow_code: bool) -> None:
         raise BadInput(
             f"{where}: the record sets {_shown(names)} for every launch, which are not known settings "
             "(a variable outside the NCCL_, CUDA_, TORCH_, VLLM_, ... families, or one naming a path, a "
-            "plugin or a command); a record does not choose code to run: pass --allow-code-from-record "
-            "if you trust it"
+            f"plugin or a command{_loads(names)}); a record does not choose code to run: pass "
+            "--allow-code-from-record if you trust it"
         )
+
+
+def checkout(given: str | None, factors: Sequence[Factor], *sides: Spec) -> str | None:
+    """The engine checkout commits are built from: only the one the user names (--repo).
+
+    A record names the checkout it was taken in (its engine.path), but a record is a file anyone may
+    have written, and a worktree of that checkout is what every launch runs in (its files shadow the
+    measurement's imports, its scripts are what a --command or --setup runs). So when the commit is a
+    factor and only a record names the checkout, it is refused in one line naming the path to pass."""
+    if given or not any(f.kind == COMMIT for f in factors):
+        return given
+    for s in sides:
+        if s.repo:
+            raise BadInput(
+                f"the engine commit differs and {s.source} names the checkout {s.repo}; a record does not "
+                f"choose the repository to build and run: give --repo {s.repo} if you trust it"
+            )
+    return None
 
 
 def _shown(names: list[str]) -> str:
     return ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+
+
+def _loads(names: list[str]) -> str:
+    """What the refused variables that load code by their nature load (code_vars.LOADERS), whatever
+    their values look like: '; OMP_TOOL_LIBRARIES names a library it loads into the process'."""
+    return "".join(f"; {n} names {what}" for n in names[:12] if (what := what_it_loads(n)) is not None)
 
 
 def _check_env(spec: Spec, where: str) -> None:
@@ -204,114 +231,6 @@ def _side_of_record(rec: dict[str, Any], p: Path, what: str) -> Spec:
             spec.env[str(name)] = None if value is None else str(value)
         return spec
     return spec_from_snapshot(rec, str(p))
-
-
-# A side read from a record may set only variables whose effect is a setting: an allow-list, since a
-# list of the variables that load code never ends (OPENSSL_CONF names a provider .so, SHELLOPTS with PS4
-# runs a command in every bash, NCCL_CONF_FILE sets a plugin behind any check of NCCL_NET_PLUGIN, CC
-# chooses the compiler Triton runs). A setting is a variable of a known family of tuning knobs (a family
-# of regdiag.snapshot.families that does not load code), or one of SETTING_VARS, whose name does not say
-# it holds a location (CODE_NAME_WORDS: ..._PATH, ..._FILE, ..._PLUGIN, ..._HOME, ...) and whose value
-# is not a location or a shell expansion (_CODE_VALUE).
-# A record is a file anyone may have written, and bisect and ab set such a value in every launch they
-# make (as root, if run as root).
-SETTING_VARS = frozenset(
-    {
-        "PYTHONHASHSEED",
-        "PYTHONUNBUFFERED",
-        "PYTHONMALLOC",
-        "PYTHONTRACEMALLOC",
-        "PYTHONINTMAXSTRDIGITS",
-        "PYTHONNODEBUGRANGES",
-        "PYTHONFAULTHANDLER",
-        "PYTHONDONTWRITEBYTECODE",
-        "PYTHONOPTIMIZE",
-        "PYTHONUTF8",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "WORLD_SIZE",
-        "RANK",
-        "LOCAL_RANK",
-        "LOCAL_WORLD_SIZE",
-        "TZ",
-        "LANG",
-        "LC_ALL",
-    }
-)
-# Words of a name that hold a location or choose code, within a family too: NCCL_CONF_FILE,
-# CUDA_INJECTION64_PATH, TRITON_HOME, TORCH_EXTENSIONS_DIR, VLLM_PLUGINS, VLLM_LOGGING_CONFIG_PATH.
-CODE_NAME_WORDS = frozenset(
-    {
-        "PATH",
-        "PATHS",
-        "FILE",
-        "FILES",
-        "DIR",
-        "DIRS",
-        "HOME",
-        "ROOT",
-        "LIB",
-        "LIBS",
-        "LIBRARY",
-        "PLUGIN",
-        "PLUGINS",
-        "INJECTION",
-        "INJECTION64",
-        "PRELOAD",
-        "CACHE",
-        "MODULE",
-        "MODULES",
-        "SO",
-        "EXECUTABLE",
-        "BIN",
-        "CMD",
-        "COMMAND",
-        "SCRIPT",
-        "HOOK",
-        "HOOKS",
-        "LOADER",
-        "CC",
-        "CXX",
-        "NVCC",
-    }
-)
-# A value that is a location or a shell expansion: an absolute, home or relative path, a URL, a
-# command substitution or a variable reference.
-_CODE_VALUE = re.compile(
-    r"^\s*[/~.]|[:=,;\s][/~]|\.\./|\./|://|\$[({A-Za-z_]|`|\.(so|py|pth|dylib|conf|cfg|sh)\b"
-)
-_NAME_WORD = re.compile(r"[A-Z]+\d*")
-
-
-def is_setting(name: str, value: str) -> bool:
-    """Whether a record may set this variable to this value: a setting (the allow-list above)."""
-    if name not in SETTING_VARS and not name.startswith(SETTING_PREFIXES):
-        return False
-    if any(w in CODE_NAME_WORDS for w in _NAME_WORD.findall(name.upper())):
-        return False
-    return not _CODE_VALUE.search(value)
-
-
-def loads_code(name: str, value: str = "1") -> bool:
-    """Whether setting a variable to a value may load code: anything not a setting (is_setting)."""
-    return not is_setting(name, value)
-
-
-def code_from_record(spec: Spec, environ: Mapping[str, str] | None = None) -> list[str]:
-    """The variables a side would set in every launch that are not settings (is_setting), with a value
-    that this process does not already run with (the same value as the user's own asks for nothing new). A placeholder (a
-    redacted or hashed value) is never set, so it does not count; a record's own list of redacted names
-    is not trusted for this."""
-    have = os.environ if environ is None else environ
-    return sorted(
-        n
-        for n, v in spec.env.items()
-        if v is not None and loads_code(n, v) and have.get(n) != v and not _placeholder(v)
-    )
-
-
-def _placeholder(value: str) -> bool:
-    return value == "<set>" or is_hidden(value)
 
 
 # ---------------------------------------------------------------------------------------- diffing

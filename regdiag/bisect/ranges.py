@@ -11,6 +11,7 @@ An env var has no order: it is a factor only.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -37,8 +38,36 @@ def resolve_commit(repo: str, rev: str) -> str:
         return git.Repo(repo).commit(rev).hexsha
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise BadInput(f"--repo {repo}: not a git repository") from None
-    except (git.BadName, ValueError, git.GitCommandError):
+    except (git.BadName, ValueError, git.GitCommandError) as e:
+        if _DUBIOUS in str(e):
+            raise BadInput(_refused_by_git(repo, _owner(repo))) from None
         raise BadInput(f"commit {rev!r} is not in {repo}") from None
+
+
+# git (2.35.2 on) reads no checkout that another user owns unless safe.directory names it; it then
+# answers as if the commit did not exist, which is not the cause to report.
+_DUBIOUS = "dubious ownership"
+
+
+def _owner(path: str) -> str:
+    import pwd
+
+    try:
+        uid = os.stat(path).st_uid
+    except OSError:
+        return "another user"
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _refused_by_git(repo: str, owner: str, where: str = "") -> str:
+    return (
+        f"--repo {repo}{where}: git refuses to read this checkout: it is owned by {owner}, not by the user "
+        "running regdiag (git's safe.directory check: 'detected dubious ownership'); build from a checkout "
+        f"of your own, or run `git config --global --add safe.directory {repo}` if you trust its owner"
+    )
 
 
 def commits_between(repo: str, good: str, bad: str) -> list[str]:
@@ -159,9 +188,13 @@ def _git_on(host: Host, repo: str, *args: str) -> tuple[bool, str]:
 
 def resolve_commit_on(host: Host, repo: str, rev: str) -> str:
     """Full sha of a revision in the checkout `repo` on `host`, or one clear line."""
-    ok, out = _git_on(host, repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}")
-    sha = out.splitlines()[-1] if ok and out else ""
+    argv = ["git", "-C", repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"]
+    res = command(host, argv, timeout=120)
+    out = res.stdout.decode("utf-8", "replace").strip()
+    sha = out.splitlines()[-1] if res.ok and out else ""
     if not re.fullmatch(r"[0-9a-f]{40,64}", sha):
+        if _DUBIOUS in res.stderr.decode("utf-8", "replace"):
+            raise BadInput(_refused_by_git(repo, "another user", f" on {host.name}"))
         raise BadInput(f"commit {rev!r} is not in {repo} on {host.name}")
     return sha
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from regdiag.bisect.envs import Built
-from regdiag.bisect.factors import Factor, diff, load_side, select
+from regdiag.bisect.factors import Factor, checkout, diff, load_side, select
 from regdiag.bisect.journal import Journal, default_path
 from regdiag.bisect.kinds import KINDS, Where, kind_of
 from regdiag.bisect.lab import Lab, builder_for
@@ -240,9 +240,8 @@ def make_plan(req: Request, host: Host | None = None) -> Plan:
         raise BadInput(
             "--good and --bad do not differ in any package, env var or commit that a bisect can change"
         )
-    repo = req.repo or good.repo or bad.repo
-    if remote:
-        repo = req.repo  # a snapshot's checkout path is not a path on the host unless --repo says so
+    # a record's checkout path is never taken on its own (factors.checkout); on a host it is not a path there
+    repo = req.repo if remote else checkout(req.repo, d.factors, good, bad)
     base_python = host.python if (remote and host is not None) else (req.python or sys.executable)
     where = Where(repo, req.find_links, req.index_url, base_python, host if remote else None)
     factors = [

@@ -353,7 +353,8 @@ input_dir = _callback(check_input_dir)
 RepoOpt = typer.Option(
     None,
     "--repo",
-    help="The engine's git checkout, for a commit that differs (default: the snapshot's).",
+    help="The engine's git checkout, for a commit that differs (never taken from a record: one naming its "
+    "checkout is refused, naming the path to give here).",
     callback=input_dir,
 )
 SetupOpt = typer.Option(
@@ -368,9 +369,10 @@ AllowUnloadedOpt = typer.Option(
 )
 _ALLOW_CODE_HELP = (
     "Let a snapshot or run record given as a side set variables that are not known settings "
-    "(anything outside the NCCL_, CUDA_, TORCH_, VLLM_, SGLANG_, OMP_, ... families, a name holding a path "
-    "or plugin, a value that is a path or a shell expansion: PYTHONPATH, LD_PRELOAD, OPENSSL_CONF, PS4, "
-    "...) to values this shell does not have; refused by default (exit 2, naming them)."
+    "(anything outside the NCCL_, CUDA_, TORCH_, VLLM_, SGLANG_, OMP_, ... families, one that loads a "
+    "library, plugin or package whatever its value, a name holding a path, a value that is a path or a "
+    "shell expansion: PYTHONPATH, LD_PRELOAD, OPENSSL_CONF, PS4, OMP_TOOL_LIBRARIES, ...) to values this "
+    "shell does not have; refused by default (exit 2, naming them)."
 )
 AllowCodeOpt = typer.Option(False, "--allow-code-from-record", help=_ALLOW_CODE_HELP)
 # bisect's: a journal is a record too (regdiag/bisect/journal.py)

@@ -1,6 +1,6 @@
 """The one file regdiag ships to a host to run there: a zip that the host's python runs directly.
 
-Contents: regdiag/__init__.py, regdiag/version.py, regdiag/records.py, regdiag/files.py, regdiag/snapshot/ (stdlib only), the
+Contents: regdiag/__init__.py, regdiag/version.py, regdiag/records.py, regdiag/json_bounds.py, regdiag/files.py, regdiag/snapshot/ (stdlib only), the
 probes as regdiag/probes/*.py, and a __main__.py (bundle_main.py) that checks the python version first
 and then dispatches `version`, `snapshot ...` or `probe NAME ...`. Nothing else of regdiag goes there, so the
 host needs python >= 3.9 and nothing installed.
@@ -52,6 +52,7 @@ def bundle_files() -> dict[str, bytes]:
         "regdiag/version.py": (root / "version.py").read_bytes(),
         "regdiag/records.py": (root / "records.py").read_bytes(),
         "regdiag/files.py": (root / "files.py").read_bytes(),
+        "regdiag/json_bounds.py": (root / "json_bounds.py").read_bytes(),
         "regdiag/probe_modules.py": (root / "probe_modules.py").read_bytes(),
     }
     snapshot = root / "snapshot"

@@ -10,7 +10,7 @@ Each `Family` is a name prefix with two flags:
   loads_code  some of its variables load code or choose the loader (PYTHONPATH, LD_PRELOAD,
               GLIBC_TUNABLES), or are not a record's to choose (regdiag's own, the launcher's); a bisect
               or ab takes such a variable from a record only with --allow-code-from-record
-              (regdiag.bisect.factors.is_setting). In a family without the flag, a name that says it
+              (regdiag.bisect.code_vars.is_setting). In a family without the flag, a name that says it
               holds a location (..._PATH, ..._FILE, ..._PLUGIN) or a value that is one is refused all the same.
 
 Standard library only (runs on remote hosts too).
@@ -51,7 +51,7 @@ FAMILIES = (
     Family("MKL_", ranked=True, loads_code=False),
     Family("OPENBLAS_", ranked=True, loads_code=False),
     # PYTHONPATH, PYTHONSTARTUP, PYTHONHOME; the harmless ones a bisect may set are named one by one
-    # (regdiag.bisect.factors.SETTING_VARS: PYTHONHASHSEED, PYTHONMALLOC, ...)
+    # (regdiag.bisect.code_vars.SETTING_VARS: PYTHONHASHSEED, PYTHONMALLOC, ...)
     Family("PYTHON", ranked=True, loads_code=True),
     Family("MALLOC_", ranked=True, loads_code=False),
     Family("GLIBC_TUNABLES", ranked=True, loads_code=True),  # glibc.rtld.*: the loader's
