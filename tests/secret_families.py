@@ -126,6 +126,11 @@ def _digits(rng: random.Random) -> str:
     return str(rng.randrange(10**7, 10**10))
 
 
+def _word_pw(rng: random.Random) -> str:
+    """A password of a word and digits, which alone reads as a harmless word (Falcon4417)."""
+    return _word(rng).title() + str(rng.randrange(10, 9999))
+
+
 def _hex40(rng: random.Random) -> str:
     return _r(rng, HEX, 40)
 
@@ -225,6 +230,38 @@ FAMILIES: dict[str, Callable[[random.Random], Planted]] = {
     ),
     "yaml api_key": lambda rng: Planted("text", "", f"api_key: {(w := _word(rng) + _word(rng))}", w),
     "ssh host spec": lambda rng: Planted("value", "", f"admin:{(p := _password(rng))}@gpu-node3", p),
+    # credential flags of a program that starts after another on the line (issue 51)
+    "curl --proxy-user after timeout": _argv(
+        "timeout 60 curl --proxy-user alice:{v} https://pypi.org/simple", _word_pw
+    ),
+    "curl -U after nice": _argv("nice -n 5 curl -U ops:{v} -x http://proxy:3128 https://pypi.org", _word_pw),
+    "curl -U attached after sudo": _argv("sudo -E curl -Uops:{v} https://pypi.org", _word_pw),
+    "openssl -k after srun": _argv("srun -N1 openssl enc -d -aes-256-cbc -k {v} -in w.enc", _word_pw),
+    "htpasswd -b after sudo": _argv("sudo htpasswd -b -c /etc/nginx/.htpasswd alice {v}", _word_pw),
+    "htpasswd -nb then more": _argv("htpasswd -nb alice {v} && systemctl reload nginx", _password),
+    "mysql -pPASS after docker exec": _argv("docker exec db mysql -uroot -p{v} app", _word_pw),
+    "mysql -pPASS after timeout": _argv("timeout 5 mysql -pWORD{v}", _word_pw),
+    # logins as clients and files write them
+    "sqlplus user/pw@//host": lambda rng: Planted(
+        "argv", "", f"sqlplus -s scott/{(p := _word_pw(rng))}@//db-01.internal:1521/ORCL", p
+    ),
+    "sqlplus user/pw": lambda rng: Planted("argv", "", f"sqlplus scott/{(p := _word(rng) + _word(rng))}", p),
+    "sql connect": lambda rng: Planted("text", "", f"SQL> connect app/{(p := _word_pw(rng))}@orcl", p),
+    "netrc word password": lambda rng: Planted(
+        "text", "", f"machine mirror.example.com login me password {(p := _word(rng) + _word(rng))}", p
+    ),
+    "netrc lines": lambda rng: Planted(
+        "text", "", f"machine h.example.com\n  login me\n  password {(p := _word(rng) + _word(rng))}", p
+    ),
+    "pgpass line": lambda rng: Planted("text", "", f"db-01.internal:5432:app:u:{(p := _word_pw(rng))}", p),
+    "pgpass in a value": lambda rng: Planted("value", "", f"*:*:*:pg:{(p := _word(rng) + _word(rng))}", p),
+    # bare 40-character tokens (a GitHub classic token is 40 hex)
+    "bare 40 hex": lambda rng: Planted("value", "", (h := _hex40(rng)), h),
+    "bare 40 hex in text": lambda rng: Planted("text", "", f"using {(h := _hex40(rng))} for the mirror", h),
+    "bare 40 base62": _prefixed("", ALNUM, 40),
+    # one secret split over variables named for its parts
+    "DB_PASS_1": _named("DB_PASS_1", lambda rng: _word(rng) + _word(rng)),
+    "API_KEY_PART2": _named("API_KEY_PART2", lambda rng: _word(rng) + _word(rng)),
 }
 
 # --- harmless: kept exactly -----------------------------------------------------------------------
@@ -281,6 +318,10 @@ HARMLESS: dict[str, Callable[[random.Random], tuple[str, str]]] = {
     "url": lambda rng: ("VLLM_MIRROR", f"https://mirror.example.com/{_word(rng)}/simple"),
     "socket ifname": lambda rng: ("NCCL_SOCKET_IFNAME", rng.choice(["^docker0,lo", "=eth0", "ib0,ib1"])),
     "ld path list": lambda rng: ("LD_LIBRARY_PATH", f"/usr/local/cuda/lib64:/opt/{_word(rng)}/lib"),
+    "triton cache key": lambda rng: ("TRITON_CACHE_KEY", _r(rng, HEX, 64)),
+    "triton cache path": lambda rng: ("TRITON_CACHE_DIR", f"/root/.triton/cache/{_r(rng, HEX, 64)}"),
+    "commit sha": lambda rng: (rng.choice(["SGLANG_COMMIT", "GIT_SHA", "ENGINE_REV"]), _hex40(rng)),
+    "wheel sha256": lambda rng: ("FLASHINFER_WHEEL_SHA256", _r(rng, HEX, 64)),
 }
 
 HARMLESS_ARGV: dict[str, Callable[[random.Random], list[str]]] = {
@@ -312,6 +353,11 @@ HARMLESS_TEXT: dict[str, Callable[[random.Random], str]] = {
         f"NCCL INFO comm 0x{_r(rng, HEX, 12)} rank 0 nranks 8 commId 0x{_r(rng, HEX, 16)} - Init COMPLETE"
     ),
     "path": lambda rng: f"loading /models/{_word(rng)}/model-0000{rng.randrange(1, 9)}-of-00008.safetensors",
+    "triton cache key": lambda rng: f"Triton cache key: {_r(rng, HEX, 64)}",
+    "triton cache dir": lambda rng: f"TRITON_CACHE_DIR=/root/.triton/cache/{_r(rng, HEX, 64)} (hit)",
+    "commit line": lambda rng: f"HEAD is now at {_hex40(rng)} spec: faster verify",
+    "pip commit": lambda rng: f"Resolved https://github.com/sgl-project/sglang to commit {_hex40(rng)}",
+    "wheel hash": lambda rng: f"flashinfer-0.2.11-py3-none-any.whl --hash=sha256:{_r(rng, HEX, 64)}",
 }
 
 

@@ -6,8 +6,9 @@ after an `Authorization:` scheme, passwords after flags whose arity says they ta
 starts with `/`, `user:pw/x@host` without a scheme, `PWD=` in a connection string), each drawn fresh
 from its template; none is a literal from a list.
 
-DIAGNOSIS: 56 values a speculative-decoding diagnosis needs readable (model ids, dtypes, quantisation
-names, versions with local parts, GPU names, kernel names, sizes), each with the sink it reaches:
+DIAGNOSIS: 68 values a speculative-decoding diagnosis needs readable (model ids, dtypes, quantisation
+names, versions with local parts, GPU names, kernel names, sizes, Triton's cache key, commits, a
+wheel's sha256), each with the sink it reaches:
 ("env", NAME, value), ("argv", FLAG, value), ("text", "", line) or ("json", KEY, value).
 
 measure(sinks) runs both through the redaction functions of whatever regdiag is importable: the
@@ -21,7 +22,7 @@ import random
 import shlex
 from collections.abc import Callable
 
-from secret_families import ALNUM, B64, HEX, Planted, _r
+from secret_families import ALNUM, B64, FAMILIES, HEX, Planted, _r
 
 
 def _uuid(rng: random.Random) -> str:
@@ -141,6 +142,22 @@ SHAPES: dict[str, Callable[[random.Random], Planted]] = {
     "mc alias secret": _argv(
         "mc alias set s3 https://s3.example.com AKIDEXAMPLE {v}", lambda r: _r(r, B64, 40)
     ),
+    # issue 51's shapes (secret_families.py draws them; each sink of test_default_deny sees them too)
+    **{
+        label: FAMILIES[label]
+        for label in (
+            "curl --proxy-user after timeout",
+            "curl -U after nice",
+            "openssl -k after srun",
+            "htpasswd -nb then more",
+            "mysql -pPASS after timeout",
+            "sqlplus user/pw@//host",
+            "netrc word password",
+            "pgpass line",
+            "bare 40 hex in text",
+            "DB_PASS_1",
+        )
+    },
 }
 
 _EAGLE = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
@@ -149,6 +166,8 @@ _CUBLAS = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroup
 _CUTLASS = "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, cutlass::bfloat16_t>>"  # noqa: E501
 _FLASH = "void flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::bfloat16_t>, true>"  # noqa: E501
 _GPU_UUID = "GPU-5f2b1c3e-7a9d-4e1f-b2c3-0d4e5f6a7b8c"
+_SHA = "1e9b9a1d021452b6af1b0ba233963daed0270524"
+_SHA256 = "c3ab8ff13720e8ad9047dd39466b3c8974e592c2fa383d4a3960714caef0c4f2"
 
 DIAGNOSIS: list[tuple[str, str, str]] = [
     ("env", "SPEC_DRAFT_MODEL", _EAGLE),
@@ -207,6 +226,19 @@ DIAGNOSIS: list[tuple[str, str, str]] = [
     ("text", "", "NCCL version 2.27.3+cuda12.9"),
     ("json", "speculative_draft_model_path", _EAGLE),
     ("json", "kv_cache_dtype", "fp8_e4m3"),
+    # hashes a diagnosis needs: Triton's cache key, commits, a wheel's sha256 (issue 51)
+    ("env", "TRITON_CACHE_KEY", _SHA256),
+    ("env", "TRITON_CACHE_DIR", f"/root/.triton/cache/{_SHA256}"),
+    ("env", "SGLANG_COMMIT", _SHA),
+    ("text", "", f"Triton cache key: {_SHA256}"),
+    ("text", "", f"TRITON_CACHE_DIR=/root/.triton/cache/{_SHA256}"),
+    ("text", "", f"HEAD is now at {_SHA} spec: faster verify"),
+    ("text", "", f"flashinfer-0.2.11-py3-none-any.whl --hash=sha256:{_SHA256}"),
+    ("text", "", f"/root/.cache/huggingface/hub/models--org--m/snapshots/{_SHA}/config.json"),
+    ("argv", "--revision", _SHA),
+    ("json", "commit", _SHA),
+    ("json", "sha256", _SHA256),
+    ("json", "triton_cache_key", _SHA256),
 ]
 
 

@@ -103,7 +103,7 @@ def test_redact_tree_by_key_and_by_shape() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "1e9b9a1d021452b6af1b0ba233963daed0270524",
+        "commit 1e9b9a1d021452b6af1b0ba233963daed0270524",  # a commit beside its word (alone: a token)
         "basic configuration of the scheduler",
         "max_tokens=256",
         "--max-tokens 256 --num-speculative-tokens 4",

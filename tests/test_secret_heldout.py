@@ -14,10 +14,12 @@ SINKS = {n: getattr(redact, n) for n in ("scrub_text", "redact_argv", "redact_va
 
 
 def test_held_out_shapes_leak_at_most_one_and_diagnosis_values_stay_readable() -> None:
-    assert len(SHAPES) >= 40 and len(DIAGNOSIS) == 56
+    assert len(SHAPES) >= 52 and len(DIAGNOSIS) == 68
     m = measure(SINKS, seeds=2)
     assert len(m["leaks"]) <= 1, m["leaks"]  # type: ignore[arg-type]
-    assert m["readable"] >= 50, m["hidden"]
+    assert m["readable"] >= 62, m["hidden"]
+    hashes = DIAGNOSIS[56:]  # Triton's cache key, commits, a wheel's sha256 (issue 51): every one readable
+    assert not [h for h in m["hidden"] if h in hashes], m["hidden"]  # type: ignore[union-attr]
 
 
 def test_a_host_spec_with_a_password_holding_a_slash_is_not_shown_in_the_error_line() -> None:

@@ -81,7 +81,7 @@ def test_scrub_text_removes_each_shape(text: str) -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "1e9b9a1d021452b6af1b0ba233963daed0270524",  # a git commit: not a secret
+        "HEAD is now at 1e9b9a1d021452b6af1b0ba233963daed0270524",  # a git commit: not a secret
         "basic configuration of the scheduler",
         "max_tokens=256",
         "token_threshold=4",

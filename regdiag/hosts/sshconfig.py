@@ -75,44 +75,61 @@ class HostSpec:
     port: int | None
 
 
+def _shown(spec: str) -> str:
+    """The spec as an error quotes it: what stands before the last '@' is a user name, and after a ':' in
+    it a password (`alice:pw@h`), which is never shown, whatever its shape."""
+    scheme = "ssh://" if spec.startswith("ssh://") else ""
+    user, at, rest = spec[len(scheme) :].rpartition("@")
+    name, colon, pw = user.partition(":")
+    if at and colon:
+        spec = f"{scheme}{name}:<redacted len={len(pw)}>@{rest}"
+    return repr(spec)
+
+
 def parse_spec(spec: str) -> HostSpec:
     """`[user@]host[:port]`, `ssh://[user@]host[:port]`, `[v6addr]:port`, or a config alias."""
+    shown = _shown(spec)
     text = spec.strip()
     if text.startswith("ssh://"):
         text = text[len("ssh://") :].rstrip("/")
     if not text:
-        raise BadInput(f"--host {spec!r}: empty host name")
+        raise BadInput(f"--host {shown}: empty host name")
     user: str | None = None
     if "@" in text:
         user, _, text = text.rpartition("@")
         if not user:
-            raise BadInput(f"--host {spec!r}: empty user name before '@'")
+            raise BadInput(f"--host {shown}: empty user name before '@'")
+        if ":" in user:  # a user name holds no ':' (/etc/passwd's separator): `user:password@host`
+            raise BadInput(
+                f"--host {shown}: a password in --host is not used (public keys or ssh-agent only, "
+                "docs/remote.md); give user@host"
+            )
     port: int | None = None
     if text.startswith("["):  # [v6addr]:port or [name]:port
         host, sep, rest = text[1:].partition("]")
         if not sep:
-            raise BadInput(f"--host {spec!r}: missing ']'")
+            raise BadInput(f"--host {shown}: missing ']'")
         if rest:
             if not rest.startswith(":"):
-                raise BadInput(f"--host {spec!r}: expected ':PORT' after ']'")
-            port = _parse_port(rest[1:], spec)
+                raise BadInput(f"--host {shown}: expected ':PORT' after ']'")
+            port = _parse_port(rest[1:], shown)
     elif text.count(":") == 1:
         host, _, p = text.partition(":")
-        port = _parse_port(p, spec)
+        port = _parse_port(p, shown)
     else:  # a bare name, or a bare IPv6 address (several colons, no port)
         host = text
     if not host:
-        raise BadInput(f"--host {spec!r}: empty host name")
+        raise BadInput(f"--host {shown}: empty host name")
     if host.startswith("-") or (":" not in host and not _SAFE_NAME.match(host)):
-        raise BadInput(f"--host {spec!r}: {host!r} is not a host name")
+        raise BadInput(f"--host {shown}: {host!r} is not a host name")
     if user is not None and (user.startswith("-") or not _SAFE_NAME.match(user)):
-        raise BadInput(f"--host {spec!r}: {user!r} is not a user name")
+        raise BadInput(f"--host {shown}: {user!r} is not a user name")
     return HostSpec(user, host, port)
 
 
-def _parse_port(text: str, spec: str) -> int:
+def _parse_port(text: str, shown: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 65536:
-        raise BadInput(f"--host {spec!r}: port {text!r} is not a number from 1 to 65535")
+        raise BadInput(f"--host {shown}: port {text!r} is not a number from 1 to 65535")
     return int(text)
 
 

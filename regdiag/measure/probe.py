@@ -27,7 +27,7 @@ from regdiag.hosts.base import CommandResult, Host
 from regdiag.measure.launch import BusyAbort, UsageAbort, deadline, measure_launch, run_probe_on
 from regdiag.measure.probes import probe_table
 from regdiag.measure.session import Session, warn
-from regdiag.measure.stream import LaunchStream, adopt_header, env_for_record
+from regdiag.measure.stream import LaunchStream, adopt_header, env_for_record, same_config
 from regdiag.measure.warm import WarmInterpreter
 from regdiag.runs import HOST_TRACES, RunWriter, new_run, trace_path
 from regdiag.snapshot.redact import redact_argv
@@ -181,7 +181,7 @@ def _launches(
             raise BusyAbort(why)
         if i == 0 and stream.header is not None:
             adopt_header(writer.run, stream.header)
-        elif stream.header is not None and stream.header.get("config") != writer.run["probe"]["config"]:
+        elif stream.header is not None and not same_config(stream.header, writer.run):
             warn(writer, f"launch {i} ran with a different resolved config than launch 0")
         keep(launch)
         if why is not None:

@@ -17,7 +17,7 @@ from typing import Any
 from regdiag.host_phantom import scrub_host
 from regdiag.hosts.base import CommandResult
 from regdiag.probe_modules import load
-from regdiag.snapshot.redact import scrub_lines, scrub_text
+from regdiag.snapshot.redact import scrub_lines, scrub_record, scrub_text
 
 PROGRESS_PREFIX = "regdiag-progress "
 # The protocol version, declared once: by the probe kit (probes/_protocol.py), which every probe speaks.
@@ -172,10 +172,17 @@ def redacted_header(header: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**header, "env": env_for_record({str(k): str(v) for k, v in header["env"].items()})}
 
 
+def same_config(header: dict[str, Any], run: dict[str, Any]) -> bool:
+    """A later launch's header resolved the config the run adopted (compared as it is recorded)."""
+    return bool(scrub_record(header.get("config", {}), "config") == run["probe"]["config"])
+
+
 def adopt_header(run: dict[str, Any], header: dict[str, Any]) -> None:
     """The first header's resolved values (preset 'auto' -> the real one, layers that fit) define the run."""
+    # The header's config and labels are the probe's words (a user's --label, a config's api_key or URL):
+    # through the scrubber as every field a RunWriter is given, since they go into the record as they are.
     run["probe"]["version"] = str(header.get("version", "?"))
-    run["probe"]["config"] = header.get("config", {})
+    run["probe"]["config"] = scrub_record(header.get("config", {}), "config")
     run["primary"] = header.get("primary", run["primary"])
     run["phases"] = list(header.get("phases", run["phases"]))
     run["units"] = dict(header.get("units", {}))
@@ -186,7 +193,7 @@ def adopt_header(run: dict[str, Any], header: dict[str, Any]) -> None:
     ):  # metric -> the one it is computed from (compare tests it once)
         run["derived"] = dict(header["derived"])
     if header.get("labels"):
-        run["labels"] = header["labels"]
+        run["labels"] = scrub_record(header["labels"], "labels")
     if header.get("protocol") not in (None, PROTOCOL):
         run.setdefault("warnings", []).append(
             f"probe speaks protocol {header.get('protocol')}, regdiag {PROTOCOL}"

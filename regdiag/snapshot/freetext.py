@@ -28,7 +28,15 @@ from collections.abc import Callable
 from typing import Any
 
 from regdiag.snapshot.known import known_kind
-from regdiag.snapshot.shapes import BOOLEANS, NUMBER, credential_name, harmless_value, risky_piece
+from regdiag.snapshot.shapes import (
+    BOOLEANS,
+    DIGEST,
+    NUMBER,
+    credential_name,
+    harmless_value,
+    hash_name,
+    risky_piece,
+)
 
 
 def marker(secret: str) -> str:
@@ -119,18 +127,51 @@ CREDENTIAL_FLAGS: dict[str, frozenset[str]] = {
     "podman": frozenset({"-p"}),
     "influx": frozenset({"-p"}),
 }
+# Programs whose short credential flag may hold its value attached (`curl -Ualice:pw`, getopt's way);
+# openssl's `-kfile` is another option, docker's `-p8000:8000` a port.
+ATTACHED_FLAGS = frozenset(
+    {"curl", "smbclient", "ldapsearch", "ldapmodify", "ldapadd", "ldapdelete", "ldapwhoami", "ipmitool"}
+    | {"zip", "unzip"}
+)
+# Oracle's clients take `user/password[@connect]` as a word (`sqlplus scott/tiger@//db:1521/ORCL`,
+# `expdp userid=scott/tiger`, `rman target sys/pw@db`), as does SQL's `CONNECT user/password`.
+ORACLE = frozenset({"sqlplus", "sqlldr", "expdp", "impdp", "exp", "imp", "rman", "dgmgrl", "sql"})
+ORACLE_LOGIN = re.compile(r"([A-Za-z_][\w$#]{0,127})/([^@\s/'\"][^@\s'\"]*)(@\S*)?")
+_ORACLE_TEXT = re.compile(
+    r"(?i)(?<![\w/-])(?:(?:\S*/)?(?:" + "|".join(sorted(ORACLE)) + r")"
+    r"(?:\s+-\w+)*(?:\s+(?:target|auxiliary))?\s|"
+    r"\bconn(?:ect)?\s|\buserid\s*=)\s*[\"']?[A-Za-z_][\w$#]{0,127}/([^@\s/'\"][^@\s'\"]*)"
+)
+# `.netrc`: `machine HOST login USER password PW` (or `default ...`, `account ...`) on one line or
+# several: the word after `password` is one whatever its shape.
+_NETRC = re.compile(
+    r"\b(?:machine\s+\S+|default)(?:\s+(?:login|account|port)\s+\S+)*\s+password\s+(\S+)"
+    r"|\blogin\s+\S+\s+password\s+(\S+)"
+)
+# `.pgpass`: `host:port:database:user:password` (a host with a letter or a dot, or `*`; the port a
+# number or `*`): the password runs to the end of the line.
+_PGPASS = re.compile(
+    r"(?<![\w.:/@-])(?:\*|[A-Za-z0-9.-]*[A-Za-z.][A-Za-z0-9.-]*|\[[0-9a-fA-F:]+\]):(?:\d{1,5}|\*):"
+    r"[^\s:]+:[^\s:]+:(\S+)"
+)
 _PROGRAM_FLAG = re.compile(
     r"(?<![\w/-])(?:\S*/)?(" + "|".join(re.escape(p) for p in CREDENTIAL_FLAGS) + r")\b([^\n|;&]*)"
 )
-_HTPASSWD = re.compile(r"\bhtpasswd\s+((?:-[A-Za-z]*\s+)*)(\S+)\s+(\S+)\s+(\S+)")
+_HTPASSWD = re.compile(r"\bhtpasswd\s+((?:-(?:[Cr]\s+\d+|[A-Za-z]*)\s+)*)(\S+)\s+(\S+)(?:\s+(\S+))?")
 _HEX_KEY = re.compile(
     r"(?<![0-9a-fA-F])(?:[0-9a-f]{40}|[0-9a-f]{64}|[0-9A-F]{40}|[0-9A-F]{64})(?![0-9a-fA-F])"
 )
-# A 40- or 64-hex word is a commit or a digest beside these words, and a key beside the others.
-_COMMIT_CONTEXT = re.compile(
-    r"(?i)(commit|sha|rev|revision|head|git|tree|revert|merge|checkout|snapshot|digest|@)"
+# A hex word is a commit or a digest when the nearest of these words before it on its line says so
+# (`commit`, `sha256:`, `cache key`, `repo@`), and a key when it is one of the others or there is
+# none: a bare 40-hex word may be a GitHub classic token.
+_HEX_CONTEXT = re.compile(
+    r"(?i)(?P<hash>\b(?:commit\w*|sha\d*|rev|revision|reverts?|head|git|tree|merge[ds]?|checkout|snapshots?|"
+    r"digests?|hash(?:es)?|checksums?|md5|cache[ _-]?key|cache[ _-]?dir|cache|build[ _-]?id|fingerprint|"
+    r"blob|oid|parent)\b|@$)|"
+    r"(?P<key>key|token|secret|netrc|passw|auth|login|hmac|signature|credential|api|bearer)"
 )
-_KEY_CONTEXT = re.compile(r"(?i)(key|token|secret|netrc|passw|auth|login|hmac|signature|credential|api)")
+# Hex, or base32 of a sha256 as Triton and Inductor name their cache entries (52 of A-Z2-7).
+_HEX_WORD = re.compile(r"[0-9a-f]{16,64}|[0-9A-F]{16,64}|[A-Z2-7]{52}|[a-z2-7]{52}")
 _PATH_WORD = re.compile(r"[.~]?[a-z]{3,}(?:[-_][a-z]+)*")
 _CLAUSE_END = re.compile(r"[;&\n]|\s--?[A-Za-z]|\s[A-Z_][A-Z0-9_]*=")
 _FINGERPRINT = re.compile(r"[A-Za-z0-9+/]{43}=?")
@@ -176,6 +217,8 @@ def _assign(text: str) -> str:
         pwd = name.upper() == "PWD"  # the shell's working directory, or ODBC's password (PWD=...;)
         if m.start() < pos or not (credential_name(name) or pwd):
             continue
+        if name.lower() == "key" and re.search(r"(?i)\bcache[ \t]$", text[max(0, m.start() - 6) : m.start()]):
+            continue  # `Triton cache key: <sha256>`: a cache entry's name
         nl = text.find("\n", m.end(), m.end() + 4096)
         line = text[m.end() : nl if nl >= 0 else m.end() + 4096]
         end = _value_end(name, line)
@@ -244,27 +287,48 @@ def _run(m: re.Match[str]) -> str:
         return run  # a public key's fingerprint (ssh's `SHA256:<base64>`, which may start with
         # a slash), which the user must check
     if run.startswith(("/", "~", ".")):
-        # A file path (a random piece in one is a task id, a temporary name), unless it ends as base64 does
-        # or has random pieces and no directory named by a word: `/x+Ab...9Q` is a key, `/root/.cache/x` not.
-        random_piece = any(risky_piece(p) for p in re.split(r"[/+._-]", run))
-        words = any(_PATH_WORD.fullmatch(seg) for seg in run.split("/"))
-        return marker(run) if run.endswith("=") or (random_piece and not words) else run
+        return _path_run(run)
     if _CPP_NAME.fullmatch(run) and (
         m.string[m.end() : m.end() + 1] == "<" or m.string[max(0, m.start() - 2) : m.start()] == "::"
     ):
         return run  # a C++ name in a kernel's signature (at::native::bitonicSortKVInPlace<2, ...>)
     if _name_number(run):
         return run
+    name, eq, value = run.partition("=")
+    if eq and _OPTION_NAME.fullmatch(name) and not credential_name(name.lstrip("-")):
+        # A setting: TRITON_CACHE_DIR=/root/.triton/cache/<hash> is a path, VLLM_COMMIT=<sha> a commit.
+        if value.startswith(("/", "~")):
+            return name + eq + _path_run(value)
+        if hash_name(name.lstrip("-")) and DIGEST.fullmatch(value):
+            return run
+    line = m.string[max(0, m.start() - 48) : m.start()].rsplit("\n", 1)[-1]
+    if _HEX_WORD.fullmatch(run) and _hex_context(line) == "hash":
+        return run  # a digest beside its word: `triton cache key <sha256>`, `md5 <32 hex>`
     if any(risky_piece(p) for p in re.split(r"[-_.:]", run)):
         return marker(run)
     h = _HEX_KEY.search(run)
-    if h is not None:
-        # 40 or 64 hex: a commit or a digest beside commit words; a key behind a prefix (sbp_, bkua_) or
-        # beside key words (`api-key`, `netrc`, `hmac`).
-        line = m.string[max(0, m.start() - 48) : m.start()].rsplit("\n", 1)[-1] + run[: h.start()]
-        if not _COMMIT_CONTEXT.search(line) and (h.start() > 0 or _KEY_CONTEXT.search(line)):
-            return marker(run)
+    if h is not None and _hex_context(line + run[: h.start()]) != "hash":
+        # 40 or 64 hex: a commit or a digest beside commit words; a key behind a prefix (sbp_, bkua_),
+        # beside key words (`api-key`, `netrc`, `hmac`) or alone (a GitHub classic token is 40 hex).
+        return marker(run)
     return run
+
+
+def _hex_context(before: str) -> str | None:
+    """`hash` or `key`: what the nearest context word before a hex word says it is (None: no word)."""
+    last = None
+    for c in _HEX_CONTEXT.finditer(before):
+        last = c
+    return last.lastgroup if last is not None else None
+
+
+def _path_run(run: str) -> str:
+    """A file path (a random piece in one is a task id, a temporary name, a cache key), unless it ends as
+    base64 does or has random pieces and no directory named by a word: `/x+Ab...9Q` is a key,
+    `/root/.cache/x` not."""
+    random_piece = any(risky_piece(p) for p in re.split(r"[/+._-]", run))
+    words = any(_PATH_WORD.fullmatch(seg) for seg in run.split("/"))
+    return marker(run) if run.endswith("=") or (random_piece and not words) else run
 
 
 def _auth_header(m: re.Match[str]) -> str:
@@ -281,28 +345,38 @@ def _program_flags(m: re.Match[str]) -> str:
     if prog in ("docker", "podman") and " login" not in rest:
         return m.group(0)  # `docker run -p 8000:8000` maps a port
     out, pending = [], False
+    attached = [f for f in flags if len(f) == 2] if prog in ATTACHED_FLAGS else []
     for sp, tok in re.findall(r"(\s*)(\S+)", rest):
         flag, eq, value = tok.partition("=")
         if pending and not tok.startswith("<redacted"):
             tok = marker(tok)
         elif eq and flag in flags and value and not value.startswith("<redacted"):
             tok = f"{flag}={marker(value)}"
+        elif len(tok) > 2 and tok[:2] in attached and not tok[2:].startswith("<redacted"):
+            tok = tok[:2] + marker(tok[2:])  # curl -Ualice:pw
         pending = tok in flags
         out.append(sp + tok)
     return m.group(0)[: m.start(2) - m.start()] + "".join(out)
 
 
 def _htpasswd(m: re.Match[str]) -> str:
-    if "b" not in m.group(1) or m.group(4).startswith("<redacted"):
-        return m.group(0)  # without -b the password is asked for, not given
-    return m.group(0)[: m.start(4) - m.start()] + marker(m.group(4))
+    """`htpasswd -b FILE USER PW`, `htpasswd -nb USER PW`: the password (without -b it is asked for)."""
+    g = 3 if "n" in m.group(1) else 4
+    pw = m.group(g)
+    if "b" not in m.group(1) or not pw or pw.startswith("<redacted"):
+        return m.group(0)
+    return m.group(0)[: m.start(g) - m.start()] + marker(pw) + m.group(0)[m.end(g) - m.start() :]
+
+
+def _netrc(text: str) -> str:
+    return _sub_group(_NETRC, _sub_group(_NETRC, text, 1), 2)
 
 
 def _url_path(m: re.Match[str]) -> str:
     url = m.group(0)
     head, _, rest = url.partition("://")
     host, slash, path = rest.partition("/")
-    pieces = re.split(r"([/?#&=._~-])", path)
+    pieces = re.split(r"([/?#&=._~@-])", path)
     out = "".join(marker(p) if risky_piece(p) else p for p in pieces)
     return f"{head}://{host}{slash}{out}"
 
@@ -399,6 +473,9 @@ _STEPS: list[Callable[[str], str]] = [
     lambda t: _FLAG.sub(_flag, t),
     lambda t: _PROGRAM_FLAG.sub(_program_flags, t),
     lambda t: _HTPASSWD.sub(_htpasswd, t),
+    lambda t: _sub_group(_ORACLE_TEXT, t, 1),
+    _netrc,
+    lambda t: _sub_group(_PGPASS, t, 1),
     *[(lambda t, p=p: _sub_group(p, t, 1)) for p in _SPECIAL],
     lambda t: _URL.sub(_url_path, t),
     lambda t: _RUN.sub(_run, t),

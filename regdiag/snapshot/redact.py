@@ -36,9 +36,24 @@ from collections.abc import Iterable
 from typing import Any
 
 from regdiag.snapshot import keyedhash
-from regdiag.snapshot.freetext import CREDENTIAL_FLAGS, marker, scrub_free_text
+from regdiag.snapshot.freetext import (
+    ATTACHED_FLAGS,
+    CREDENTIAL_FLAGS,
+    ORACLE,
+    ORACLE_LOGIN,
+    marker,
+    scrub_free_text,
+)
 from regdiag.snapshot.known import known_kind
-from regdiag.snapshot.shapes import BOOLEANS, NUMBER, credential_name, harmless_value
+from regdiag.snapshot.shapes import (
+    BOOLEANS,
+    DIGEST,
+    NUMBER,
+    credential_name,
+    harmless_value,
+    hash_name,
+    split_part,
+)
 
 REDACTED = "<redacted>"
 _NO_KEY = b""
@@ -102,6 +117,8 @@ def _harmless(name: str, value: str, loose: bool = False) -> bool:
     """Harmless by shape or of a known harmless kind (regdiag.snapshot.known), with no token shape inside
     (xoxb-1234567890-abcdefghijkl reads as words) and, for a command line, no credential after a flag
     that takes one (`redis-cli -a PW` in a VLLM_* value). JSON is judged field by field."""
+    if hash_name(name) and DIGEST.fullmatch(value.strip()):
+        return True  # VLLM_COMMIT=<sha>, TRITON_CACHE_KEY=<sha256>: alone, a hex word would read as a token
     if not credential_name(name) and _json_harmless(value):
         return True
     shaped = harmless_value(name, value, loose) or (not credential_name(name) and known_kind(value))
@@ -141,13 +158,35 @@ def _json_harmless(value: str) -> bool:
     return ok(obj, "")
 
 
+def split_secrets(env: dict[str, str]) -> set[str]:
+    """Names of the parts of a value split over variables (X_PART1 + X_PART2, DB_PASS_1 + DB_PASS_2)
+    whose joined value, judged under the parts' common name, is not harmless: each part is hidden,
+    though each alone may look like a word."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for name in env:
+        part = split_part(name)
+        if part is not None:
+            groups.setdefault(part[0], []).append((part[1], name))
+    out: set[str] = set()
+    for base, parts in groups.items():
+        if len(parts) >= 2:
+            names = [n for _, n in sorted(parts)]
+            if not _harmless(base, "".join(env[n] for n in names)):
+                out.update(names)
+    return out
+
+
 def redact_env(env: dict[str, str], key: bytes | None = None) -> tuple[dict[str, str], list[str]]:
     """Redact a mapping of variables: (kept values, sorted names whose value was hidden)."""
     k = default_key() if key is None else key
+    split = split_secrets(env)
     kept: dict[str, str] = {}
     redacted: list[str] = []
     for name in sorted(env):
-        value, changed = redact_value(name, env[name], k or _NO_KEY)
+        if name in split:
+            value, changed = hidden(name, env[name], k or _NO_KEY), True
+        else:
+            value, changed = redact_value(name, env[name], k or _NO_KEY)
         kept[name] = value
         if changed:
             redacted.append(name)
@@ -157,10 +196,24 @@ def redact_env(env: dict[str, str], key: bytes | None = None) -> tuple[dict[str,
 _TREE_ARGV_KEYS = frozenset({"argv", "cmdline", "launch_cmd", "args", "command_line"})
 _VALUE_KEYS = frozenset({"value", "good", "bad"})
 # regdiag's own identifiers in its records and journals: an environment's key, a point's, a run's, a
-# commit. Kept as they are when they are hex (an id that the scrubber would hide as a token is one
-# that `--resume` and the user's `ls $REGDIAG_HOME/envs` must still find).
-_ID_KEYS = frozenset({"env", "point", "id", "run_id", "commit", "sha", "head"})
-_HEX_ID = re.compile(r"[0-9a-f]{6,64}")
+# commit, a build id. Kept as they are when they are hex (an id that the scrubber would hide as a token
+# is one that `--resume` and the user's `ls $REGDIAG_HOME/envs` must still find), as is hex under a
+# name that says commit or digest (engine.commit, commit_id, sha256, TRITON_CACHE_KEY). Elsewhere a
+# bare 40- or 64-hex value is a token (a GitHub classic token is 40 hex).
+_ID_KEYS = frozenset(
+    {"env", "point", "id", "run_id", "commit", "sha", "head", "good", "bad", "base", "build_id"}
+)
+_HEX_ID = re.compile(r"[0-9a-f]{6,64}|[0-9A-F]{40}|[0-9A-F]{64}")
+
+
+def _id_value(key: str, value: str) -> bool:
+    return (key in _ID_KEYS or hash_name(key)) and _HEX_ID.fullmatch(value) is not None
+
+
+def _child(parent: str, key: Any) -> str:
+    """The name a dict's entry is judged under: its key, or for a field's `value` (a snapshot field
+    `{"status": "ok", "value": ...}`) the field's own name (engine.commit's value is a commit)."""
+    return parent if key == "value" and parent else str(key)
 
 
 def redact_tree(obj: Any, key: str = "", hkey: bytes | None = None) -> Any:
@@ -169,9 +222,9 @@ def redact_tree(obj: Any, key: str = "", hkey: bytes | None = None) -> Any:
     string scrubbed as free text."""
     if isinstance(obj, dict):
         named = obj.get("name")
-        if isinstance(named, str) and credential_name(named):
+        if isinstance(named, str) and (credential_name(named) or hash_name(named)):
             return {k: redact_tree(v, named if k in _VALUE_KEYS else str(k), hkey) for k, v in obj.items()}
-        return {k: redact_tree(v, str(k), hkey) for k, v in obj.items()}
+        return {k: redact_tree(v, _child(key, k), hkey) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         if key in _TREE_ARGV_KEYS and all(isinstance(v, str) for v in obj):
             return redact_argv(list(obj), hkey)
@@ -180,7 +233,7 @@ def redact_tree(obj: Any, key: str = "", hkey: bytes | None = None) -> Any:
         text = str(obj)
         return obj if text.lower() in BOOLEANS else hidden(key, text, hkey or default_key() or _NO_KEY)
     if isinstance(obj, str):
-        if key in _ID_KEYS and _HEX_ID.fullmatch(obj):
+        if _id_value(key, obj):
             return obj
         return scrub_free_text(obj)
     return obj  # numbers, booleans, null
@@ -208,39 +261,84 @@ def _flag_value(prog: str, flag: str, tok: str, key: bytes) -> str:
     return _token(name, tok, key)
 
 
+# A program a command line runs after another (`timeout 60 curl -U u:pw`, `sudo -E mysql -pX`, `srun
+# openssl ... -k PW`, `a && htpasswd -b f u PW`): its flags are read as that program's.
+_PROGRAMS = frozenset(CREDENTIAL_FLAGS) | _MYSQL | ORACLE | {"sshpass", "htpasswd"}
+_SEPARATORS = frozenset({";", "&&", "||", "|", "&"})
+_HTPASSWD_VALUE_FLAGS = frozenset({"-C", "-r"})  # bcrypt cost, rounds: the only htpasswd flags with a value
+
+
+def _htpasswd_passwords(argv: list[str]) -> set[int]:
+    """Where `htpasswd -b [-c] FILE USER PASSWORD` (`-nb USER PASSWORD`) has its password, each run of it."""
+    out: set[int] = set()
+    for i, tok in enumerate(argv):
+        if os.path.basename(tok) != "htpasswd":
+            continue
+        letters, positionals, skip = "", 0, False
+        for j in range(i + 1, len(argv)):
+            t = argv[j]
+            if skip or t in _SEPARATORS:
+                if t in _SEPARATORS:
+                    break
+                skip = False
+            elif t.startswith("-") and len(t) > 1 and not positionals:
+                letters += t[1:]
+                skip = t in _HTPASSWD_VALUE_FLAGS
+            else:
+                positionals += 1
+                if "b" in letters and positionals == (2 if "n" in letters else 3):
+                    out.add(j)
+                    break
+    return out
+
+
+def _oracle_login(tok: str, key: bytes) -> str | None:
+    """`scott/tiger@//db:1521/ORCL` as sqlplus takes it: the user and the connect string kept."""
+    m = ORACLE_LOGIN.fullmatch(tok)
+    if m is None:
+        return None
+    return f"{m.group(1)}/{hidden('password', m.group(2), key)}{m.group(3) or ''}"
+
+
 def redact_argv(argv: list[str], key: bytes | None = None) -> list[str]:
-    """A command line fit for a record, token by token: flag values judged under the flag's name,
-    NAME=value under NAME, positionals by shape; `sshpass -p X`, `mysql -pX`, `login TOKEN` hidden."""
+    """A command line fit for a record, token by token: flag values judged under the flag's name (the
+    flags of the program that takes them, wherever it starts on the line), NAME=value under NAME,
+    positionals by shape; `sshpass -p X`, `mysql -pX`, `curl -Uu:pw`, `sqlplus u/pw@db`, `htpasswd -b F U
+    PW` and `login TOKEN` hidden."""
     k = (default_key() if key is None else key) or _NO_KEY
     out: list[str] = []
     pending: str | None = None
     prog = ""
+    passwords = _htpasswd_passwords(argv)
     for i, tok in enumerate(argv):
-        if i == 0 or (
+        base = os.path.basename(tok)
+        if i == 0 or argv[i - 1] in _SEPARATORS or (
             prog in ("env", "sudo") and pending is None and not tok.startswith("-") and "=" not in tok
         ):
-            prog = os.path.basename(tok)  # `sudo mysql -pX`, `env A=1 sshpass -p X`: the program after it
+            prog = base  # `sudo mysql -pX`, `env A=1 sshpass -p X`, `a && b`: the program after it
+        elif base in _PROGRAMS and not tok.startswith("-"):
+            prog, pending = base, None  # `timeout 60 curl ...`, `sudo -E mysql ...`: a program, no value
         if pending is not None and not (tok.startswith("-") and len(tok) > 1 and not NUMBER.fullmatch(tok)):
             out.append(_flag_value(prog, pending, tok, k))
             pending = None
             continue
         pending = None
         opt, eq, value = tok.partition("=")
-        if re.fullmatch(r"--?[A-Za-z0-9][\w.-]*", opt) and not NUMBER.fullmatch(tok):
+        attached = prog in ATTACHED_FLAGS and len(tok) > 2 and tok[:2] in CREDENTIAL_FLAGS[prog]
+        if attached or (prog in _MYSQL and tok.startswith("-p") and len(tok) > 2):
+            out.append(tok[:2] + hidden(tok[1], tok[2:], k))  # curl -Uu:pw, mysql -pPW
+        elif re.fullmatch(r"--?[A-Za-z0-9][\w.-]*", opt) and not NUMBER.fullmatch(tok):
             if eq:
                 out.append(f"{opt}={_flag_value(prog, opt, value, k)}")
-            elif prog in _MYSQL and tok.startswith("-p") and len(tok) > 2:
-                out.append("-p" + hidden("p", tok[2:], k))
             else:
                 out.append(tok)
                 pending = opt
-            continue
-        if (
-            prog == "htpasswd"
-            and i == len(argv) - 1
-            and any(re.fullmatch(r"-[A-Za-z]*b[A-Za-z]*", t) for t in argv[1:i])
-        ):
+        elif tok in _SEPARATORS:
+            out.append(tok)
+        elif i in passwords:
             out.append(hidden("htpasswd", tok, k))  # htpasswd -b FILE USER PASSWORD
+        elif prog in ORACLE and (login := _oracle_login(value if opt.lower() == "userid" else tok, k)):
+            out.append(f"{opt}={login}" if opt.lower() == "userid" and eq else login)
         elif eq and opt.isidentifier():
             out.append(f"{opt}={redact_value(opt, value, k)[0]}")
         elif i > 0 and argv[i - 1] == "login":
@@ -260,7 +358,7 @@ def scrub_record(obj: Any, key: str = "", hkey: bytes | None = None) -> Any:
     if hkey is None:
         hkey = default_key() or _NO_KEY
     if isinstance(obj, dict):  # keys too: a metric named after an nsys range, a label's name
-        return {_key(k): scrub_record(v, str(k), hkey) for k, v in obj.items()}
+        return {_key(k): scrub_record(v, _child(key, k), hkey) for k, v in obj.items()}
     if isinstance(obj, list):
         if all(isinstance(v, _NUMBERS) for v in obj):
             return obj
@@ -268,7 +366,7 @@ def scrub_record(obj: Any, key: str = "", hkey: bytes | None = None) -> Any:
             return redact_argv(list(obj), hkey)
         return [scrub_record(v, key, hkey) for v in obj]
     if isinstance(obj, str):
-        if is_hidden(obj) or (key in _ID_KEYS and _HEX_ID.fullmatch(obj)):
+        if is_hidden(obj) or _id_value(key, obj):
             return obj
         if key and credential_name(key):
             return obj if obj.lower() in BOOLEANS else hidden(key, obj, hkey)

@@ -7,10 +7,13 @@ hidden by the caller. Nothing here says a value *is* a secret: it says a value *
                             camelCase) is TOKEN, SECRET, KEY, PAT, PASSWORD/PASSWD/PASS/PWD/PW (also
                             as a suffix: PGPASSWORD, SSHPASS, LDAP_BINDPW), AUTH, COOKIE, ..., or that
                             word followed by a qualifier (PRIVATE_KEY_ID, TOKEN_VALUE); a knob about
-                            tokens (..._TOKEN_THRESHOLD, HF_TOKEN_PATH, MAX_TOKENS) is not one
-  harmless_value(name, v)   a number, a bool, a short enum word, a version, a commit hash in a commit
-                            field, a path or URL without credentials, a device list, or a short
-                            low-entropy token under a known family (regdiag.snapshot.families: NCCL_*,
+                            tokens (..._TOKEN_THRESHOLD, HF_TOKEN_PATH, MAX_TOKENS) is not one, nor
+                            a cache key (TRITON_CACHE_KEY); a part number or word at the end is not
+                            the name's (DB_PASS_1, X_KEY_PART2: each part of a split secret)
+  hash_name(name)           the name says commit or digest (VLLM_COMMIT, sha256, TRITON_CACHE_KEY)
+  harmless_value(name, v)   a number, a bool, a short enum word, a version, a commit hash or
+                            digest (7 to 64 hex) under a hash_name, a path or URL without
+                            credentials, a device list, or a short low-entropy token under a known family (regdiag.snapshot.families: NCCL_*,
                             CUDA_*, TORCH_*, ..., Slurm's placement SLURM_JOB_NODELIST=gpu-[001-004])
   risky_piece(s)            one word that could be a generated secret (long, mixed letters and digits,
                             high entropy): what free text and paths are searched for
@@ -61,12 +64,16 @@ CREDENTIAL_SUFFIXES = ("PASSWORD", "PASSWD", "PASS", "PWD", "PW", "SECRET", "TOK
 # A qualifier after a credential word that is still the credential (GCP private_key_id, TOKEN_VALUE).
 QUALIFIERS = frozenset({"ID", "VALUE", "DATA", "B64", "BASE64", "STRING", "STR", "HEX", "JSON", "RAW"})
 NOT_CREDENTIALS = frozenset({"PWD", "OLDPWD"})  # the shell's working directories
-COMMIT_WORDS = frozenset({"COMMIT", "SHA", "REV", "REVISION", "HASH", "REF"})
+COMMIT_WORDS = frozenset({"COMMIT", "SHA", "REV", "REVISION", "HASH", "REF", "DIGEST", "CHECKSUM"})
+# A secret split over variables (DB_PASS_1 + DB_PASS_2, API_KEY_PART1, TOKEN_A): the name is judged
+# without the part it names, so each part is what the whole would be.
+_PART_WORDS = frozenset({"PART", "PARTS", "PIECE", "HALF", "SEGMENT", "CHUNK", "SPLIT", "FRAGMENT", "PT"})
 
 NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 BOOLEANS = frozenset({"true", "false", "yes", "no", "on", "off", "y", "n", "t", "f", "0", "1", "none", ""})
 VERSION = re.compile(r"v?\d+(?:\.\d+){1,4}(?:[.+-]?[A-Za-z]+\d*)*(?:\+[A-Za-z0-9.]+)?")
-HEX_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+# A commit or a digest: 7 to 64 hex, or a sha256 in base32 as Triton and Inductor name cache entries.
+DIGEST = re.compile(r"[0-9a-f]{7,64}|[0-9A-F]{40}|[0-9A-F]{64}|[A-Z2-7]{52}|[a-z2-7]{52}")
 DEVICE_LIST = re.compile(
     r"(?:\d+|(?:GPU|MIG)-[0-9a-fA-F-]{8,40}(?:/\d+/\d+)?)(?:,(?:\d+|(?:GPU|MIG)-[0-9a-fA-F/-]+))*"
 )
@@ -101,14 +108,47 @@ def credential_name(name: str) -> bool:
     """The name says its value is a credential (see the module docstring)."""
     if name in NOT_CREDENTIALS:  # the variables; `--pwd` is a password
         return False
-    ws = words(name)
+    ws = _unsplit(words(name))
     if not ws:
         return False
+    if len(ws) >= 2 and ws[-2:] == ["CACHE", "KEY"]:
+        return False  # TRITON_CACHE_KEY, cache_key: a hash naming a cache entry, not a credential
     if _is_credential_word(ws[-1]):
         return True
     if len(ws) >= 2 and ws[-1] == "ID" and ws[-2] in ("TOKEN", "SESSION"):
         return False  # eos_token_id, XDG_SESSION_ID: identifiers, not credentials
     return len(ws) >= 2 and ws[-1] in QUALIFIERS and _is_credential_word(ws[-2])
+
+
+def _unsplit(ws: list[str]) -> list[str]:
+    """A name's words without a trailing part number or part word (DB_PASS_1, X_KEY_PART2, TOKEN_B)."""
+    out = list(ws)
+    if len(out) >= 2 and (re.fullmatch(r"\d{1,2}", out[-1]) or (len(out[-1]) == 1 and out[-1] in "ABCD")):
+        out.pop()
+    if len(out) >= 2 and out[-1] in _PART_WORDS:
+        out.pop()
+    return out
+
+
+_PART_NAME = re.compile(
+    r"(?i)(?P<base>[A-Za-z][\w.-]*?)[_.-]?(?:(?:PART|PIECE|HALF|SEGMENT|CHUNK|FRAGMENT|PT)[_.-]?)?"
+    r"(?P<index>\d{1,2}|(?<=[_.-])[A-D])"
+)
+
+
+def split_part(name: str) -> tuple[str, str] | None:
+    """(base, part) of a variable that names one part of a split value (DB_PASS_1, X_PART2, KEY_B)."""
+    m = _PART_NAME.fullmatch(name)
+    return (m.group("base"), m.group("index").upper()) if m else None
+
+
+def hash_name(name: str) -> bool:
+    """The name says its value is a commit or a digest (VLLM_COMMIT, commit_id, sha256, build_id,
+    TRITON_CACHE_KEY): a hex value under it is kept (not under a credential name)."""
+    ws = words(name)
+    return not credential_name(name) and (
+        bool(set(ws) & (COMMIT_WORDS | {"HEAD"})) or ws[-2:] == ["CACHE", "KEY"]
+    )
 
 
 def mentions_credential(name: str) -> bool:
@@ -233,8 +273,7 @@ def harmless_value(name: str, value: str, loose: bool = False) -> bool:
         return len(v) <= (10 if mentions_credential(name) else 20)
     if VERSION.fullmatch(v) or DEVICE_LIST.fullmatch(v):
         return True
-    ws = set(words(name))
-    if ws & COMMIT_WORDS and HEX_COMMIT.fullmatch(v):
+    if hash_name(name) and DIGEST.fullmatch(v):
         return True
     if enum_word(v, loose) or path_like(v) or url_like(v):
         return True
