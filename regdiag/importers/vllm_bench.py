@@ -287,7 +287,7 @@ def _launch(k: int, doc: dict[str, Any], where: str, tool: str) -> dict[str, Any
 
 # The outcomes of a bench run that compare judges beside the latencies, each one value per launch:
 # what speculative decoding is for. The failure count stays a scalar (0 on one side has no ratio):
-# compare names a side with more failed requests in a warning.
+# compare tests it as counts, failed of sent (regdiag/compare/failures.py).
 JUDGED = (
     *ACCEPT_LENGTH_KEYS,
     "output_throughput",

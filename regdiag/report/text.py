@@ -7,6 +7,7 @@ import math
 from regdiag import stats
 from regdiag.attribution import Attribution, Term, Throughput
 from regdiag.compare import Comparison, MetricResult
+from regdiag.compare.design import POSSIBLY_DRIFT
 from regdiag.sizes import Cell, SizeRow, human_bytes
 
 
@@ -101,16 +102,20 @@ def headline(c: Comparison) -> str:
         f"{m.name} {pct(e.ratio)} {ci(e.lo, e.hi)}, {fixed(e.old_center, d)} \u2192 {fixed(e.new_center, d)}{unit}, "
         f"{e.n_old} vs {e.n_new} launches"
     )
+    note = getattr(c, "verdict_note", None)
+    own = c.verdict if note in (None, POSSIBLY_DRIFT) else (m.verdict or c.verdict)  # the metric's own
     tail = {
         stats.REGRESSED: f"beyond the {margin_txt(c.margin)} margin",
         stats.IMPROVED: f"beyond the {margin_txt(c.margin)} margin",
         stats.UNCHANGED: f"CI inside the {margin_txt(c.margin)} margin",
         stats.INCONCLUSIVE: more_txt(m),
-    }[c.verdict]
-    if c.verdict == stats.UNCHANGED and e.p is not None and e.p < 1 - c.level:
+    }[own]
+    if own == stats.UNCHANGED and e.p is not None and e.p < 1 - c.level:
         tail += " (a real but smaller change)"
-    if getattr(c, "verdict_note", None):
-        tail += f"; {c.verdict_note} (see DRIFT below)"
+    if note == POSSIBLY_DRIFT:
+        tail += f"; {note} (see DRIFT below)"
+    elif note:  # a verdict that is not the metric's own (more failed requests): why
+        tail += f"; {note}"
     return f"{c.verdict}: {core}; {tail}"
 
 

@@ -1,0 +1,61 @@
+"""Failed requests of bench files (vllm bench serve, SGLang bench_serving): a side that fails more of
+its requests is a regression, however fast it answered the rest. Its latencies leave the failed
+requests out (regdiag/importers/vllm_bench.py), so a server that drops its slowest requests would
+otherwise look faster. Tested as counts: one-sided Fisher exact on failed / sent per side
+(stats.more_often), at the comparison's level, so 0 -> 1 of 192 (p 0.5) is said, not judged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from regdiag import stats
+
+FAILED_REQUESTS = "failed_requests"  # a bench file's count per launch (regdiag/importers/vllm_bench.py)
+COMPLETED = "completed"  # the requests that succeeded, in the same launch's scalars
+
+
+def counts(run: dict[str, Any]) -> tuple[int, int] | None:
+    """(failed, sent) over the run's launches (failed ones too: a launch whose every request failed
+    counts them all), or None where no launch says how many failed."""
+    failed = sent = 0
+    seen = False
+    for la in run.get("launches") or []:
+        sc = la.get("scalars") or {}
+        f, c = sc.get(FAILED_REQUESTS), sc.get(COMPLETED)
+        if not _count(f):
+            continue
+        seen = True
+        failed += int(f)
+        sent += int(f) + (int(c) if _count(c) else 0)
+    return (failed, sent) if seen else None
+
+
+def _count(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and x >= 0
+
+
+def failed_requests(
+    old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str, level: float
+) -> tuple[list[str], str | None]:
+    """(warnings, the note of a verdict it makes REGRESSED or None): one warning when either side had
+    failed requests; REGRESSED when NEW's share of failed requests is significantly higher."""
+    o, n = counts(old), counts(new)
+    if o is None and n is None:
+        return [], None
+    (fo, so), (fn, sn) = o or (0, 0), n or (0, 0)
+    if not (fo or fn):
+        return [], None
+    where = f"{fo} of {so} in {old_label}, {fn} of {sn} in {new_label}"
+    if o is None or n is None:
+        side = old_label if o is None else new_label
+        return [f"failed requests: {where} ({side}'s files do not say how many failed; not judged)"], None
+    p = stats.more_often(fo, so, fn, sn)
+    more = "more" if fn / max(sn, 1) > fo / max(so, 1) else "fewer" if fn * so < fo * sn else "as many"
+    line = (
+        f"failed requests: {where} (left out of the latencies; {more} in {new_label}, "
+        f"Fisher exact one-sided p {p:.2g})"
+    )
+    if p < 1 - level:
+        return [line], f"{new_label} failed more requests ({fo}/{so} \u2192 {fn}/{sn}, p {p:.2g})"
+    return [line], None
