@@ -1,4 +1,11 @@
-"""Failed requests of bench files (vllm bench serve, SGLang bench_serving): a side that fails more of
+"""Results that failed, which a side's latencies leave out: wrong values of nccl-tests, failed requests
+of bench files.
+
+nccl-tests checks its results (`-c 1`): a test with a `#wrong` value that is not 0, or out-of-bounds
+values in its footer, is a failed launch (regdiag/importers/nccl_tests.py). NEW with such a test where
+OLD has none is REGRESSED (exit 1), named in the headline, whatever its other tests' times say.
+
+Failed requests of bench files (vllm bench serve, SGLang bench_serving): a side that fails more of
 its requests is a regression, however fast it answered the rest. Its latencies leave the failed
 requests out (regdiag/importers/vllm_bench.py), so a server that drops its slowest requests would
 otherwise look faster. Tested as counts: one-sided Fisher exact on failed / sent per side
@@ -11,6 +18,7 @@ from typing import Any
 
 from regdiag import stats
 
+WRONG_VALUES = "wrong_values"  # a failed nccl-tests launch's header (regdiag/importers/nccl_tests.py)
 FAILED_REQUESTS = "failed_requests"  # a bench file's count per launch (regdiag/importers/vllm_bench.py)
 COMPLETED = "completed"  # the requests that succeeded, in the same launch's scalars
 
@@ -59,3 +67,28 @@ def failed_requests(
     if p < 1 - level:
         return [line], f"{new_label} failed more requests ({fo}/{so} \u2192 {fn}/{sn}, p {p:.2g})"
     return [line], None
+
+
+def wrong_values(
+    old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str
+) -> tuple[list[str], str | None]:
+    """(warnings, the note of a verdict it makes REGRESSED or None): each side's launches whose
+    results were wrong, by cause; REGRESSED when NEW has some and OLD none."""
+    o, n = _wrong(old), _wrong(new)
+    warnings = [
+        f"wrong results in {label}: {len(bad)} launch{'es' if len(bad) > 1 else ''} left out of the "
+        f"numbers ({'; '.join(bad[:3])}{'; ...' if len(bad) > 3 else ''})"
+        for label, bad in ((old_label, o), (new_label, n))
+        if bad
+    ]
+    if n and not o:
+        return warnings, f"{new_label} computed wrong results ({n[0]})"
+    return warnings, None
+
+
+def _wrong(run: dict[str, Any]) -> list[str]:
+    return [
+        f"launch {la.get('index')}: {la.get('error')}"
+        for la in run.get("launches") or []
+        if isinstance(la, dict) and (la.get("header") or {}).get(WRONG_VALUES)
+    ]

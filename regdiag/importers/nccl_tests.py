@@ -97,6 +97,7 @@ TIMEOUT = re.compile(r"Test timeout \((\d+)s\) (\S+?):(\d+)")
 TRACE = re.compile(r"Test failure (\S+?):(\d+)")
 JSON_HEAD = re.compile(r'\A\s*\{\s*"version"\s*:\s*\d+\s*,\s*"start_time"\s*:')
 NO_FOOTER = "no footer: the test stopped before its end"
+WRONG_VALUES = "wrong_values"  # a failed launch's header: how many wrong values nccl-tests counted
 # nccl-tests' test binaries -> the op names and metric prefixes of probes/collectives.py
 OPS = {
     "all_reduce_perf": ("all_reduce", "ar"),
@@ -156,6 +157,7 @@ def _new_test(name: str | None, version: str | None, line: int) -> dict[str, Any
         "trace": None,
         "cause": None,
         "inferred": None,
+        "bytes": None,  # (minBytes, maxBytes) of the setup line: the sweep it set out to run
     }
 
 
@@ -176,6 +178,7 @@ def _tests(lines: list[str], source: str) -> list[dict[str, Any]]:
                 tests.append(cur)
             cur["setup"] = True
             cur["mode"] = "graph" if int(m.group(5) or 0) > 0 else "eager"
+            cur["bytes"] = (int(m.group(3)), int(m.group(4)))
         elif why := _failure(line):
             cause, specific = why
             if cur is None or cur["footer"]:
@@ -317,8 +320,8 @@ def _settle(t: dict[str, Any], source: str) -> None:
 
 
 def _cause(t: dict[str, Any], wrong: list[tuple[int, float]]) -> str | None:
-    if t["failure"]:
-        return str(t["failure"])
+    if t["failure"]:  # a test that died: where, when it had printed a size
+        return str(t["failure"]) + ("" if t["footer"] else _reached(t))
     found = []
     if wrong:
         nbytes, count = wrong[0]
@@ -328,10 +331,22 @@ def _cause(t: dict[str, Any], wrong: list[tuple[int, float]]) -> str | None:
     if t["out_of_bounds"]:
         found.append(f"{t['out_of_bounds']} out-of-bounds values (nccl-tests: FAILED)")
     if found:
+        t["wrong_values"] = int(sum(c for _b, c in wrong)) or int(t["out_of_bounds"] or 0)
         return "; ".join(found)
     if not t["footer"]:
-        return f"{t['trace']} ({NO_FOOTER})" if t["trace"] else NO_FOOTER
+        return f"{t['trace']} ({NO_FOOTER}{_reached(t)})" if t["trace"] else NO_FOOTER + _reached(t)
     return None
+
+
+def _reached(t: dict[str, Any]) -> str:
+    """Where a test that died stopped: the last size it printed, and the sweep it set out to run."""
+    if not t["rows"]:
+        return ""
+    last = t["rows"][-1]["bytes"]
+    if t["bytes"] and last >= t["bytes"][1]:
+        return f"; it died after its last size, {_size_name(last)}"
+    sweep = f" of {_size_name(t['bytes'][0])}..{_size_name(t['bytes'][1])}" if t["bytes"] else ""
+    return f"; it died after {_size_name(last)}{sweep}"
 
 
 def _infer(t: dict[str, Any]) -> tuple[str, str | None]:
@@ -394,9 +409,7 @@ def _json_tests(text: str, source: str) -> tuple[list[dict[str, Any]], dict[str,
     except json.JSONDecodeError as e:
         cut = e.pos >= len(text.rstrip()) - 1 or e.msg.startswith("Unterminated string")
         if cut and JSON_HEAD.match(text):  # the writer died mid-file (as records.loads_record tells it)
-            t = _new_test(_json_name(re.search(r'"args"\s*:\s*\[\s*"((?:[^"\\]|\\.)*)"', text)), None, 1)
-            t["failure"] = f"{NO_FOOTER} (the JSON file ends mid-way)"
-            return [t], {}
+            return [_cut_json_test(text, source)], {}
         raise BadInput(
             f"{source}: malformed nccl-tests JSON at line {e.lineno} column {e.colno}: {e.msg}"
         ) from None
@@ -412,6 +425,9 @@ def _json_tests(text: str, source: str) -> tuple[list[dict[str, Any]], dict[str,
     devices: list[Any] = listed if isinstance(listed, list) else []
     t["ranks"] = len(devices) * int(_num(config.get("nthreads")) or 1) * int(_num(config.get("ngpus")) or 1)
     t["cols"] = {"redop": 3, "root": 4}  # every -J result names both
+    lo, hi = _num(config.get("minimum_bytes")), _num(config.get("maximum_bytes"))
+    if lo is not None and hi is not None:
+        t["bytes"] = (int(lo), int(hi))
     for i, r in enumerate(doc.get("results") or []):
         if row := _json_row(r, source, i):
             t["rows"].append(row)
@@ -422,6 +438,29 @@ def _json_tests(text: str, source: str) -> tuple[list[dict[str, Any]], dict[str,
         t["out_of_bounds"] = count or (1 if str(oob.get("okay")).lower() == "false" else 0)
     extra = {"json_version": doc.get("version"), "nccl_version": doc.get("nccl_version")}
     return [t], extra
+
+
+def _cut_json_test(text: str, source: str) -> dict[str, Any]:
+    """The test of a -J file its writer left mid-way (nccl-tests writes it as the sweep goes): the
+    result objects written whole before the cut, so the failure says where the test died."""
+    t = _new_test(_json_name(re.search(r'"args"\s*:\s*\[\s*"((?:[^"\\]|\\.)*)"', text)), None, 1)
+    t["failure"] = f"{NO_FOOTER} (the JSON file ends mid-way)"
+    t["cols"] = {"redop": 3, "root": 4}
+    lo, hi = (re.search(rf'"{k}"\s*:\s*(\d+)', text) for k in ("minimum_bytes", "maximum_bytes"))
+    if lo and hi:
+        t["bytes"] = (int(lo.group(1)), int(hi.group(1)))
+    start = re.search(r'"results"\s*:\s*\[', text)
+    decoder = json.JSONDecoder()
+    pos = start.end() if start else len(text)
+    while start:
+        pos = len(text) - len(text[pos:].lstrip(" \t\r\n,"))
+        try:
+            r, pos = decoder.raw_decode(text, pos)
+        except (json.JSONDecodeError, RecursionError):
+            break
+        if row := _json_row(r, source, len(t["rows"])):
+            t["rows"].append(row)
+    return t
 
 
 def _json_name(arg0: Any) -> str | None:
@@ -519,6 +558,8 @@ def _record(tests: list[dict[str, Any]], source: str, extra: dict[str, Any]) -> 
         if t["cause"]:
             what = f"{t['test'] or t['op'] or 'nccl-tests'}{', graph' if t['mode'] == 'graph' else ''}"
             header = {"test": what, "line": t["line"]}
+            if t.get("wrong_values"):  # it ran and its results were wrong: compare names it (WRONG_VALUES)
+                header[WRONG_VALUES] = t["wrong_values"]
             error = f"{t['cause']} [{what}, line {t['line']}]" if len(tests) > 1 else str(t["cause"])
             run["launches"].append(
                 launch(len(run["launches"]), {}, status="error", error=error, header=header)
