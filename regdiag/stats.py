@@ -584,25 +584,3 @@ def abba_order(per_side: int) -> list[str]:
     for k in range(per_side):
         out += ["A", "B"] if k % 2 == 0 else ["B", "A"]
     return out
-
-
-def more_often(old_hits: int, old_total: int, new_hits: int, new_total: int) -> float:
-    """One-sided Fisher exact p that NEW's share of hits (failed requests) is higher than OLD's: the
-    chance, given the hits of both sides together, that NEW draws at least as many of them as it did
-    (the hypergeometric upper tail). Counts, not launches: each request is one trial."""
-    hits, total = old_hits + new_hits, old_total + new_total
-    if not 0 <= old_hits <= old_total or not 0 <= new_hits <= new_total or hits == 0:
-        return 1.0
-
-    def log_comb(n: int, k: int) -> float:
-        return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-
-    base = log_comb(total, new_total)
-    top = min(hits, new_total)
-    tail = [
-        log_comb(hits, x) + log_comb(total - hits, new_total - x) - base for x in range(new_hits, top + 1)
-    ]
-    if not tail:
-        return 0.0
-    m = max(tail)
-    return min(1.0, math.exp(m) * sum(math.exp(t - m) for t in tail))

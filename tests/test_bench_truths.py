@@ -139,7 +139,7 @@ def test_one_failed_request_more_is_said_not_judged(tmp_path: Path) -> None:
 def test_the_failed_share_test_is_fishers() -> None:
     from scipy.stats import fisher_exact
 
-    from regdiag.stats import more_often
+    from regdiag.compare.failures import more_often
 
     for o, so, n, sn in [(6, 192, 48, 192), (0, 192, 1, 192), (3, 10, 1, 10), (2, 6, 2, 6), (0, 50, 7, 20)]:
         ref = fisher_exact([[n, sn - n], [o, so - o]], alternative="greater")[1]

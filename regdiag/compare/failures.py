@@ -9,11 +9,12 @@ Failed requests of bench files (vllm bench serve, SGLang bench_serving): a side 
 its requests is a regression, however fast it answered the rest. Its latencies leave the failed
 requests out (regdiag/importers/vllm_bench.py), so a server that drops its slowest requests would
 otherwise look faster. Tested as counts: one-sided Fisher exact on failed / sent per side
-(stats.more_often), at the comparison's level, so 0 -> 1 of 192 (p 0.5) is said, not judged.
+(more_often), at the comparison's level, so 0 -> 1 of 192 (p 0.5) is said, not judged.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from regdiag import stats
@@ -58,7 +59,7 @@ def failed_requests(
     if o is None or n is None:
         side = old_label if o is None else new_label
         return [f"failed requests: {where} ({side}'s files do not say how many failed; not judged)"], None
-    p = stats.more_often(fo, so, fn, sn)
+    p = more_often(fo, so, fn, sn)
     more = "more" if fn / max(sn, 1) > fo / max(so, 1) else "fewer" if fn * so < fo * sn else "as many"
     line = (
         f"failed requests: {where} (left out of the latencies; {more} in {new_label}, "
@@ -67,6 +68,23 @@ def failed_requests(
     if p < 1 - level:
         return [line], f"{new_label} failed more requests ({fo}/{so} \u2192 {fn}/{sn}, p {p:.2g})"
     return [line], None
+
+
+def failed(
+    old: dict[str, Any],
+    new: dict[str, Any],
+    old_label: str,
+    new_label: str,
+    level: float,
+    warnings: list[str],
+) -> tuple[str, str] | None:
+    """(REGRESSED, why) where NEW computed wrong results or failed more requests, whatever the times
+    say; None otherwise. Each side's failures are added to `warnings`."""
+    wrong_w, wrong = wrong_values(old, new, old_label, new_label)
+    failed_w, more = failed_requests(old, new, old_label, new_label, level)
+    warnings += failed_w + wrong_w
+    why = wrong or more
+    return (stats.REGRESSED, why) if why else None
 
 
 def wrong_values(
@@ -92,3 +110,25 @@ def _wrong(run: dict[str, Any]) -> list[str]:
         for la in run.get("launches") or []
         if isinstance(la, dict) and (la.get("header") or {}).get(WRONG_VALUES)
     ]
+
+
+def more_often(old_hits: int, old_total: int, new_hits: int, new_total: int) -> float:
+    """One-sided Fisher exact p that NEW's share of hits (failed requests) is higher than OLD's: the
+    chance, given the hits of both sides together, that NEW draws at least as many of them as it did
+    (the hypergeometric upper tail). Counts, not launches: each request is one trial."""
+    hits, total = old_hits + new_hits, old_total + new_total
+    if not 0 <= old_hits <= old_total or not 0 <= new_hits <= new_total or hits == 0:
+        return 1.0
+
+    def log_comb(n: int, k: int) -> float:
+        return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+    base = log_comb(total, new_total)
+    top = min(hits, new_total)
+    tail = [
+        log_comb(hits, x) + log_comb(total - hits, new_total - x) - base for x in range(new_hits, top + 1)
+    ]
+    if not tail:
+        return 0.0
+    m = max(tail)
+    return min(1.0, math.exp(m) * sum(math.exp(t - m) for t in tail))

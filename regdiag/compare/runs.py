@@ -24,7 +24,7 @@ from regdiag.compare.checks import (
 )
 from regdiag.compare.design import drift_verdict, measurement_design, pair_if_interleaved, side_drift
 from regdiag.compare.envdiff import env_diff_of, machine_diff_of
-from regdiag.compare.failures import failed_requests, wrong_values
+from regdiag.compare.failures import failed
 from regdiag.compare.host import with_host
 from regdiag.compare.result import Comparison, MetricResult, SideInfo
 from regdiag.compare.verdicts import Method, derived_metrics, metric_verdicts, overall_verdict
@@ -113,15 +113,10 @@ def compared(
     warnings += phantom.machine_warnings(snap_o, snap_n)
     if skip_o or skip_n:
         warnings.append(f"skipped launches: {len(skip_o)} in {old_label}, {len(skip_n)} in {new_label}")
-    failed_w, failed_note = failed_requests(old, new, old_label, new_label, level)
-    wrong_w, wrong_note = wrong_values(old, new, old_label, new_label)
-    warnings += failed_w + wrong_w
-    failed_note = wrong_note or failed_note
     env, env_note = env_diff_of(old, new)
     drift = side_drift(lo_, ln_, primary or results[0].name, old_label, new_label)
     verdict_note = drift_verdict(drift, design, verdict, old_label, new_label, warnings, notes)
-    if failed_note is not None:  # wrong results, more failed requests: a regression whatever the times say
-        verdict, verdict_note = stats.REGRESSED, failed_note
+    verdict, verdict_note = failed(old, new, old_label, new_label, level, warnings) or (verdict, verdict_note)
     return Comparison(
         old=side_o,
         new=side_n,
