@@ -41,6 +41,7 @@ from regdiag.explain_rows import (
     rooflines,
     shape_of,
 )
+from regdiag.importers.vllm_bench import ACCEPT_LENGTH_KEYS
 from regdiag.models import preset_shape
 from regdiag.records import EXPLANATION, RUN, RecordError, check_record, schema_id
 from regdiag.roofline import PhaseRoofline, add_comm, bytes_ratio, roofline
@@ -232,12 +233,19 @@ def _mean_of_launch_means(launches: list[dict[str, Any]], key: str, name: str) -
     return float(np.mean(means)) if means else None
 
 
-# What the engines' bench scripts call the mean accept length, in the scalars of an imported launch.
-BENCH_ACCEPT_KEYS = ("accept_len", "accept_length", "mean_accept_length", "spec_accept_length")
+# Latencies that are per output token, not per cycle: a step yields accept-length tokens, so its cycle
+# is the time per token x the accept length. vllm bench serve and bench_serving define tpot so, as
+# (latency - ttft) / (tokens - 1); their itl is the gap between stream chunks, one chunk a step.
+PER_TOKEN = {
+    "tpot": "median {m} {t:.3g} ms x accept length {a:.3g} ({m} is per token; a cycle yields that many)"
+}
+NOT_A_CYCLE = {"e2e": "a whole request's time"}
 
 
 def _bench_accept(launches: list[dict[str, Any]]) -> tuple[str | None, float | None]:
-    for key in BENCH_ACCEPT_KEYS:
+    """The mean accept length of a bench file (vllm bench serve, bench_serving), in an imported launch's
+    scalars under the keys compare judges it by (one number per benchmark run)."""
+    for key in ACCEPT_LENGTH_KEYS:
         xs = [
             float(v)
             for la in launches
@@ -369,7 +377,6 @@ def _throughput(
         return None
     tput = _throughput_model(launches, header, config, primary, g, decode_ms, decode_src, batch, notes)
     if tput is None:
-        notes.append("no accept_len in this run: pass --accept-len for the throughput model")
         return None
     if decode_oh is not None:
         tput.decode_overhead_ms = decode_oh
@@ -493,13 +500,6 @@ def _throughput_model(
     notes: list[str],
 ) -> ThroughputModel | None:
     """tok/s of this run's cycle and accept length (each given or measured); None without either."""
-    # A server run's primary is the inter-token latency; its speculative cycle, where the engine
-    # reported an accept length, is recorded as the "cycle" series.
-    cycle_metric = "cycle" if all("cycle" in (la.get("samples") or {}) for la in launches) else primary
-    measured = median_center(launches, cycle_metric)
-    cycle, cycle_src = g.cycle_ms, "given"
-    if cycle is None:
-        cycle, cycle_src = measured, f"median {cycle_metric}"
     acc, acc_src = g.accept_len, "given"
     if acc is None:
         acc = _mean_of_launch_means(launches, "values", "accept_len")
@@ -509,7 +509,25 @@ def _throughput_model(
             acc_src = f"mean {key} of the bench file" if key else acc_src
         if header.get("accept_len_simulated") or config.get("accept_mean") is not None:
             acc_src += " (simulated by the probe)"
-    if cycle is None or acc is None:
+    # A server run's primary is the inter-token latency; its speculative cycle, where the engine
+    # reported an accept length, is recorded as the "cycle" series.
+    cycle_metric = "cycle" if all("cycle" in (la.get("samples") or {}) for la in launches) else primary
+    measured = median_center(launches, cycle_metric)
+    cycle, cycle_src = g.cycle_ms, "given"
+    if acc is None:
+        notes.append("no accept_len in this run: pass --accept-len for the throughput model")
+        return None
+    if cycle is None and cycle_metric in NOT_A_CYCLE:
+        notes.append(
+            f"{cycle_metric} is {NOT_A_CYCLE[cycle_metric]}, not a cycle: pass --cycle-ms for the throughput model"
+        )
+        return None
+    if cycle is None and measured is not None:
+        cycle, cycle_src = measured, f"median {cycle_metric}"
+        if cycle_metric in PER_TOKEN:
+            cycle, cycle_src = cycle * acc, PER_TOKEN[cycle_metric].format(m=cycle_metric, t=cycle, a=acc)
+    if cycle is None:
+        notes.append(f"no {cycle_metric} in this run: pass --cycle-ms for the throughput model")
         return None
     steps = config.get("num_steps") if isinstance(config.get("num_steps"), int) else None
     sources = {"cycle": cycle_src, "accept_len": acc_src}

@@ -566,36 +566,58 @@ def test_a_nccl_cuda_or_timeout_failure_fails_the_test_with_its_line() -> None:
                  " .. vm pid 1412: Test failure common.cu:903", " .. vm pid 1412: Test failure common.cu:1054")  # fmt: skip
     assert (
         _failed(_text(nccl))["error"]
-        == "Test NCCL failure common.cu:391 'unhandled system error / net.cc:12 connect'"
+        == "Test NCCL failure common.cu:391 'unhandled system error / net.cc:12 connect'; "
+        "it died after 64KiB of 1KiB..16MiB"  # where: the last size it printed, of the sweep it set out on
     )
     # NCCL before 2.13: "%s: Test NCCL failure %s:%d '%s'"; a full path is shortened to its file
     old = _died(
         v2_13(), 1, "vm: Test NCCL failure /src/nccl-tests/src/common.cu:391 'unhandled system error'"
     )
-    assert _failed(_text(old))["error"] == "Test NCCL failure common.cu:391 'unhandled system error'"
+    assert (
+        _failed(_text(old))["error"]
+        == "Test NCCL failure common.cu:391 'unhandled system error'; it died after 1KiB of 1KiB..16MiB"
+    )
     cuda = _died(head(), 0, "vm: Test CUDA failure common.cu:742 'an illegal memory access was encountered'")
     assert (
         _failed(_text(cuda))["error"]
         == "Test CUDA failure common.cu:742 'an illegal memory access was encountered'"
     )
     timeout = _died(head(), 1, "vm: Test timeout (30s) common.cu:523")
-    assert _failed(_text(timeout))["error"] == "Test timeout (30s) common.cu:523"
+    assert (
+        _failed(_text(timeout))["error"]
+        == "Test timeout (30s) common.cu:523; it died after 1KiB of 1KiB..16MiB"
+    )
 
 
 def test_a_test_without_its_footer_failed() -> None:
     lines = head()
     cut = lines[: next(i for i, ln in enumerate(lines) if ln.startswith("# Out of bounds"))]
-    assert _failed(_text(cut))["error"] == "no footer: the test stopped before its end"
+    assert (
+        _failed(_text(cut))["error"]
+        == "no footer: the test stopped before its end; it died after its last size, 16MiB"
+    )
+    mid = lines[: next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("1048576 "))]  # stdout cut
+    assert (
+        _failed(_text(mid))["error"]
+        == "no footer: the test stopped before its end; it died after 64KiB of 1KiB..16MiB"
+    )
     trace = [*head()[:8], " .. vm pid 1412: Test failure common.cu:1454"]  # run() returned early (no rows)
     assert (
         _failed(_text(trace))["error"]
         == "Test failure common.cu:1454 (no footer: the test stopped before its end)"
     )
     la = _failed(head_json(footer=False))
-    assert la["error"] == "no footer: the test stopped before its end"
+    assert la["error"] == "no footer: the test stopped before its end; it died after its last size, 16MiB"
     cut_json = head_json()[:700]
     (run,) = importers.import_text(cut_json, "x.json", "nccl-tests")
     assert run["status"] == "failed" and run["launches"][0]["error"].startswith("no footer")
+    # -J written as the sweep goes, cut within its third result: the two whole ones say where it died
+    whole = head_json()
+    third = whole.index('{"size":%d,' % (1 << 20))
+    (run,) = importers.import_text(whole[: third + 40], "x.json", "nccl-tests")
+    assert run["launches"][0]["error"] == (
+        "no footer: the test stopped before its end (the JSON file ends mid-way); it died after 64KiB of 1KiB..16MiB"
+    )
 
 
 def test_what_is_not_a_failure() -> None:
@@ -642,3 +664,78 @@ def test_a_side_whose_only_test_failed_gets_no_verdict(tmp_path: Path) -> None:
     assert json.loads(p.stdout)["exit_code"] == 2  # --json: the refusal as regdiag.error/1
     assert "the run has no launch with samples (1 launch, status 'failed')" in p.stderr
     assert "launch 0 failed: #wrong 7 at 1MiB" in p.stderr  # the cause, not only the count
+
+
+# --- a dead run against a good one; wrong values in NEW ----------------------------------------------
+
+REAL = Path(__file__).resolve().parent.parent / "baselines" / "h200x2-collectives" / "nccl-tests.txt"
+
+
+def _real_first_test() -> list[str]:
+    """The first test of the real 2.19.6 output on two H200s, verbatim (its `=== RUN` section)."""
+    lines = REAL.read_text().splitlines()
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("=== END"))
+    return lines[: end + 1]
+
+
+@pytest.mark.parametrize("fmt", ["2.19.6 stdout", "2.13 stdout", "-J"])
+def test_a_dead_run_against_a_good_one_is_said_dead(fmt: str) -> None:
+    if fmt == "2.19.6 stdout":
+        good = _real_first_test()
+        dead = good[: next(i for i, ln in enumerate(good) if ln.lstrip().startswith("262144 "))]
+        good_text, dead_text, where = _text(good), _text(dead), "it died after 128KiB of 1KiB..256MiB"
+    elif fmt == "2.13 stdout":
+        lines = v2_13()
+        cut = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("1048576 "))
+        good_text, dead_text, where = (
+            _text(lines),
+            _text(lines[: cut + 1])[:-30],
+            "died after 64KiB of 1KiB..16MiB",
+        )
+    else:
+        whole = head_json()
+        good_text, where = whole, "it died after 64KiB of 1KiB..16MiB"
+        dead_text = whole[: whole.index('{"size":%d,' % (1 << 20)) + 40]
+    good_run = _one(good_text)
+    (dead_run,) = importers.import_text(dead_text, "dead", "nccl-tests")
+    for old, new, allow in (
+        (good_run, dead_run, False),
+        (dead_run, good_run, False),
+        (good_run, dead_run, True),
+    ):
+        with pytest.raises(BadInput) as e:
+            compare_runs(old, new, allow_mismatch=allow, old_label="A", new_label="B")
+        msg = str(e.value)
+        assert "run died (launch 0: no footer: the test stopped before its end" in msg and where in msg
+        assert msg.endswith("no launch of it finished, nothing to compare") and "configs differ" not in msg
+
+
+def test_wrong_values_in_new_are_named_and_regress(tmp_path: Path) -> None:
+    from regdiag.report.text import headline
+
+    old = _one(_text(head(check=True), head(check=True), head(check=True)))
+    new = _one(_text(head(check=True), head(check=True), head(check=True, wrong={1 << 20: 7}, errors=7)))
+    c = compare_runs(old, new)
+    assert c.verdict == "REGRESSED" and all(m.verdict != "REGRESSED" for m in c.metrics)
+    assert c.verdict_note is not None and c.verdict_note.startswith(
+        "NEW computed wrong results (launch 2: #wrong 7 at 1MiB"
+    )
+    assert c.verdict_note in headline(c)
+    assert any(w.startswith("wrong results in NEW: 1 launch left out of the numbers") for w in c.warnings)
+    back = compare_runs(new, old)  # wrong values in OLD only: said, not a regression of NEW
+    assert back.verdict != "REGRESSED" and any(w.startswith("wrong results in OLD") for w in back.warnings)
+
+
+@pytest.mark.cli
+def test_wrong_values_exit_1_and_the_text_names_them(tmp_path: Path) -> None:
+    old, new = tmp_path / "old.txt", tmp_path / "new.txt"
+    old.write_text(_text(head(check=True), head(check=True), head(check=True)))
+    new.write_text(_text(head(check=True), head(check=True), head(check=True, wrong={1 << 20: 7}, errors=7)))
+    p = run_cli("compare", str(old), str(new))
+    assert p.returncode == 1, p.stdout + p.stderr
+    text = " ".join(p.stdout.split())
+    assert (
+        text.startswith("REGRESSED per size")
+        and "new.txt computed wrong results (launch 2: #wrong 7 at 1MiB" in text
+    )
+    assert "[all_reduce_perf, line" in text  # the warning's own brackets are printed, not read as markup

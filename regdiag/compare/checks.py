@@ -88,6 +88,12 @@ def check_same_measurement(
     diffs = _config_diff(co, cn)
     if diffs:
         msg = "probe configs differ: " + "; ".join(diffs[:4]) + ("; ..." if len(diffs) > 4 else "")
+        died = _died(old, old_label) or _died(new, new_label)
+        if died:  # a run cut short holds what it reached: say that it died, not that it is another config
+            keys = ", ".join(d.split(":", 1)[0] for d in diffs[:4])
+            msg = f"{died[0]}; so its config ({keys}) is what it reached, not what it set out to measure"
+        if died and not died[1]:
+            raise BadInput(msg + ": no launch of it finished, nothing to compare")
         if not allow_mismatch:
             raise BadInput(msg + " (--allow-mismatch to compare anyway)")
         warnings.append(msg + " (compared with --allow-mismatch)")
@@ -99,6 +105,19 @@ def check_same_measurement(
             f"the runs measure different things: primary {old.get('primary')!r} in {old_label}, "
             f"{new.get('primary')!r} in {new_label}"
         )
+
+
+def _died(run: dict[str, Any], label: str) -> tuple[str, bool] | None:
+    """('LABEL's run died (launch k: cause)', whether a launch of it finished) for a run that did not
+    finish and has a failed launch; None for any other run."""
+    if run.get("status") in (None, "complete"):
+        return None
+    launches = [la for la in run.get("launches") or [] if isinstance(la, dict)]
+    for la in launches:
+        if la.get("status") == "error" and la.get("error"):
+            said = f"{label}'s run died (launch {la.get('index')}: {la['error']})"
+            return said, any(usable(x) for x in launches)
+    return None
 
 
 def cycle_warning(old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str) -> list[str]:

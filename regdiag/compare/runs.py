@@ -24,6 +24,7 @@ from regdiag.compare.checks import (
 )
 from regdiag.compare.design import drift_verdict, measurement_design, pair_if_interleaved, side_drift
 from regdiag.compare.envdiff import env_diff_of, machine_diff_of
+from regdiag.compare.failures import failed
 from regdiag.compare.host import with_host
 from regdiag.compare.result import Comparison, MetricResult, SideInfo
 from regdiag.compare.verdicts import Method, derived_metrics, metric_verdicts, overall_verdict
@@ -112,10 +113,10 @@ def compared(
     warnings += phantom.machine_warnings(snap_o, snap_n)
     if skip_o or skip_n:
         warnings.append(f"skipped launches: {len(skip_o)} in {old_label}, {len(skip_n)} in {new_label}")
-    warnings += _failed_requests(old, new, old_label, new_label)
     env, env_note = env_diff_of(old, new)
     drift = side_drift(lo_, ln_, primary or results[0].name, old_label, new_label)
     verdict_note = drift_verdict(drift, design, verdict, old_label, new_label, warnings, notes)
+    verdict, verdict_note = failed(old, new, old_label, new_label, level, warnings) or (verdict, verdict_note)
     return Comparison(
         old=side_o,
         new=side_n,
@@ -287,26 +288,3 @@ def _judged(
     if sweep_v is None:
         return verdict, ""
     return sweep_v, txt
-
-
-FAILED_REQUESTS = "failed_requests"  # a bench file's count (regdiag/importers/vllm_bench.py)
-
-
-def _failed_requests(old: dict[str, Any], new: dict[str, Any], old_label: str, new_label: str) -> list[str]:
-    """A warning when either side's bench runs had failed requests: those are left out of its
-    latencies, so a side that fails more can look faster than it served."""
-
-    def count(run: dict[str, Any]) -> int:
-        return sum(
-            int(v)
-            for la in run.get("launches") or []
-            if isinstance(v := (la.get("scalars") or {}).get(FAILED_REQUESTS), (int, float))
-        )
-
-    o, n = count(old), count(new)
-    if not (o or n):
-        return []
-    return [
-        f"failed requests: {o} in {old_label}, {n} in {new_label} (left out of the latencies; "
-        f"{'more' if n > o else 'fewer' if n < o else 'as many'} in {new_label})"
-    ]

@@ -11,23 +11,22 @@ keys both hold: tp, dtype, ops, modes and sizes. A size printed again in one tes
 is one more sample of that launch; a table of several types, reductions or roots (`-d all`, `-o all`,
 `-r -1`) is refused, as its sizes would be one metric each.
 
-One test in the file is one launch (one process). A file that holds the same test several times
-(`for i in 1 2 3; do all_reduce_perf ...; done > out.txt`) has that many launches; an eager and a
-`-G` test side by side fill one launch's eager and graph metrics. Lines that are not nccl-tests'
-own (a script's `=== RUN` markers, mpirun's chatter) are skipped.
+One test in the file is one launch (one process); the same test several times (a shell loop) is that many
+launches; an eager and a `-G` test side by side fill one launch's eager and graph metrics. Lines that are
+not nccl-tests' own (a script's `=== RUN` markers, mpirun's chatter) are skipped.
 
-Failed means failed. A test is a failed launch (status "error", no samples, the cause in one line)
-when a `#wrong` value is not 0 (nor N/A: `-c 0`), its footer says `# Out of bounds values : N FAILED`,
-a `Test NCCL failure` / `Test CUDA failure` / `Test timeout` / `Test failure` line appears before its
-footer (the first one is the cause: nccl-tests prints the failing check, then one trace line per
-caller), or its footer (`# Avg bus bandwidth`) never comes (the process died). The good tests of such
-a file still fill launches (the run is "partial", and its config names what every test set out to
-measure); a file of failed tests only loads as a "failed" run, which compare refuses to judge. Two
-things are not failures: `# Avg bus bandwidth : X FAILED` (the NCCL_TESTS_MIN_BW check, a verdict on
-the very numbers compare judges), and the ` .. Test failure` trace that 2.17.3 on print after a
-failed footer on their way out (run() returns an error to main's TESTCHECK). A NCCL/CUDA failure
-line after a footer is a process that died before its setup line: one more failed launch, its op
-unknown; a trace line alone there cannot be told from the trace above, and is passed over.
+Failed means failed. A test is a failed launch (status "error", no samples, the cause in one line) when a
+`#wrong` value is not 0 (nor N/A: `-c 0`), its footer says `# Out of bounds values : N FAILED` (the launch
+header's `wrong_values` counts them), a `Test NCCL failure` / `Test CUDA failure` / `Test timeout` / `Test
+failure` line appears before its footer (the first is the cause: the failing check, then one trace line per
+caller), or its footer (`# Avg bus bandwidth`) never comes (it died; killed, cut, or a -J file that ends
+mid-way). A test that died says where: the last size it printed, of the sweep its setup line set out on. The
+good tests of such a file still fill launches (the run is "partial"); a file of failed tests only loads as a
+"failed" run, which compare refuses to judge. Not failures: `# Avg bus bandwidth : X FAILED`
+(NCCL_TESTS_MIN_BW, a verdict on the numbers compare judges), and the ` .. Test failure` trace 2.17.3 on
+print after a failed footer (run() returns an error to main's TESTCHECK). A NCCL/CUDA failure line after a
+footer is a process that died before its setup line: one more failed launch, its op unknown; a trace line
+alone there is passed over.
 
 Formats, from nccl-tests' sources (src/common.cu, src/util.cu, and each op's .cu before 2.13):
 - 2.16.7 on print `# Collective test starting: all_reduce_perf` before the setup line; 2.17.4 on print
@@ -176,6 +175,7 @@ def _tests(lines: list[str], source: str) -> list[dict[str, Any]]:
                 tests.append(cur)
             cur["setup"] = True
             cur["mode"] = "graph" if int(m.group(5) or 0) > 0 else "eager"
+            cur["bytes"] = (int(m.group(3)), int(m.group(4)))  # the sweep it set out to run
         elif why := _failure(line):
             cause, specific = why
             if cur is None or cur["footer"]:
@@ -317,8 +317,8 @@ def _settle(t: dict[str, Any], source: str) -> None:
 
 
 def _cause(t: dict[str, Any], wrong: list[tuple[int, float]]) -> str | None:
-    if t["failure"]:
-        return str(t["failure"])
+    if t["failure"]:  # a test that died: where, when it had printed a size
+        return str(t["failure"]) + ("" if t["footer"] else _reached(t))
     found = []
     if wrong:
         nbytes, count = wrong[0]
@@ -328,10 +328,20 @@ def _cause(t: dict[str, Any], wrong: list[tuple[int, float]]) -> str | None:
     if t["out_of_bounds"]:
         found.append(f"{t['out_of_bounds']} out-of-bounds values (nccl-tests: FAILED)")
     if found:
+        t["wrong_values"] = int(sum(c for _b, c in wrong)) or int(t["out_of_bounds"] or 0)
         return "; ".join(found)
     if not t["footer"]:
-        return f"{t['trace']} ({NO_FOOTER})" if t["trace"] else NO_FOOTER
+        return f"{t['trace']} ({NO_FOOTER}{_reached(t)})" if t["trace"] else NO_FOOTER + _reached(t)
     return None
+
+
+def _reached(t: dict[str, Any]) -> str:
+    """Where a test that died stopped: the last size it printed, of the sweep it set out to run."""
+    last, sweep = (t["rows"][-1]["bytes"] if t["rows"] else None), t.get("bytes")
+    if last is None or (sweep and last >= sweep[1]):
+        return "" if last is None else f"; it died after its last size, {_size_name(last)}"
+    of = f" of {_size_name(sweep[0])}..{_size_name(sweep[1])}" if sweep else ""
+    return f"; it died after {_size_name(last)}{of}"
 
 
 def _infer(t: dict[str, Any]) -> tuple[str, str | None]:
@@ -394,9 +404,7 @@ def _json_tests(text: str, source: str) -> tuple[list[dict[str, Any]], dict[str,
     except json.JSONDecodeError as e:
         cut = e.pos >= len(text.rstrip()) - 1 or e.msg.startswith("Unterminated string")
         if cut and JSON_HEAD.match(text):  # the writer died mid-file (as records.loads_record tells it)
-            t = _new_test(_json_name(re.search(r'"args"\s*:\s*\[\s*"((?:[^"\\]|\\.)*)"', text)), None, 1)
-            t["failure"] = f"{NO_FOOTER} (the JSON file ends mid-way)"
-            return [t], {}
+            return [_cut_json_test(text, source)], {}
         raise BadInput(
             f"{source}: malformed nccl-tests JSON at line {e.lineno} column {e.colno}: {e.msg}"
         ) from None
@@ -412,6 +420,8 @@ def _json_tests(text: str, source: str) -> tuple[list[dict[str, Any]], dict[str,
     devices: list[Any] = listed if isinstance(listed, list) else []
     t["ranks"] = len(devices) * int(_num(config.get("nthreads")) or 1) * int(_num(config.get("ngpus")) or 1)
     t["cols"] = {"redop": 3, "root": 4}  # every -J result names both
+    lo, hi = _num(config.get("minimum_bytes")), _num(config.get("maximum_bytes"))
+    t["bytes"] = (int(lo), int(hi)) if lo is not None and hi is not None else None
     for i, r in enumerate(doc.get("results") or []):
         if row := _json_row(r, source, i):
             t["rows"].append(row)
@@ -422,6 +432,24 @@ def _json_tests(text: str, source: str) -> tuple[list[dict[str, Any]], dict[str,
         t["out_of_bounds"] = count or (1 if str(oob.get("okay")).lower() == "false" else 0)
     extra = {"json_version": doc.get("version"), "nccl_version": doc.get("nccl_version")}
     return [t], extra
+
+
+def _cut_json_test(text: str, source: str) -> dict[str, Any]:
+    """A -J file cut mid-way (nccl-tests writes it as the sweep goes): the results written whole."""
+    t = _new_test(_json_name(re.search(r'"args"\s*:\s*\[\s*"((?:[^"\\]|\\.)*)"', text)), None, 1)
+    t["failure"], t["cols"] = f"{NO_FOOTER} (the JSON file ends mid-way)", {"redop": 3, "root": 4}
+    lo, hi = (re.search(rf'"{k}"\s*:\s*(\d+)', text) for k in ("minimum_bytes", "maximum_bytes"))
+    t["bytes"] = (int(lo.group(1)), int(hi.group(1))) if lo and hi else None
+    pos = start.end() if (start := re.search(r'"results"\s*:\s*\[', text)) else len(text)
+    while pos < len(text):
+        pos = len(text) - len(text[pos:].lstrip(" \t\r\n,"))
+        try:
+            r, pos = json.JSONDecoder().raw_decode(text, pos)
+        except (json.JSONDecodeError, RecursionError):
+            break
+        if row := _json_row(r, source, len(t["rows"])):
+            t["rows"].append(row)
+    return t
 
 
 def _json_name(arg0: Any) -> str | None:
@@ -518,7 +546,7 @@ def _record(tests: list[dict[str, Any]], source: str, extra: dict[str, Any]) -> 
     for t in tests:
         if t["cause"]:
             what = f"{t['test'] or t['op'] or 'nccl-tests'}{', graph' if t['mode'] == 'graph' else ''}"
-            header = {"test": what, "line": t["line"]}
+            header = {"test": what, "line": t["line"], "wrong_values": t.get("wrong_values", 0)}
             error = f"{t['cause']} [{what}, line {t['line']}]" if len(tests) > 1 else str(t["cause"])
             run["launches"].append(
                 launch(len(run["launches"]), {}, status="error", error=error, header=header)

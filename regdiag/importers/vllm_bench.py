@@ -56,6 +56,10 @@ IDENTITY_KEYS = ("model_id", "label", "tag")
 LABEL_KEYS = ("model_id", "tokenizer_id", "date", "label", "tag")
 LATENCIES = ("tpot", "itl", "e2e")  # the primary: the first of these the launches have
 FAILED = "failed_requests"
+# The mean accept length (tokens one speculative step yields) as each engine's bench file names it:
+# vLLM's summary of its spec-decode counters, SGLang's server info. The one table compare judges and
+# explain reads: its first key a launch has is the run's accept length.
+ACCEPT_LENGTH_KEYS = ("spec_decode_acceptance_length", "accept_length")
 
 
 def sniff(text: str) -> bool:
@@ -122,7 +126,7 @@ def unit_of(key: str) -> tuple[str, str] | None:
         return "tok/s", HIGHER
     if key.endswith("throughput") or key == "request_goodput":
         return "req/s", HIGHER
-    if key in ("spec_decode_acceptance_length", "accept_length"):
+    if key in ACCEPT_LENGTH_KEYS:
         return "tokens/step", HIGHER
     if key == "spec_decode_acceptance_rate":
         return "%", HIGHER
@@ -283,10 +287,9 @@ def _launch(k: int, doc: dict[str, Any], where: str, tool: str) -> dict[str, Any
 
 # The outcomes of a bench run that compare judges beside the latencies, each one value per launch:
 # what speculative decoding is for. The failure count stays a scalar (0 on one side has no ratio):
-# compare names a side with more failed requests in a warning.
+# compare tests it as counts, failed of sent (regdiag/compare/failures.py).
 JUDGED = (
-    "spec_decode_acceptance_length",
-    "accept_length",
+    *ACCEPT_LENGTH_KEYS,
     "output_throughput",
     "request_goodput",
     "slo_attainment",

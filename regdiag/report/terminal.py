@@ -161,9 +161,9 @@ def _details(c: Comparison, console: Console) -> None:
     else:
         console.print(f"environment: {c.env_note}", style="dim")
     for w in c.warnings:
-        console.print(f"warning: {w}", style="yellow", highlight=False)
+        console.print(f"warning: {w}", style="yellow", highlight=False, markup=False)  # [test, line N]
     for n in c.notes:
-        console.print(f"note: {n}", style="dim", highlight=False)
+        console.print(f"note: {n}", style="dim", highlight=False, markup=False)
     console.print(T.method_txt(c), style="dim")
 
 

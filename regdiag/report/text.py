@@ -7,6 +7,7 @@ import math
 from regdiag import stats
 from regdiag.attribution import Attribution, Term, Throughput
 from regdiag.compare import Comparison, MetricResult
+from regdiag.compare.design import POSSIBLY_DRIFT
 from regdiag.sizes import Cell, SizeRow, human_bytes
 
 
@@ -85,13 +86,15 @@ def more_txt(m: MetricResult) -> str:
 
 def headline(c: Comparison) -> str:
     """The verdict sentence: what, how much, how sure, against which margin."""
+    note = getattr(c, "verdict_note", None)
+    why = f"; {note}" if note and note != POSSIBLY_DRIFT else ""  # not the metrics' own verdict: why
     if c.sweep and not c.judged_by:
-        return f"{c.verdict} per size: {c.sweep} (margin {margin_txt(c.margin)})"
+        return f"{c.verdict} per size: {c.sweep} (margin {margin_txt(c.margin)}){why}"
     m = next((x for x in c.metrics if x.name == (c.judged_by or c.primary)), None)
     if m is None:
         worst = [x for x in c.metrics if x.verdict == c.verdict]
         n = len(worst)
-        return f"{c.verdict}: {n} of {len(c.metrics)} metrics {c.verdict.lower()} (margin {margin_txt(c.margin)})"
+        return f"{c.verdict}: {n} of {len(c.metrics)} metrics {c.verdict.lower()} (margin {margin_txt(c.margin)}){why}"
     e = m.estimate
     if e is None:
         return f"{c.verdict}: {m.name} not compared ({m.note})"
@@ -101,16 +104,18 @@ def headline(c: Comparison) -> str:
         f"{m.name} {pct(e.ratio)} {ci(e.lo, e.hi)}, {fixed(e.old_center, d)} \u2192 {fixed(e.new_center, d)}{unit}, "
         f"{e.n_old} vs {e.n_new} launches"
     )
+    own = c.verdict if note in (None, POSSIBLY_DRIFT) else (m.verdict or c.verdict)  # the metric's own
     tail = {
         stats.REGRESSED: f"beyond the {margin_txt(c.margin)} margin",
         stats.IMPROVED: f"beyond the {margin_txt(c.margin)} margin",
         stats.UNCHANGED: f"CI inside the {margin_txt(c.margin)} margin",
         stats.INCONCLUSIVE: more_txt(m),
-    }[c.verdict]
-    if c.verdict == stats.UNCHANGED and e.p is not None and e.p < 1 - c.level:
+    }[own]
+    if own == stats.UNCHANGED and e.p is not None and e.p < 1 - c.level:
         tail += " (a real but smaller change)"
-    if getattr(c, "verdict_note", None):
-        tail += f"; {c.verdict_note} (see DRIFT below)"
+    if note == POSSIBLY_DRIFT:
+        tail += f"; {note} (see DRIFT below)"
+    tail += why  # a verdict that is not the metric's own (wrong results, more failed requests)
     return f"{c.verdict}: {core}; {tail}"
 
 
