@@ -316,6 +316,7 @@ def explain_run(
     if (run.get("probe") or {}).get("name") == "engine":
         config = _engine_config(config, launches)
         notes += _acceptance_notes(config, launches)
+    notes += _engine_said(launches)
     _check_inputs(config, launches, label)
     if g.num_steps is not None:
         config.update(_steps(g.num_steps))
@@ -433,6 +434,24 @@ def _engine_config(config: dict[str, Any], launches: list[dict[str, Any]]) -> di
         dist = tokens_distribution(tokens)
         if varies(dist):  # adaptive speculation (or a batch that changed): weigh the sizes, not the median
             out["num_draft_tokens_dist"] = {max(k // batch, 1): w for k, w in dist.items()}
+    return out
+
+
+def _engine_said(launches: list[dict[str, Any]]) -> list[str]:
+    """What the engine did, not what it was asked (each launch's engine_config): the graphs at run
+    time, an all-reduce it refused, a variable one NCCL worker lacked; once each."""
+    out: list[str] = []
+    for la in launches:
+        cfg = la.get("engine_config") if isinstance(la.get("engine_config"), dict) else {}
+        said = [x for x in cfg.get("graphs_at_run_time") or [] if isinstance(x, str)]
+        if cfg.get("all_reduce_refused"):
+            said.append(
+                f"all-reduce: {cfg.get('all_reduce_asked')} asked, {cfg.get('all_reduce')} ran "
+                f"(the engine: {cfg['all_reduce_refused']})"
+            )
+        missing = (cfg.get("nccl") or {}).get("missing_on_ranks") or {}
+        said += [f"NCCL: {k} not in the environment of {', '.join(v)}" for k, v in missing.items()]
+        out += [f"the engine: {x}" for x in said if f"the engine: {x}" not in out]
     return out
 
 
