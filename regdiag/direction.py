@@ -24,7 +24,16 @@ HIGHER_IS_BETTER_UNITS = frozenset(
     {"tok/s", "tokens/s", "GB/s", "GiB/s", "MB/s", "B/s", "tokens", "tokens/step", "x", "req/s"}
 )
 HIGHER_IS_BETTER_NAMES = frozenset(
-    {"accept_len", "tok_s", "throughput", "busbw", "algbw", "bandwidth", "goodput", "prefix_cache_hit_rate"}
+    {
+        "accept_len",
+        "tok_s",
+        "throughput",
+        "busbw",
+        "algbw",
+        "bandwidth",
+        "goodput",
+        "prefix_cache_hit_rate",
+    }
 )
 # Name shapes of higher-is-better metrics in records that declare nothing: the collectives probe's
 # per-size bandwidths (algbw_64KiB, busbw_arg_64KiB) and rates written with their unit in the name.

@@ -25,6 +25,7 @@ from regdiag.compare.checks import (
 from regdiag.compare.design import drift_verdict, measurement_design, pair_if_interleaved, side_drift
 from regdiag.compare.envdiff import env_diff_of, machine_diff_of
 from regdiag.compare.host import with_host
+from regdiag.compare.populations import populations_of
 from regdiag.compare.result import Comparison, MetricResult, SideInfo
 from regdiag.compare.verdicts import Method, derived_metrics, metric_verdicts, overall_verdict
 from regdiag.errors import BadInput
@@ -109,6 +110,8 @@ def compared(
     side_o, side_n = _side_info(old, old_label, lo_, skip_o), _side_info(new, new_label, ln_, skip_n)
     snap_o, snap_n = old.get("snapshot_before"), new.get("snapshot_before")
     ph = _phantoms(side_o, side_n, snap_o, snap_n, results, primary, margin)
+    pops = _populations((old, lo_, old_label), (new, ln_, new_label), primary or results[0].name, units)
+    ph += [p["line"] for p in pops]
     warnings += phantom.machine_warnings(snap_o, snap_n)
     if skip_o or skip_n:
         warnings.append(f"skipped launches: {len(skip_o)} in {old_label}, {len(skip_n)} in {new_label}")
@@ -141,7 +144,27 @@ def compared(
         verdict_note=verdict_note,
         machine_diff=machine_diff_of(side_o, side_n, snap_o, snap_n, env),
         profile=profile_split(lo_, ln_, list(phases)),
+        populations=pops,
     )
+
+
+def _populations(
+    old: tuple[dict[str, Any], list[dict[str, Any]], str],
+    new: tuple[dict[str, Any], list[dict[str, Any]], str],
+    metric: str,
+    units: dict[str, str],
+) -> list[dict[str, Any]]:
+    """Each side (run, usable launches, label) whose launches are two groups of the metric
+    (regdiag/compare/populations.py), each launch read with its record's node and engine_config."""
+    both = [la for _r, ls, _l in (old, new) for la in ls]
+    key = "samples" if any(la["samples"].get(metric) for la in both) else "values"
+    sides = []
+    for run, ls, label in (old, new):
+        raw = {la.get("index", i): la for i, la in enumerate(run.get("launches") or []) if isinstance(la, dict)}
+        kept = [la for la in ls if la[key].get(metric)]
+        merged = [{**raw.get(la["index"], {}), **la} for la in kept]
+        sides.append((label, merged, [float(np.median(la[key][metric])) for la in kept]))
+    return populations_of(sides, metric, units.get(metric, "ms" if key == "samples" else ""))
 
 
 def _batch(probe: dict[str, Any]) -> int:

@@ -422,7 +422,8 @@ class EngineConfigReader:
             graphed = run != "NONE" and s.get("enforce_eager") is not True
             out: dict[str, Any] = {"decode": graphed, "verify": graphed, "mode": run}
             out["mode_asked"] = mode or self.downgrade["asked"]
-            out["downgraded"] = f"{self.downgrade['asked']} asked, {run} run: not supported with {self.downgrade['why']}"
+            d = self.downgrade
+            out["downgraded"] = f"{d['asked']} asked, {run} run: not supported with {d['why']}"
         elif mode is None and s.get("enforce_eager") is None:
             out = None if not self.captured else {"decode": True, "verify": True, "mode": mode}
         else:
@@ -442,7 +443,8 @@ class EngineConfigReader:
         via = f" via {', '.join(sorted(self.transports))}" if self.transports else ""
         asked = out.get("all_reduce")
         out["all_reduce"] = f"nccl{via}"
-        out["all_reduce_asked"] = "custom" if asked in (None, "custom", "custom all-reduce disabled") else asked
+        refused = (None, "custom", "custom all-reduce disabled")
+        out["all_reduce_asked"] = "custom" if asked in refused else asked
         out["all_reduce_refused"] = self.ar_refused
 
 
@@ -452,7 +454,11 @@ def _missing_on_ranks(by_rank: dict[str, dict[str, str]]) -> dict[str, list[str]
     if len(by_rank) < 2:
         return {}
     names = {k for env in by_rank.values() for k in env}
-    return {k: [r for r in sorted(by_rank) if k not in by_rank[r]] for k in sorted(names) if any(k not in env for env in by_rank.values())}
+    return {
+        k: [r for r in sorted(by_rank) if k not in by_rank[r]]
+        for k in sorted(names)
+        if any(k not in env for env in by_rank.values())
+    }
 
 
 def _named(v: str, names: tuple[str, ...]) -> str:

@@ -27,7 +27,10 @@ from regdiag.hosts.base import Host
 from regdiag.measure.launch import command, launch
 from regdiag.server.client import Endpoint, RequestFailed, simple_get
 from regdiag.server.draft import draft_path, read_draft
-from regdiag.server.engine_config import EngineConfigReader, graphs_at_run_time
+from regdiag.server.engine_config import (
+    EngineConfigReader,
+    graphs_at_run_time,
+)
 from regdiag.snapshot.redact import scrub_lines, scrub_text
 
 MARK = "regdiag-launcher"
