@@ -31,6 +31,7 @@ from regdiag.bandwidth import DEFAULT_BANDWIDTH, bandwidth_for
 from regdiag.collective_costs import Latencies
 from regdiag.comm import CommShare, comm_shares
 from regdiag.engine.acceptance import tokens_distribution, varies
+from regdiag.explain_engine import VLLM_DRAFT_NOTE, all_reduce_path, engine_said, run_engine
 from regdiag.errors import BadInput
 from regdiag.explain_rows import (
     graph_note,
@@ -162,6 +163,8 @@ class Given:
     graph: bool | None = None  # --graph on|off: the phases ran as CUDA graphs (None: as the engine does)
 
     def check(self) -> None:
+        if self.engine is not None and self.engine not in ("sglang", "vllm"):
+            raise BadInput(f"--engine must be sglang or vllm, not {self.engine!r}")
         if self.verify_ms is not None and not 1e-6 <= self.verify_ms <= 1e9:
             raise BadInput(f"--verify-ms {self.verify_ms}: must be within 1e-06..1e+09 ms")
         check_given(
@@ -343,9 +346,9 @@ def explain_run(
     if (run.get("probe") or {}).get("name") == "engine":
         config = _engine_config(config, launches)
         notes += _acceptance_notes(config, launches)
-    notes += _engine_said(launches)
+    notes += engine_said(launches)
     _check_inputs(config, launches, label)
-    config["engine"] = g.engine or _run_engine(config, launches)
+    config["engine"] = g.engine or run_engine(config, launches)
     if config["engine"] == "vllm" and "draft" in (run.get("phases") or []):
         notes.append(VLLM_DRAFT_NOTE)
     if g.num_steps is not None:
@@ -370,9 +373,7 @@ def explain_run(
     ratio = None if shape is None else bytes_ratio(shape, config)
     out = Explanation(tput, rows, bandwidth_v, bw_src, model_d, notes, comm, ratio)
     out.comm_label = g.collectives.label if g.collectives is not None else None
-    cfgs = [la["engine_config"] for la in launches if isinstance(la.get("engine_config"), dict)]
-    paths = {c.get("all_reduce") for c in cfgs}
-    out.comm_path = paths.pop() if len(paths) == 1 and None not in paths else None
+    out.comm_path = all_reduce_path(launches)
     return out
 
 
@@ -469,40 +470,6 @@ def _engine_config(config: dict[str, Any], launches: list[dict[str, Any]]) -> di
         dist = tokens_distribution(tokens)
         if varies(dist):  # adaptive speculation (or a batch that changed): weigh the sizes, not the median
             out["num_draft_tokens_dist"] = {max(k // batch, 1): w for k, w in dist.items()}
-    return out
-
-
-VLLM_DRAFT_NOTE = (
-    "vLLM's draft phase includes its extend pass: priced as one draft forward over the verified tokens "
-    "(with the fc over the target's hidden states) and num_steps - 1 forwards of one token, its "
-    "collectives likewise"
-)
-
-
-def _run_engine(config: dict[str, Any], launches: list[dict[str, Any]]) -> str:
-    """Which engine ran: an engine record's preset, else its launches' engine_config, else SGLang."""
-    preset = str(config.get("engine_preset") or "")
-    if preset.startswith(("vllm", "sglang")):
-        return "vllm" if preset.startswith("vllm") else "sglang"
-    said = {la["engine_config"].get("engine") for la in launches if isinstance(la.get("engine_config"), dict)}
-    return "vllm" if said == {"vllm"} else "sglang"
-
-
-def _engine_said(launches: list[dict[str, Any]]) -> list[str]:
-    """What the engine did, not what it was asked (each launch's engine_config): the graphs at run
-    time, an all-reduce it refused, a variable one NCCL worker lacked; once each."""
-    out: list[str] = []
-    for la in launches:
-        cfg = la.get("engine_config") if isinstance(la.get("engine_config"), dict) else {}
-        said = [x for x in cfg.get("graphs_at_run_time") or [] if isinstance(x, str)]
-        if cfg.get("all_reduce_refused"):
-            said.append(
-                f"all-reduce: {cfg.get('all_reduce_asked')} asked, {cfg.get('all_reduce')} ran "
-                f"(the engine: {cfg['all_reduce_refused']})"
-            )
-        missing = (cfg.get("nccl") or {}).get("missing_on_ranks") or {}
-        said += [f"NCCL: {k} not in the environment of {', '.join(v)}" for k, v in missing.items()]
-        out += [f"the engine: {x}" for x in said if f"the engine: {x}" not in out]
     return out
 
 

@@ -145,3 +145,20 @@ def test_sglang_acceptance_from_its_own_counters():
     assert "accept_rate" not in d  # no draft-token counter exported: no rate made up
     # the gauge (the last interval's mean) is not what is read
     assert metrics.spec_delta(after, after).get("accept_len") is None
+
+
+def test_draft_graphs_captured_and_never_replayed_are_said_by_explain():
+    """SGLang's capture lines say the draft's graphs exist; the hook saw none replayed in the draft."""
+    sp = ServerProcess(LocalHost(), ["true"])
+    for line in (DATA / "sglang_startup_shaped.log").read_text().splitlines():
+        sp.config.feed(line)
+    la = launch({"cycle": [10.0] * 5, "verify": [6.0] * 5, "draft": [3.0] * 5}, index=0)
+    la["graph_share"] = {"verify": 1.0, "draft": 0.0}
+    sp.record_into(la)
+    said = la["engine_config"]["graphs_at_run_time"]
+    assert said == ["draft: CUDA graphs captured, never replayed: the draft ran eager in every cycle"]
+    from regdiag import explain as ex
+
+    run = run_record([la], phases=["draft", "verify"], probe="engine", config={"preset": "sglang"})
+    notes = ex.explain_run(run, given=ex.Given(accept_len=2.0)).notes
+    assert f"the engine: {said[0]}" in notes

@@ -61,7 +61,7 @@ def compare_runs(
     if host_reading:
         c = with_host(c, old, new, lambda o, n: compared(o, n, **options), exclude_flagged)
     c.fleet = fleet_reading(old, new, margin)
-    return c
+    return _with_populations(c, old, new)
 
 
 def compared(
@@ -110,8 +110,6 @@ def compared(
     side_o, side_n = _side_info(old, old_label, lo_, skip_o), _side_info(new, new_label, ln_, skip_n)
     snap_o, snap_n = old.get("snapshot_before"), new.get("snapshot_before")
     ph = _phantoms(side_o, side_n, snap_o, snap_n, results, primary, margin)
-    pops = _populations((old, lo_, old_label), (new, ln_, new_label), primary or results[0].name, units)
-    ph += [p["line"] for p in pops]
     warnings += phantom.machine_warnings(snap_o, snap_n)
     if skip_o or skip_n:
         warnings.append(f"skipped launches: {len(skip_o)} in {old_label}, {len(skip_n)} in {new_label}")
@@ -144,8 +142,18 @@ def compared(
         verdict_note=verdict_note,
         machine_diff=machine_diff_of(side_o, side_n, snap_o, snap_n, env),
         profile=profile_split(lo_, ln_, list(phases)),
-        populations=pops,
     )
+
+
+def _with_populations(c: Comparison, old: dict[str, Any], new: dict[str, Any]) -> Comparison:
+    """The comparison with each side that is two populations of its headline metric said."""
+    ol, nl = c.old.label, c.new.label
+    lo_, ln_ = usable_launches(old, ol)[0], usable_launches(new, nl)[0]
+    metric = c.primary or c.metrics[0].name
+    units = {**(new.get("units") or {}), **(old.get("units") or {})}
+    c.populations = _populations((old, lo_, ol), (new, ln_, nl), metric, units)
+    c.phantom = [*c.phantom, *(p["line"] for p in c.populations)]
+    return c
 
 
 def _populations(
@@ -160,7 +168,7 @@ def _populations(
     key = "samples" if any(la["samples"].get(metric) for la in both) else "values"
     sides = []
     for run, ls, label in (old, new):
-        raw = {la.get("index", i): la for i, la in enumerate(run.get("launches") or []) if isinstance(la, dict)}
+        raw = {la.get("index", i): la for i, la in enumerate(run.get("launches") or [])}
         kept = [la for la in ls if la[key].get(metric)]
         merged = [{**raw.get(la["index"], {}), **la} for la in kept]
         sides.append((label, merged, [float(np.median(la[key][metric])) for la in kept]))
