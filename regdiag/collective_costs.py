@@ -8,6 +8,9 @@ Counts per forward at tensor parallelism (TP > 1), per engine (docs/probes.md, "
 - EAGLE-3 draft (llama_eagle3.py in both): embedding all-reduce, o_proj and down_proj all-reduces,
   logits all-gather: 4 per draft forward;
 - MTP (NextN) draft: embedding, attention and MoE all-reduces, logits all-gather: 4;
+- a vLLM draft phase (EagleProposer.propose) is SGLang's extend and draft together: its first draft
+  forward runs over the verified tokens (with the fc over the target's hidden states), then
+  num_steps - 1 forwards of one token; SGLang times that first forward apart, as its extend phase;
 - sampling with temperature > 0: SGLang 0.5.23 broadcasts 3 times per cycle; vLLM samples on every rank
   (no broadcast).
 
@@ -54,7 +57,8 @@ def forward_collectives(shape: Any, what: str, tokens: int) -> list[dict[str, An
 
 def phase_collectives(shape: Any, phase: str, config: dict[str, Any]) -> list[dict[str, Any]]:
     """The collectives of one phase of a cycle: decode and verify are target forwards, draft is
-    num_steps - 1 draft forwards of one token per sequence, extend one draft forward over the verified."""
+    num_steps - 1 draft forwards of one token per sequence, extend one draft forward over the verified;
+    vLLM's draft (config engine "vllm") is its extend pass and those num_steps - 1 forwards."""
     draft = getattr(shape, "draft", "eagle3")
     batch = int(config.get("batch") or 1)
     steps = int(config.get("num_steps") or 2)
@@ -67,7 +71,10 @@ def phase_collectives(shape: Any, phase: str, config: dict[str, Any]) -> list[di
         return forward_collectives(shape, draft, batch * ndt)
     if phase == "draft":
         one = forward_collectives(shape, draft, batch)
-        return [{**c, "count": c["count"] * max(steps - 1, 0)} for c in one if steps > 1]
+        rest = [{**c, "count": c["count"] * max(steps - 1, 0)} for c in one if steps > 1]
+        if config.get("engine") == "vllm":
+            return [*forward_collectives(shape, draft, batch * ndt), *rest]
+        return rest
     return []
 
 

@@ -24,7 +24,16 @@ HIGHER_IS_BETTER_UNITS = frozenset(
     {"tok/s", "tokens/s", "GB/s", "GiB/s", "MB/s", "B/s", "tokens", "tokens/step", "x", "req/s"}
 )
 HIGHER_IS_BETTER_NAMES = frozenset(
-    {"accept_len", "tok_s", "throughput", "busbw", "algbw", "bandwidth", "goodput"}
+    {
+        "accept_len",
+        "tok_s",
+        "throughput",
+        "busbw",
+        "algbw",
+        "bandwidth",
+        "goodput",
+        "prefix_cache_hit_rate",
+    }
 )
 # Name shapes of higher-is-better metrics in records that declare nothing: the collectives probe's
 # per-size bandwidths (algbw_64KiB, busbw_arg_64KiB) and rates written with their unit in the name.
@@ -42,6 +51,9 @@ SERVER_METRICS: dict[str, tuple[str, str]] = {
     "cycle": ("ms", LOWER),
     "accept_len": ("tokens/step", HIGHER),
     "output_tokens": ("tokens", CONTEXT),
+    # the engine's prefix-cache hits over the launch (engine_config.prefix_cache_hit_rate): a share of
+    # prompt tokens served from the cache, one value per launch
+    "prefix_cache_hit_rate": ("fraction", HIGHER),
 }
 LOG_METRICS: dict[str, tuple[str, str]] = {
     "itl": ("ms", LOWER),

@@ -31,6 +31,7 @@ from regdiag.bandwidth import DEFAULT_BANDWIDTH, bandwidth_for
 from regdiag.collective_costs import Latencies
 from regdiag.comm import CommShare, comm_shares
 from regdiag.engine.acceptance import tokens_distribution, varies
+from regdiag.explain_engine import VLLM_DRAFT_NOTE, all_reduce_path, engine_said, run_engine
 from regdiag.errors import BadInput
 from regdiag.explain_rows import (
     graph_note,
@@ -69,6 +70,24 @@ class Explanation:
     notes: list[str] = field(default_factory=list)
     comm: list[CommShare] = field(default_factory=list)  # measured at TP > 1 (regdiag.comm)
     bytes_ratio_verify_decode: float | None = None  # verify's bytes over a decode's, this model
+    comm_label: str | None = None  # the collectives record that priced them (--collectives)
+    comm_path: str | None = None  # the all-reduce the engine ran, where its log said (engine_config)
+
+    def comm_refused(self) -> str | None:
+        """Why no remainder is given: the priced collectives of a decode or a verify exceed the phase's
+        own measured time, so the latencies they were priced at are not the ones this engine paid (the
+        record measured another path: NCCL where the engine ran a custom all-reduce, eager where it
+        replayed graphs, another TP or interconnect)."""
+        for p in self.phases:
+            over = p.comm_ms is not None and p.measured_ms and p.comm_ms > p.measured_ms
+            if p.phase in ("decode", "verify") and over:
+                path = f" (the engine's all-reduce: {self.comm_path})" if self.comm_path else ""
+                rec = self.comm_label or "the collectives record"
+                return (
+                    f"no remainder: {p.phase}'s collectives priced at {p.comm_ms:.3g} ms exceed the "
+                    f"{p.phase} itself, {p.measured_ms:.3g} ms: {rec} is not the path this engine used{path}"
+                )
+        return None
 
     def remainder(self) -> tuple[float, float, bool] | None:
         """(verify's time not explained by bytes in ms, the bytes ratio, collectives priced). With the
@@ -77,7 +96,7 @@ class Explanation:
         + v_comm]; without, v - d x ratio."""
         by = {p.phase: p for p in self.phases}
         v, d = by.get("verify"), by.get("decode")
-        if not v or not d or not v.measured_ms or not d.measured_ms or d.bytes <= 0:
+        if not v or not d or not v.measured_ms or not d.measured_ms or d.bytes <= 0 or self.comm_refused():
             return None
         ratio = v.bytes / d.bytes
         if v.comm_ms is not None and d.comm_ms is not None:
@@ -86,6 +105,8 @@ class Explanation:
 
     def physics_line(self) -> str | None:
         """verify vs decode: how much of the extra cost the bytes explain."""
+        if refused := self.comm_refused():
+            return refused
         by = {p.phase: p for p in self.phases}
         v, d = by.get("verify"), by.get("decode")
         rem = self.remainder()
@@ -116,6 +137,7 @@ class Explanation:
             "model": self.model,
             "physics": self.physics_line(),
             "physics_remainder_ms": None if (r := self.remainder()) is None else r[0],
+            "physics_refused": self.comm_refused(),
             "communication": [c.to_dict() for c in self.comm],
             "notes": self.notes,
         }
@@ -136,12 +158,14 @@ class Given:
     model: str | None = None
     collectives: Latencies | None = None
     sampling: bool = False  # temperature > 0: the engine's sampling broadcasts per cycle
-    engine: str = "sglang"
+    engine: str | None = None  # "sglang" or "vllm": how the phases are priced (None: the run's, else sglang)
     per_position: list[float] | None = None  # an acceptance curve, draft position 1, 2, ...
     verify_ms: float | None = None  # a verify's GPU time, for the physics line without a run
     graph: bool | None = None  # --graph on|off: the phases ran as CUDA graphs (None: as the engine does)
 
     def check(self) -> None:
+        if self.engine is not None and self.engine not in ("sglang", "vllm"):
+            raise BadInput(f"--engine must be sglang or vllm, not {self.engine!r}")
         if self.verify_ms is not None and not 1e-6 <= self.verify_ms <= 1e9:
             raise BadInput(f"--verify-ms {self.verify_ms}: must be within 1e-06..1e+09 ms")
         check_given(
@@ -193,18 +217,22 @@ def explain_model(
         raise BadInput("--tp must be 1..1024, --context 0..1e7 and the batch 1..1e6")
     shape = preset_shape(model, layers, tp, draft=draft)
     steps = g.num_steps or 2
-    config = {"batch": batch, "context": context, **_steps(steps), "shard": tp, "tp": tp}
+    engine = g.engine or "sglang"
+    config = {"batch": batch, "context": context, **_steps(steps), "shard": tp, "tp": tp, "engine": engine}
     bandwidth, bw_src = bandwidth_for([], g.bandwidth, g.gpu)
     notes: list[str] = [f"no run: floors for {model} at TP={tp}, context {context}, {steps} steps"]
     measured = {"decode": g.decode_ms, "verify": g.verify_ms}
+    phases = ("decode", "draft", "verify") if engine == "vllm" else ("decode", "draft", "verify", "extend")
     rows = [
         r
-        for ph in ("decode", "draft", "verify", "extend")
+        for ph in phases
         if (r := roofline(ph, shape, config, 2, bandwidth, measured.get(ph), graph_of(ph, g))) is not None
     ]
+    if engine == "vllm":
+        notes.append(VLLM_DRAFT_NOTE)
     if g.collectives is not None and tp > 1:
         notes.append(graph_note(g))
-    add_comm(rows, shape, config, notes, g.collectives, g.sampling, g.engine)
+    add_comm(rows, shape, config, notes, g.collectives, g.sampling, engine)
     tput = None
     if g.cycle_ms is not None and g.accept_len is not None:
         tput = explain_numbers(
@@ -217,7 +245,9 @@ def explain_model(
             num_steps=steps,
         )
     model_d = {"name": shape.preset, **shape.to_dict()}
-    return Explanation(tput, rows, bandwidth, bw_src, model_d, notes, [], bytes_ratio(shape, config))
+    out = Explanation(tput, rows, bandwidth, bw_src, model_d, notes, [], bytes_ratio(shape, config))
+    out.comm_label = g.collectives.label if g.collectives is not None else None
+    return out
 
 
 def _steps(n: int) -> dict[str, int]:
@@ -324,7 +354,11 @@ def explain_run(
     if (run.get("probe") or {}).get("name") == "engine":
         config = _engine_config(config, launches)
         notes += _acceptance_notes(config, launches)
+    notes += engine_said(launches)
     _check_inputs(config, launches, label)
+    config["engine"] = g.engine or run_engine(config, launches)
+    if config["engine"] == "vllm" and "draft" in (run.get("phases") or []):
+        notes.append(VLLM_DRAFT_NOTE)
     if g.num_steps is not None:
         config.update(_steps(g.num_steps))
     steps = config.get("num_steps") if isinstance(config.get("num_steps"), int) else None
@@ -341,11 +375,14 @@ def explain_run(
         else rooflines(shape, phases, config, header, launches, baseline, bandwidth_v, notes, g)
     )
     if shape is not None:
-        add_comm(rows, shape, config, notes, g.collectives, g.sampling, g.engine)
+        add_comm(rows, shape, config, notes, g.collectives, g.sampling, config["engine"])
     comm = [c for c in comm_shares(run) if c.phase != "cycle"]
     model_d = None if shape is None else {"name": shape.preset, **shape.to_dict()}
     ratio = None if shape is None else bytes_ratio(shape, config)
-    return Explanation(tput, rows, bandwidth_v, bw_src, model_d, notes, comm, ratio)
+    out = Explanation(tput, rows, bandwidth_v, bw_src, model_d, notes, comm, ratio)
+    out.comm_label = g.collectives.label if g.collectives is not None else None
+    out.comm_path = all_reduce_path(launches)
+    return out
 
 
 def _throughput(

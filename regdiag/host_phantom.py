@@ -308,17 +308,23 @@ def side_contention(sides: Sequence[tuple[str, Sequence[dict[str, Any]], dict[in
     return out
 
 
+def group_stands_out(group: Sequence[dict[str, Any]], others: Sequence[dict[str, Any]]) -> list[str]:
+    """What stands out in one group of launches' median host features against another group's."""
+    meds = []
+    for ls in (group, others):
+        feats = [f for f in (features(la) for la in ls) if f]
+        meds.append(_reference(feats, -1) if feats else {})
+    mine, other = meds
+    return [w.replace("its ", "the ") for w in _stands_out(mine, other, {})] if mine and other else []
+
+
 def side_differences(sides: Sequence[tuple[str, Sequence[dict[str, Any]]]]) -> list[str]:
     """'on new, its processes ran 31 % of the time (vs 49 %) ...': what stands out between the two
     sides' median host features (each side against the other), when the sides disagree."""
-    meds = []
-    for _, ls in sides:
-        feats = [f for f in (features(la) for la in ls) if f]
-        meds.append(_reference(feats, -1) if feats else {})
     out = []
-    for (label, _), mine, other in zip(sides, meds, reversed(meds), strict=True):
-        if mine and other and (why := _stands_out(mine, other, {})):
-            out.append(f"the {label} side's host: {'; '.join(w.replace('its ', 'the ') for w in why)}")
+    for (label, ls), (_, other) in zip(sides, reversed(sides), strict=True):
+        if why := group_stands_out(ls, other):
+            out.append(f"the {label} side's host: {'; '.join(why)}")
     return out
 
 

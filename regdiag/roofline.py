@@ -141,6 +141,10 @@ def roofline(
         tokens = batch
         one = shape.draft_breakdown(tokens, batch, ctx, with_fc=False, elt=elt)
         parts = {k: v * max(steps - 1, 0) for k, v in one.items()}
+        if config.get("engine") == "vllm":  # vLLM's propose runs the extend pass first, in the phase
+            tokens = batch * ndt
+            ext = shape.draft_breakdown(tokens, batch, ctx + ndt, with_fc=True, elt=elt)
+            parts = {k: parts.get(k, 0.0) + ext.get(k, 0.0) for k in {*parts, *ext}}
     elif phase == "extend":
         tokens = batch * ndt
         parts = shape.draft_breakdown(tokens, batch, ctx + ndt, with_fc=True, elt=elt)

@@ -64,6 +64,8 @@ def test_sglang_0_5_3_server_args_graphs_nccl_and_prefix_hits():
             {"op": "AllReduce", "bytes": 1048576, "algo": "RING", "proto": "SIMPLE"},
             {"op": "Broadcast", "bytes": 32768, "algo": "RING", "proto": "SIMPLE"},
         ],
+        # device 1's NCCL read NCCL_ALGO from its environment but not NCCL_P2P_DISABLE
+        "missing_on_ranks": {"NCCL_P2P_DISABLE": ["gpu-node-1 [1]"]},
     }
     assert "sk-test-secret" not in json.dumps(cfg)  # api_key is never a setting kept
 

@@ -95,6 +95,12 @@ def explain(
         "--sampling",
         help="Temperature > 0: add the engine's sampling broadcasts per cycle (SGLang: 3).",
     ),
+    engine: str = typer.Option(
+        None,
+        "--engine",
+        help="sglang|vllm: how the phases are priced (vLLM's draft includes its extend pass; default: "
+        "the run's engine, else sglang).",
+    ),
     json_out: bool = JsonOpt,
     markdown: bool = typer.Option(False, "--markdown", help="Print Markdown instead of the terminal view."),
     fmt: str = format_opt("explain"),
@@ -119,6 +125,7 @@ def explain(
         sampling,
     )
     given.verify_ms = verify_ms
+    given.engine = engine
     given.graph = _on_off(graph)
     given.check()  # before any file is read; the library checks again
     if verify_ms is not None and run is None and model is None:

@@ -115,6 +115,8 @@ class Comparison:
     fleet: Any = None
     # --profile on both sides: each phase's change split into GPU work and GPU idle (profiles.py).
     profile: dict[str, Any] | None = None
+    # A side whose launches are two groups (regdiag/compare/populations.py): which, and what differs.
+    populations: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -158,5 +160,6 @@ class Comparison:
                 "judged_by": self.judged_by,
                 **({"fleet": self.fleet.to_dict()} if self.fleet is not None else {}),
                 "profile": self.profile,
+                "populations": self.populations,
             }
         )

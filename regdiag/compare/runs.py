@@ -26,6 +26,7 @@ from regdiag.compare.design import drift_verdict, measurement_design, pair_if_in
 from regdiag.compare.envdiff import env_diff_of, machine_diff_of
 from regdiag.compare.failures import failed
 from regdiag.compare.host import with_host
+from regdiag.compare.populations import populations_of
 from regdiag.compare.result import Comparison, MetricResult, SideInfo
 from regdiag.compare.verdicts import Method, derived_metrics, metric_verdicts, overall_verdict
 from regdiag.errors import BadInput
@@ -61,7 +62,7 @@ def compare_runs(
     if host_reading:
         c = with_host(c, old, new, lambda o, n: compared(o, n, **options), exclude_flagged)
     c.fleet = fleet_reading(old, new, margin)
-    return c
+    return _with_populations(c, old, new)
 
 
 def compared(
@@ -143,6 +144,36 @@ def compared(
         machine_diff=machine_diff_of(side_o, side_n, snap_o, snap_n, env),
         profile=profile_split(lo_, ln_, list(phases)),
     )
+
+
+def _with_populations(c: Comparison, old: dict[str, Any], new: dict[str, Any]) -> Comparison:
+    """The comparison with each side that is two populations of its headline metric said."""
+    ol, nl = c.old.label, c.new.label
+    lo_, ln_ = usable_launches(old, ol)[0], usable_launches(new, nl)[0]
+    metric = c.primary or c.metrics[0].name
+    units = {**(new.get("units") or {}), **(old.get("units") or {})}
+    c.populations = _populations((old, lo_, ol), (new, ln_, nl), metric, units)
+    c.phantom = [*c.phantom, *(p["line"] for p in c.populations)]
+    return c
+
+
+def _populations(
+    old: tuple[dict[str, Any], list[dict[str, Any]], str],
+    new: tuple[dict[str, Any], list[dict[str, Any]], str],
+    metric: str,
+    units: dict[str, str],
+) -> list[dict[str, Any]]:
+    """Each side (run, usable launches, label) whose launches are two groups of the metric
+    (regdiag/compare/populations.py), each launch read with its record's node and engine_config."""
+    both = [la for _r, ls, _l in (old, new) for la in ls]
+    key = "samples" if any(la["samples"].get(metric) for la in both) else "values"
+    sides = []
+    for run, ls, label in (old, new):
+        raw = {la.get("index", i): la for i, la in enumerate(run.get("launches") or [])}
+        kept = [la for la in ls if la[key].get(metric)]
+        merged = [{**raw.get(la["index"], {}), **la} for la in kept]
+        sides.append((label, merged, [float(np.median(la[key][metric])) for la in kept]))
+    return populations_of(sides, metric, units.get(metric, "ms" if key == "samples" else ""))
 
 
 def _batch(probe: dict[str, Any]) -> int:

@@ -11,10 +11,18 @@ vLLM (V1), the engine core's start-up line and the lines that report a choice:
   Using FLASH_ATTN attention backend out of potential backends: [...] / Using Flash Attention
       backend on V1 engine. / Using CPU attention backend / Using TORCH_SDPA backend.
                                                                    -> attention_backend
-  Using ... MoE backend / Using TRITON backend for Unquantized MoE  -> moe_backend
+  Using AttentionBackendEnum.FLASH_ATTN backend.                  -> attention_backend (0.28+)
+  Using FLASHINFER_CUTLASS Fp8 MoE backend out of potential backends: [...] / Using 'MARLIN' NvFp4
+      MoE backend ... / Using 'MARLIN' WNA16 MoE backend ... / Using TRITON backend for Unquantized
+      MoE                                                          -> moe_backend, moe_quant
+  Loading drafter model...          the backend lines after it are the draft's: attention_backend.draft,
+                                    draft_moe_backend
   Custom allreduce is disabled ... / vLLM is using nccl==2.21.5 / ... SymmMem ... / flashinfer
       allreduce fusion ...                                          -> all_reduce
-  Capturing CUDA graphs (mixed prefill-decode, PIECEWISE) ...      -> graphs (captured)
+  Capturing CUDA graphs (mixed prefill-decode, PIECEWISE) ...      -> graphs.captured (every one)
+  CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention backend
+      FlashInferBackend (...); setting cudagraph_mode=PIECEWISE    -> graphs.mode (what ran),
+                                                                      graphs.mode_asked, graphs.downgraded
   Engine 000: ..., Prefix cache hit rate: 45.0%                     -> prefix_cache_hit_rate (last)
 SGLang:
   server_args=ServerArgs(model_path='...', attention_backend='fa3', ..., disable_cuda_graph=False,
@@ -24,11 +32,21 @@ SGLang:
   Capture cuda graph begin / Capture draft cuda graph begin / Capture draft extend cuda graph begin
                                                                    -> graphs.{decode,draft,extend}
   Prefill batch. ..., #new-token: 10, #cached-token: 30, ...       -> prefix cache hits (token share)
+  Decode batch. ..., cuda graph: True, ...                          -> graphs_run.decode (the share of
+                                                                      decode lines that ran a graph)
+Both engines (the same custom_all_reduce.py lineage):
+  Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs. ...
+                                  -> all_reduce is what ran (NCCL), all_reduce_asked what the settings
+                                     asked, all_reduce_refused the engine's reason
 NCCL (NCCL_DEBUG=INFO; regdiag adds it to a --launch-cmd unless it is set, and keeps those lines
 out of what it shows):
   NCCL version 2.21.5+cuda12.4                                     -> nccl.version
   NCCL INFO NCCL_ALGO set by environment to Ring                   -> nccl.set_by_environment
   NCCL INFO AllReduce: 4096 Bytes -> Algo 1 proto 2 time 12.3      -> nccl.tuning (NCCL_DEBUG_SUBSYS=TUNING)
+  NCCL INFO Channel 00/0 : 8[0] -> 15[7] via P2P/IPC/read          -> nccl.transports (P2P/IPC, SHM/direct,
+                                                                      NET/Socket, NET/IB, ...)
+  host:pid:tid [dev] NCCL INFO ...  the process that printed it: a variable one worker's NCCL read from
+                                    its environment and another's did not is nccl.missing_on_ranks
 
 Each rank prints its own lines; what the ranks disagree on is kept per rank under `ranks_differ`.
 Standard library only.
@@ -47,6 +65,21 @@ _VLLM_ATTN = [
     re.compile(r"Using (?P<b>[A-Za-z0-9_ ]+?) (?:attention )?backend\.?\s*$"),
 ]
 _MOE = re.compile(r"Using (?P<b>[\w .-]+?) (?:MoE backend|backend for [\w ]*MoE)", re.I)
+# vLLM's MoE oracles (fp8.py, NvFp4 and WNA16 alike): "Using FLASHINFER_CUTLASS Fp8 MoE backend out of
+# potential backends: [...]", newer ones quote the name: "Using 'MARLIN' NvFp4 MoE backend ...".
+_MOE_QUANT = re.compile(r"Using '?(?P<b>[A-Z][A-Z0-9_]*)'? (?P<q>[A-Za-z][\w]*) MoE backend")
+# vLLM 0.28+ when a backend is chosen by name: "Using AttentionBackendEnum.FLASH_ATTN backend."; the
+# vision encoder's ("Using backend AttentionBackendEnum.X for vit attention", "... for
+# MMEncoderAttention") is not the decoder's.
+_ATTN_ENUM = re.compile(r"Using (?:backend )?AttentionBackendEnum\.(?P<b>\w+)(?P<rest>.*)$")
+_DRAFTER = "Loading drafter model"
+_GRAPH_DOWNGRADE = re.compile(
+    r"CUDAGraphMode\.(?P<asked>\w+) is not supported with (?P<why>.+?); setting cudagraph_mode=(?P<run>\w+)"
+)
+_AR_REFUSED = re.compile(r"Custom allreduce is disabled because (?P<why>.+?)\.(?: |$)")
+_SGL_DECODE_GRAPH = re.compile(r"Decode batch.*\b(?:cuda|cpu) graph: (?P<g>True|False)")
+_NCCL_WHO = re.compile(r"^\s*(?P<host>[\w.-]+):\d+:\d+ \[(?P<dev>\d+)\] NCCL")
+_NCCL_TRANSPORT = re.compile(r"NCCL INFO (?:Channel|Ring) \d+(?:/\d+)? : .*? via (?P<t>[\w]+/[\w]+)")
 _ALL_REDUCE = [
     (re.compile(r"Custom allreduce is disabled"), "custom all-reduce disabled"),
     (re.compile(r"symm(?:etric)?[ _-]?mem", re.I), "symm-mem"),
@@ -203,14 +236,21 @@ class EngineConfigReader:
         self.version: str | None = None
         self.settings: dict[str, Any] = {}
         self.per_rank: dict[str, dict[str, Any]] = {}
-        self.attention: str | None = None
-        self.moe: str | None = None
+        self.attention: dict[str, str] = {}  # "target" / "draft": the lines before / after the drafter loads
+        self.moe: dict[str, tuple[str, str | None]] = {}
+        self.in_draft = False
         self.all_reduce: list[str] = []
+        self.ar_refused: str | None = None
         self.graphs: dict[str, Any] = {}
+        self.captured: list[str] = []
+        self.downgrade: dict[str, str] | None = None
+        self.decode_graph = [0, 0]  # SGLang decode lines that ran a graph, all decode lines
         self.prefix_rate: float | None = None
         self.prefix_tokens = [0, 0]  # SGLang prefills: cached, all
         self.nccl_version: str | None = None
         self.nccl_env: dict[str, str] = {}
+        self.nccl_env_by_rank: dict[str, dict[str, str]] = {}
+        self.transports: set[str] = set()
         self.tuning: dict[tuple[str, int], dict[str, Any]] = {}
         self.lines = 0
 
@@ -218,8 +258,7 @@ class EngineConfigReader:
         return " NCCL INFO " in line or "NCCL version" in line
 
     def feed(self, line: str) -> None:
-        if "NCCL" in line:
-            self._nccl(line)
+        if "NCCL" in line and self._nccl(line):
             return
         if m := _VLLM_INIT.search(line):
             self.engine, self.version = "vllm", m["version"]
@@ -231,8 +270,14 @@ class EngineConfigReader:
             self._settings(
                 split_settings(m["cfg"]) if m["cfg"] else dict_settings(m["dict"]), SGLANG_KEYS, line
             )
+        elif _DRAFTER in line:
+            self.in_draft = True
+        elif m := _GRAPH_DOWNGRADE.search(line):
+            self.downgrade = {"asked": m["asked"], "run": m["run"], "why": m["why"].strip()}
         elif m := _GRAPH_CAPTURE.search(line):
             self.graphs["captured"] = m["what"]
+            if m["what"] not in self.captured:
+                self.captured.append(m["what"])
         elif m := _SGL_CAPTURE.search(line):
             for ph in _SGL_GRAPH_PHASES.get(m["what"], ()):
                 self.graphs[ph] = True
@@ -241,18 +286,33 @@ class EngineConfigReader:
         elif m := _SGL_PREFILL.search(line):
             self.prefix_tokens[0] += int(m["cached"])
             self.prefix_tokens[1] += int(m["cached"]) + int(m["new"])
+        elif m := _SGL_DECODE_GRAPH.search(line):
+            self.decode_graph[0] += m["g"] == "True"
+            self.decode_graph[1] += 1
+        elif m := _ATTN_ENUM.search(line):
+            if "vit" in m["rest"] or "Encoder" in m["rest"]:
+                return
+            self.attention.setdefault(self._whose(), m["b"])
+        elif m := _MOE_QUANT.search(line):
+            self.moe.setdefault(self._whose(), (m["b"], m["q"]))
         elif m := _MOE.search(line):
-            self.moe = self.moe or m["b"].strip()
+            self.moe.setdefault(self._whose(), (m["b"].strip(), None))
         elif "backend" in line and (b := _attention(line)):
-            self.attention = self.attention or b
+            self.attention.setdefault(self._whose(), b)
         else:
+            if m := _AR_REFUSED.search(line):
+                self.ar_refused = self.ar_refused or m["why"].strip()
             for rx, name in _ALL_REDUCE:
                 if rx.search(line) and name not in self.all_reduce:
                     self.all_reduce.append(name)
                     break
             else:
-                return
+                if not self.ar_refused:
+                    return
         self.lines += 1
+
+    def _whose(self) -> str:
+        return "draft" if self.in_draft else "target"
 
     def _settings(self, raw: dict[str, str], keys: tuple[str, ...], line: str) -> None:
         got = {k: _unquote(raw[k]) for k in keys if k in raw}
@@ -261,19 +321,29 @@ class EngineConfigReader:
         for k, v in got.items():
             self.settings.setdefault(k, v)
 
-    def _nccl(self, line: str) -> None:
+    def _nccl(self, line: str) -> bool:
+        """An NCCL line: read, True. Another line that names NCCL (an engine's own): False."""
+        who = _NCCL_WHO.search(line)
+        rank = f"{who['host']} [{who['dev']}]" if who else None
+        if rank is not None:
+            self.nccl_env_by_rank.setdefault(rank, {})
         if m := _NCCL_ENV.search(line):
             self.nccl_env[m["k"]] = m["v"]
+            if rank is not None:
+                self.nccl_env_by_rank[rank][m["k"]] = m["v"]
         elif m := _NCCL_TUNING.search(line):
             key = (m["op"] or "?", int(m["bytes"]))
             if key in self.tuning or len(self.tuning) < MAX_TUNING:
                 algo, proto = _named(m["algo"], NCCL_ALGOS), _named(m["proto"], NCCL_PROTOS)
                 self.tuning[key] = {"op": key[0], "bytes": key[1], "algo": algo, "proto": proto}
+        elif m := _NCCL_TRANSPORT.search(line):
+            self.transports.add(m["t"])
         elif m := _NCCL_VERSION.search(line):
             self.nccl_version = self.nccl_version or m["v"]
         else:
-            return
+            return self.is_nccl(line)
         self.lines += 1
+        return True
 
     def result(self) -> dict[str, Any] | None:
         """The section, or None when the engine printed nothing this reader knows."""
@@ -281,7 +351,6 @@ class EngineConfigReader:
             return None
         s = self.settings
         out: dict[str, Any] = {"engine": self.engine, "version": self.version}
-        attn = self.attention
         if self.engine == "sglang":
             decode = s.get("decode_attention_backend") or s.get("attention_backend")
             prefill = s.get("prefill_attention_backend") or s.get("attention_backend")
@@ -289,40 +358,17 @@ class EngineConfigReader:
             out["attention_backend"] = {"decode": decode, "verify": verify}
             out["moe_backend"] = s.get("moe_runner_backend")
             out["all_reduce"] = _sglang_all_reduce(s)
-            # The graphs it captured (a phase with none runs eagerly); before the capture lines are
-            # seen, what disable_cuda_graph asked for.
-            if self.graphs:
-                out["graphs"] = {
-                    ph: bool(self.graphs.get(ph)) for ph in ("decode", "verify", "draft", "extend")
-                }
-                if self.graphs.get("prefill"):
-                    out["graphs"]["prefill"] = True
-            elif "disable_cuda_graph" in s:
-                graphed = s.get("disable_cuda_graph") is False
-                out["graphs"] = {ph: graphed for ph in ("decode", "verify", "draft", "extend")}
-            else:
-                out["graphs"] = None
+            out["graphs"] = self._sglang_graphs(s)
         else:
-            out["attention_backend"] = {"decode": attn, "verify": attn} if attn else None
-            out["moe_backend"] = self.moe or s.get("moe_backend")
+            self._vllm_backends(out, s)
             ar = list(self.all_reduce)
             if s.get("disable_custom_all_reduce") is True and "custom all-reduce disabled" not in ar:
                 ar.insert(0, "custom all-reduce disabled")
             out["all_reduce"] = ", ".join(ar) or None
-            mode = s.get("cudagraph_mode")
-            graphed = (
-                None
-                if mode is None and s.get("enforce_eager") is None
-                else (s.get("enforce_eager") is not True and mode not in (None, "NONE"))
-            )
-            out["graphs"] = None if graphed is None else {"decode": graphed, "verify": graphed, "mode": mode}
-            if self.graphs.get("captured"):
-                out["graphs"] = {
-                    "decode": True,
-                    "verify": True,
-                    "mode": mode,
-                    "captured": self.graphs["captured"],
-                }
+            out["graphs"] = self._vllm_graphs(s)
+        self._all_reduce_ran(out)
+        if self.decode_graph[1]:
+            out["graphs_run"] = {"decode": round(self.decode_graph[0] / self.decode_graph[1], 4)}
         out["speculative"] = _speculative(s)
         out["prefix_cache_hit_rate"] = self.prefix_rate
         if self.prefix_rate is None and self.prefix_tokens[1]:
@@ -332,11 +378,87 @@ class EngineConfigReader:
             "set_by_environment": dict(sorted(self.nccl_env.items())),
             "tuning": [self.tuning[k] for k in sorted(self.tuning)],
         }
+        if self.transports:
+            out["nccl"]["transports"] = sorted(self.transports)
+        if missing := _missing_on_ranks(self.nccl_env_by_rank):
+            out["nccl"]["missing_on_ranks"] = missing
         out["settings"] = dict(sorted(s.items()))
         differ = _ranks_differ(self.per_rank)
         if differ:
             out["ranks_differ"] = differ
         return out
+
+    def _sglang_graphs(self, s: dict[str, Any]) -> dict[str, Any] | None:
+        """The graphs it captured (a phase with none runs eagerly); before the capture lines are seen,
+        what disable_cuda_graph asked for."""
+        if self.graphs:
+            out = {ph: bool(self.graphs.get(ph)) for ph in ("decode", "verify", "draft", "extend")}
+            if self.graphs.get("prefill"):
+                out["prefill"] = True
+            return out
+        if "disable_cuda_graph" in s:
+            graphed = s.get("disable_cuda_graph") is False
+            return {ph: graphed for ph in ("decode", "verify", "draft", "extend")}
+        return None
+
+    def _vllm_backends(self, out: dict[str, Any], s: dict[str, Any]) -> None:
+        """The target's attention and MoE backends, and the draft's where its own lines say."""
+        target, draft = self.attention.get("target"), self.attention.get("draft")
+        out["attention_backend"] = {"decode": target, "verify": target} if target else None
+        if draft:
+            out["attention_backend"] = {**(out["attention_backend"] or {}), "draft": draft}
+        moe = self.moe.get("target")
+        out["moe_backend"] = moe[0] if moe else s.get("moe_backend")
+        if moe and moe[1]:
+            out["moe_quant"] = moe[1]
+        if "draft" in self.moe:
+            out["draft_moe_backend"] = self.moe["draft"][0]
+
+    def _vllm_graphs(self, s: dict[str, Any]) -> dict[str, Any] | None:
+        """What ran: the mode asked, unless the engine said it set another (then both, and why)."""
+        mode = s.get("cudagraph_mode")
+        if self.downgrade is not None:
+            run = self.downgrade["run"]
+            graphed = run != "NONE" and s.get("enforce_eager") is not True
+            out: dict[str, Any] = {"decode": graphed, "verify": graphed, "mode": run}
+            out["mode_asked"] = mode or self.downgrade["asked"]
+            d = self.downgrade
+            out["downgraded"] = f"{d['asked']} asked, {run} run: not supported with {d['why']}"
+        elif mode is None and s.get("enforce_eager") is None:
+            out = None if not self.captured else {"decode": True, "verify": True, "mode": mode}
+        else:
+            graphed = s.get("enforce_eager") is not True and mode not in (None, "NONE")
+            out = {"decode": graphed, "verify": graphed, "mode": mode}
+        if self.captured and out is not None:
+            out["captured"] = self.captured[-1] if len(self.captured) == 1 else list(self.captured)
+            if self.downgrade is None:
+                out["decode"] = out["verify"] = True
+        return out
+
+    def _all_reduce_ran(self, out: dict[str, Any]) -> None:
+        """A custom all-reduce the engine refused at start runs as NCCL: say what ran, what was asked and
+        why, and over which NCCL transport where NCCL said (P2P/IPC over PCIe is a path too)."""
+        if self.ar_refused is None:
+            return
+        via = f" via {', '.join(sorted(self.transports))}" if self.transports else ""
+        asked = out.get("all_reduce")
+        out["all_reduce"] = f"nccl{via}"
+        refused = (None, "custom", "custom all-reduce disabled")
+        out["all_reduce_asked"] = "custom" if asked in refused else asked
+        out["all_reduce_refused"] = self.ar_refused
+
+
+def _missing_on_ranks(by_rank: dict[str, dict[str, str]]) -> dict[str, list[str]]:
+    """{variable: the NCCL processes that did not read it} where some did: one worker started without a
+    variable the others had is the difference between them."""
+    if len(by_rank) < 2:
+        return {}
+    names = {k for env in by_rank.values() for k in env}
+    return {
+        k: [r for r in sorted(by_rank) if k not in by_rank[r]]
+        for k in sorted(names)
+        if any(k not in env for env in by_rank.values())
+    }
 
 
 def _named(v: str, names: tuple[str, ...]) -> str:
@@ -392,3 +514,32 @@ def _ranks_differ(per_rank: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
         for k in sorted(keys)
         if len({repr(d.get(k)) for d in per_rank.values()}) > 1
     }
+
+
+def graphs_at_run_time(
+    graphs: dict[str, Any] | None, share: dict[str, Any] | None, modes: dict[str, Any] | None = None
+) -> list[str]:
+    """What the graphs did while the engine ran, phase by phase: the capture lines (or the graph mode
+    asked) against the replays the hook saw in each phase (`graph_share`, `graph_modes` of an engine
+    launch). A graph captured and never replayed, or a mode asked and another run, is one sentence."""
+    g = graphs if isinstance(graphs, dict) else {}
+    out = []
+    if g.get("downgraded"):
+        out.append(f"graphs: {g['downgraded']}")
+    for phase, x in sorted((share or {}).items()):
+        if not isinstance(x, (int, float)) or isinstance(x, bool):
+            continue
+        if g.get(phase) is True and x == 0:
+            out.append(f"{phase}: CUDA graphs captured, never replayed: the {phase} ran eager in every cycle")
+        elif g.get(phase) is True and x < 1:
+            out.append(f"{phase}: CUDA graphs replayed in {100 * x:.0f} % of cycles, eager in the rest")
+    asked = str(g.get("mode_asked") or g.get("mode") or "")
+    for phase, seen in sorted((modes or {}).items()):
+        if not isinstance(seen, dict) or not asked.startswith("FULL"):
+            continue
+        ran = {str(k).rsplit(".", 1)[-1]: v for k, v in seen.items() if isinstance(v, int)}
+        other = {k: v for k, v in ran.items() if not k.startswith("FULL")}
+        if other:
+            said = ", ".join(f"{k} in {v} of {sum(ran.values())} cycles" for k, v in sorted(other.items()))
+            out.append(f"{phase}: {asked} asked, ran {said}")
+    return out

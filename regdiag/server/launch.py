@@ -27,7 +27,10 @@ from regdiag.hosts.base import Host
 from regdiag.measure.launch import command, launch
 from regdiag.server.client import Endpoint, RequestFailed, simple_get
 from regdiag.server.draft import draft_path, read_draft
-from regdiag.server.engine_config import EngineConfigReader
+from regdiag.server.engine_config import (
+    EngineConfigReader,
+    graphs_at_run_time,
+)
 from regdiag.snapshot.redact import scrub_lines, scrub_text
 
 MARK = "regdiag-launcher"
@@ -368,6 +371,12 @@ class ServerProcess:
                 cfg["prefix_cache_hit_rate"] = round(float(rate), 4)
             cfg["nccl_debug"] = "added by regdiag (INFO)" if self.nccl_debug_added else "as the user set it"
             launch["engine_config"] = cfg
+            said = graphs_at_run_time(cfg.get("graphs"), launch.get("graph_share"), launch.get("graph_modes"))
+            if said:
+                cfg["graphs_at_run_time"] = said
+            if isinstance(hit := cfg.get("prefix_cache_hit_rate"), (int, float)):
+                # a measurement of the launch (higher is better: regdiag/direction.py), compared as one
+                launch.setdefault("values", {})["prefix_cache_hit_rate"] = [hit]
         win = w.get("window_s")
         if isinstance(win, list) and len(win) == 2 and all(isinstance(x, (int, float)) for x in win):
             launch["clocks_window_s"] = win

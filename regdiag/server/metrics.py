@@ -14,6 +14,16 @@ Over a launch, with deltas d = after - before summed over all series:
 Per-position rates come from vllm:spec_decode_num_accepted_tokens_per_pos{position="i"}.
 Older engines without num_drafts (the V0 spec_decode counters) give the rate but no length.
 
+SGLang has no accepted-token counter: its spec_accept_length and spec_accept_rate are gauges of the
+last logging interval (multiprocess_mode "mostrecent"), not of the launch. Its one cumulative
+speculative counter is sglang:spec_verify_calls_total (metrics/collector.py, TokenizerMetricsCollector:
+each finished request adds its spec_verify_ct, the verify passes that produced its tokens; added by
+sgl-project/sglang#25689), next to sglang:generation_tokens_total. A request's accept length is
+completion_tokens / spec_verify_ct (the identity SGLang's own per-request spec_accept_length obeys), so
+over a launch:
+  mean acceptance length = d(sglang:generation_tokens) / d(sglang:spec_verify_calls)
+(no acceptance rate: no draft-token count is exported).
+
 Prefix-cache hits over the launch, for the engine section: vLLM's vllm:prefix_cache_hits and
 vllm:prefix_cache_queries counters (tokens), hits / queries; SGLang's sglang:cache_hit_rate gauge, as
 read after the launch.
@@ -38,6 +48,8 @@ DRAFT_TOKENS = "spec_decode_num_draft_tokens"
 ACCEPTED = "spec_decode_num_accepted_tokens"
 PER_POS = "spec_decode_num_accepted_tokens_per_pos"
 GENERATION_TOKENS = {"vllm:": "generation_tokens", "llamacpp:": "tokens_predicted"}
+SGL_VERIFY_CALLS = "sglang:spec_verify_calls"
+SGL_GENERATION_TOKENS = "sglang:generation_tokens"
 
 Sample = tuple[str, dict[str, str], float]
 
@@ -93,8 +105,11 @@ def spec_counters(text: str) -> dict[str, Any]:
         if counter_sum(s, p + DRAFTS) is not None or counter_sum(s, p + ACCEPTED) is not None
     ]
     prefix = found[0] if found else "vllm:"
+    verify_calls = counter_sum(s, SGL_VERIFY_CALLS)
     return {
-        "engine": PREFIXES[prefix] if found else None,
+        "engine": PREFIXES[prefix] if found else ("sglang" if verify_calls is not None else None),
+        "verify_calls": verify_calls,
+        "sglang_generation_tokens": counter_sum(s, SGL_GENERATION_TOKENS),
         "drafts": counter_sum(s, prefix + DRAFTS),
         "draft_tokens": counter_sum(s, prefix + DRAFT_TOKENS),
         "accepted": counter_sum(s, prefix + ACCEPTED),
@@ -120,6 +135,8 @@ def spec_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> d
         "generation_tokens",
         "prefix_cache_hits",
         "prefix_cache_queries",
+        "verify_calls",
+        "sglang_generation_tokens",
     ):
         b, a = before.get(key), after.get(key)
         if b is not None and a is not None:
@@ -132,6 +149,11 @@ def spec_delta(before: dict[str, Any] | None, after: dict[str, Any] | None) -> d
         out["accept_len"] = 1.0 + accepted / drafts
     if draft_tokens and accepted is not None:
         out["accept_rate"] = accepted / draft_tokens
+    verify, sgl_tokens = out.pop("verify_calls", None), out.pop("sglang_generation_tokens", None)
+    if drafts is None and verify and sgl_tokens is not None:  # SGLang: tokens per verify pass
+        out["verify_calls"], out["generation_tokens"] = verify, sgl_tokens
+        out["accept_len"] = sgl_tokens / verify
+        out["accept_len_from"] = "sglang:generation_tokens_total / sglang:spec_verify_calls_total"
     queries = out.pop("prefix_cache_queries", None)
     hits = out.pop("prefix_cache_hits", None)
     if queries and hits is not None:

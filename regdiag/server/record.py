@@ -163,6 +163,8 @@ def _accept_len(
     if spec and spec.get("accept_len") is not None:
         scalars["accept_len_mean"] = round(spec["accept_len"], 4)
         engine = spec.get("engine") or "vllm"
+        if spec.get("accept_len_from"):  # SGLang's counters: tokens per verify pass
+            return f"{engine} /metrics: d({spec['accept_len_from'].replace(' / ', ') / d(')})"
         return f"{engine} /metrics: 1 + d(spec_decode_num_accepted_tokens) / d(spec_decode_num_drafts)"
     return None
 
