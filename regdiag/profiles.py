@@ -9,10 +9,16 @@ time is GPU work (busy: kernels, copies) plus GPU idle (the GPU waiting: on the 
 syncs). The side that moved more names it: "GPU work, kernel X" (the kernel whose time moved most) or
 "GPU idle, host-bound" / "GPU idle, host syncs". Kernels are matched by name, shown with template
 arguments and parameter lists cut (`short_name`), kept whole in the JSON. On CPU the "GPU" is the aten
-ops: work is the time inside ops, idle the host time between them (the record says so)."""
+ops: work is the time inside ops, idle the host time between them (the record says so).
+
+Collectives (NCCL kernels, gloo / c10d ops) are a bucket of their own, neither work nor idle: a rank
+waiting in one for a slow peer is not doing the phase's work. The noise gate: each launch's profile
+keeps the spread of every figure over its profiled cycles; a change is given with its 95 % interval
+(the two sides' standard errors, `_standard_errors`), and one inside it reads "within noise"."""
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from typing import Any
@@ -27,23 +33,83 @@ FIGURES = (
     "syncs",
     "kernels",
     "graph_launches",
+    "collective_ms",
+    "collectives",
+    "copies",
+    "copy_ms",
 )
+# The figures a profile's per-cycle spread covers (probes/_profile.py, SPREAD): the noise gate's.
+NOISY = ("wall_ms", "busy_ms", "idle_ms", "dispatch_ms", "sync_wait_ms", "syncs", "collective_ms")
+Z95 = 1.96
 MOVED = 0.05  # a phase whose wall time moved by this fraction gets a line
 KERNELS_SHOWN = 4
 KERNELS_KEPT = 20
 CPU_NOTE = "on CPU, GPU work is the time inside aten ops and GPU idle the host time between them"
 
 
-def short_name(name: str, limit: int = 60) -> str:
-    """A kernel's name for display: template arguments and parameter lists cut, `void ` dropped."""
-    s = name.removeprefix("void ")
-    for _ in range(8):  # innermost first, until none is left
-        cut = re.sub(r"<[^<>]*>", "", s)
+def short_name(name: str, limit: int = 80) -> str:
+    """A kernel's name for display: `void ` and parameter lists dropped, templates cut but for the
+    outermost one's first argument that is a name (a number such as a vector width is skipped), so that
+    `cutlass::device_kernel<flash::FlashAttnFwdSm90<...>>` and a CUTLASS GEMM's do not read the same."""
+    s = _params_off(name.removeprefix("void ").replace(ANON, "\0"))
+    i = s.find("<")
+    args, close = _template_args(s, i) if i > 0 else (None, len(s))
+    if args is not None:
+        first = _cut(next((a for a in args if not _literal(a)), args[0] if args else ""))
+        rest = _cut(s[close + 1 :])
+        s = f"{_cut(s[:i])}<{first}>{rest}" if first else f"{_cut(s[:i])}{rest}"
+    else:
+        s = _cut(s)
+    s = s.replace("\0", "(anon)").strip() or name
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+ANON = "(anonymous namespace)"
+
+
+def _params_off(s: str) -> str:
+    """The name without its parameter list: from the first '(' outside template brackets."""
+    depth = 0
+    for j, ch in enumerate(s):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0 and j > 0:
+            return s[:j]
+    return s
+
+
+def _cut(s: str) -> str:
+    """Every template argument list and parameter list cut, innermost first."""
+    for _ in range(12):
+        cut = re.sub(r"\([^()]*\)", "", re.sub(r"<[^<>]*>", "", s))
         if cut == s:
             break
         s = cut
-    s = re.sub(r"\([^()]*\)", "", s).strip() or name
-    return s if len(s) <= limit else s[: limit - 3] + "..."
+    return s.strip()
+
+
+def _template_args(s: str, i: int) -> tuple[list[str] | None, int]:
+    """The top-level arguments of the template list opening at s[i] == '<', and where it closes."""
+    depth, args, start = 0, [], i + 1
+    for j in range(i, len(s)):
+        ch = s[j]
+        if ch in "<({":
+            depth += 1
+        elif ch in ">)}":
+            depth -= 1
+            if depth == 0:
+                args.append(s[start:j].strip())
+                return [a for a in args if a], j
+        elif ch == "," and depth == 1:
+            args.append(s[start:j].strip())
+            start = j + 1
+    return None, len(s)
+
+
+def _literal(arg: str) -> bool:
+    return bool(re.fullmatch(r"[-+]?[\d.]+[uUlLfF]*|true|false|\(.*\)[-+\d.]+[uUlL]*", arg))
 
 
 def _profiles(launches: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -72,6 +138,7 @@ def side_profile(launches: list[dict[str, Any]]) -> dict[str, Any] | None:
             }
         phases[ph] = {**fig, "top": kern}
     return {
+        "se": {ph: _standard_errors(profs, ph) for ph in phases},
         "launches": len(profs),
         "cycles": profs[0].get("cycles"),
         "device": profs[0].get("device"),
@@ -89,6 +156,41 @@ def side_profile(launches: list[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def _standard_errors(profs: list[dict[str, Any]], ph: str) -> dict[str, float | None]:
+    """How sure one side's figure of a phase is: the standard error of its mean per cycle, from the
+    cycles' spread within the launches (pooled) and, with two launches or more, from the launches'
+    figures; the larger. None where no launch told a spread (a record from before it was kept)."""
+    rows = [p["phases"][ph] for p in profs if isinstance(p["phases"].get(ph), dict)]
+    spreads = [r["spread"] for r in rows if isinstance(r.get("spread"), dict)]
+    out: dict[str, float | None] = {}
+    for k in NOISY:
+        got = [(int(sp.get("n") or 0), (sp.get("sd") or {}).get(k)) for sp in spreads]
+        got = [(n, float(sd)) for n, sd in got if n > 1 and isinstance(sd, (int, float))]
+        if not got:
+            out[k] = None
+            continue
+        within = math.sqrt(statistics.fmean(sd * sd for _, sd in got) / sum(n for n, _ in got))
+        figures = [float(r.get(k) or 0.0) for r in rows]
+        between = statistics.stdev(figures) / math.sqrt(len(figures)) if len(figures) > 1 else 0.0
+        out[k] = max(within, between)
+    return out
+
+
+def _noise(se_o: dict[str, Any], se_n: dict[str, Any], d: dict[str, float]) -> dict[str, Any] | None:
+    """The noise gate of one phase's change: per figure the half-width of its 95 % interval, and
+    whether the change is outside it (a figure the same in every cycle on both sides, a sync count,
+    is sure at any size)."""
+    ci = {
+        k: Z95 * math.hypot(se_o[k], se_n[k])
+        for k in NOISY
+        if se_o.get(k) is not None and se_n.get(k) is not None
+    }
+    if "wall_ms" not in ci:
+        return None
+    sure = {k: abs(d[k]) > w if w > 0 else abs(d[k]) > 1e-9 for k, w in ci.items()}
+    return {"ci95": {k: round(w, 5) for k, w in ci.items()}, "sure": sure}
+
+
 def profile_split(
     old: list[dict[str, Any]], new: list[dict[str, Any]], phases: list[str]
 ) -> dict[str, Any] | None:
@@ -104,14 +206,22 @@ def profile_split(
         o, n = po["phases"][ph], pn["phases"][ph]
         d = {k: n[k] - o[k] for k in FIGURES}
         kernels = _kernels(o["top"], n["top"], (po["complete"][ph], pn["complete"][ph]))
+        noise = _noise(po["se"][ph], pn["se"][ph], d)
+        reading = _reading(d, kernels) if not (_hidden(o) or _hidden(n)) else HIDDEN
+        if noise is not None and not noise["sure"]["wall_ms"]:
+            reading = {**reading, "sure": False}
         rows.append(
             {
                 "phase": ph,
                 "old": {k: o[k] for k in FIGURES},
                 "new": {k: n[k] for k in FIGURES},
                 "delta": d,
-                "moved": abs(d["wall_ms"]) >= MOVED * max(o["wall_ms"], 1e-9),
-                "reading": _reading(d, kernels) if not (_hidden(o) or _hidden(n)) else HIDDEN,
+                # a phase gets a line when its time moved, or its syncs did (one more a cycle is a
+                # change of what the host does, however small its time)
+                "moved": abs(d["wall_ms"]) >= MOVED * max(o["wall_ms"], 1e-9)
+                or (abs(d["syncs"]) >= 0.5 and (noise is None or noise["sure"].get("syncs", True))),
+                "noise": noise,
+                "reading": reading,
                 "kernels": kernels[:KERNELS_KEPT],
             }
         )
@@ -189,17 +299,29 @@ def _ms(x: float) -> str:
 
 
 def phase_line(r: dict[str, Any]) -> str:
-    """`verify +20.1 ms: GPU idle +19.9 ms (host-bound: dispatch +19.8 ms, syncs +0), GPU work +0.2 ms
-    (kernels aten::mm +0.1 ms) -> GPU idle, host-bound`."""
-    d = r["delta"]
+    """`verify +20.1 ms (±0.4 ms): GPU work +0.2 ms (kernels aten::mm +0.1 ms), GPU idle +19.9 ms
+    (host-bound: dispatch +19.8 ms, syncs +0) -> GPU idle, host-bound`; collectives and copies where
+    either side had them; `-> within noise` where the change is inside its 95 % interval."""
+    d, noise = r["delta"], r.get("noise")
     moved = [k for k in r["kernels"] if abs(k["delta_ms"]) >= 0.001][:2]
     kern = ", ".join(f"{k['short']} {_ms(k['delta_ms'])}" for k in moved) or "none moved"
     syncs = f"{d['syncs']:+.3g}"
+    if d.get("copies"):
+        syncs += f", copies {d['copies']:+.3g} ({_ms(d.get('copy_ms', 0.0))})"
     bound = r["reading"].get("bound") or ("host syncs" if d["syncs"] > 0 else "host-bound")
+    ci = f" (±{noise['ci95']['wall_ms']:.2g} ms)" if noise else ""
+    coll = ""
+    if any(side.get("collective_ms") or side.get("collectives") for side in (r["old"], r["new"])):
+        coll = f", collectives {_ms(d['collective_ms'])} ({d['collectives']:+.3g} a cycle)"
+    reading = r["reading"]["text"]
+    if r["reading"].get("sure") is False and noise:
+        reading = f"time within noise (±{noise['ci95']['wall_ms']:.2g} ms at 95 %)"
+        if noise["sure"].get("syncs") and abs(d["syncs"]) >= 0.5:
+            reading += f"; syncs {d['syncs']:+.3g} a cycle, beyond it"
     return (
-        f"{r['phase']} {_ms(d['wall_ms'])}: GPU work {_ms(d['busy_ms'])} (kernels {kern}), "
-        f"GPU idle {_ms(d['idle_ms'])} ({bound}: dispatch {_ms(d['dispatch_ms'])}, syncs {syncs}) "
-        f"-> {r['reading']['text']}"
+        f"{r['phase']} {_ms(d['wall_ms'])}{ci}: GPU work {_ms(d['busy_ms'])} (kernels {kern}), "
+        f"GPU idle {_ms(d['idle_ms'])} ({bound}: dispatch {_ms(d['dispatch_ms'])}, syncs {syncs}){coll} "
+        f"-> {reading}"
     )
 
 
@@ -285,12 +407,15 @@ def profile_summary(run: dict[str, Any], launches: list[dict[str, Any]]) -> dict
         if isinstance(c.get("cycle_ms_profiled"), (int, float)) and c.get("cycle_ms_measured")
     ]
     return {
-        **{k: v for k, v in side.items() if k not in ("note", "complete")},  # as a probe records it
+        **{k: v for k, v in side.items() if k not in ("note", "complete", "se")},  # as a probe records it
         "phases": {
             ph: {**{k: round(v, 5) for k, v in f.items() if k != "top"}, "top": _top(f["top"])}
             for ph, f in side["phases"].items()
         },
         "cost_s_per_launch": round(statistics.median(cost_s), 3) if cost_s else None,
+        # which cycles were profiled: after the measured window (a probe's), or after the warm-up
+        # (the engine hook's), in the profile's own words
+        "window": next((str(c["window"]) for c in costs if c.get("window")), None),
         "cycle_under_profiler_x": round(statistics.median(ratio), 3) if ratio else None,
         "traces": traces,
     }

@@ -1,5 +1,5 @@
 """Per-phase timing inside a running engine, installed by regdiag's sitecustomize (standard library
-and torch only; torch is used only if the engine imported it).
+and torch only; torch is used only if the engine imported it, or for "profile").
 
 The configuration (JSON, path in REGDIAG_ENGINE_HOOK) names each target as `module:Qualified.name`:
 
@@ -11,7 +11,7 @@ The configuration (JSON, path in REGDIAG_ENGINE_HOOK) names each target as `modu
                {"phase": "*", "within": "m:GraphManager.run_fullgraph"},
                {"phase": "verify", "ret": "3"},
                {"phase": "verify", "target": "m:Worker.step", "ret": "can_run_cuda_graph"}],
-     "out_dir": "/tmp/x/out", "warmup": 2, "block": 1}
+     "out_dir": "/tmp/x/out", "warmup": 2, "block": 1, "profile": {"cycles": 3}}
 
 A phase may name several targets (the same phase in two model runners of one engine): whichever the
 engine imports is patched, and a target never imported is listed in the footer, not an error. A phase
@@ -29,6 +29,11 @@ first phase starts and closes when `sync` returns (the engine has synchronised t
 events costs nothing) or, without a sync point, when the first phase starts again; those events are
 read later, at most MAX_PENDING cycles behind (a synchronize on the oldest when the queue is full).
 Nested calls of targets (a draft model's forward inside the draft phase) count in the outer call.
+
+With "profile" (`probe engine --profile`), the `cycles` cycles after the warm-up run under
+torch.profiler and are read per phase into the footer's "profile" (probes/_profile.py, shipped beside
+this file as regdiag_profile.py); they are dropped from the measurement as the warm-up is
+(regdiag_phase_profile.py).
 
 Output: protocol lines (docs/probes.md) appended to OUT_DIR/hook-<pid>.jsonl, one file per process.
 
@@ -51,6 +56,7 @@ import sys
 import threading
 import time
 
+from regdiag_phase_profile import Profile, kit
 from regdiag_phase_readers import Readers
 
 MAX_PENDING = 8
@@ -75,19 +81,9 @@ def _dist_version(module_name):
 
 
 def _loaded():
-    """The distributions this process loaded, or None: probes/_loaded.py, which regdiag puts beside
-    this file as regdiag_loaded.py (or, run from a checkout, the one in the directory above)."""
+    """The distributions this process loaded (probes/_loaded.py), or None."""
     try:
-        import importlib.util
-
-        here = os.path.dirname(os.path.abspath(__file__))
-        path = os.path.join(here, "regdiag_loaded.py")
-        if not os.path.isfile(path):
-            path = os.path.join(os.path.dirname(here), "_loaded.py")
-        spec = importlib.util.spec_from_file_location("regdiag_loaded", path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod.loaded_distributions()
+        return kit("loaded").loaded_distributions()
     except Exception:
         return None
 
@@ -127,10 +123,10 @@ def _out_dir_from_env():
 class _Cycle:
     __slots__ = (
         "i", "start", "end", "prev_start", "host_start", "host_prev", "marks", "bare", "warmup",
-        "accept", "calls", "graph", "graph_mode", "tokens", "window",
+        "accept", "calls", "graph", "graph_mode", "tokens", "window", "profiled",
     )  # fmt: skip
 
-    def __init__(self, i, start, bare, warmup, window=None):
+    def __init__(self, i, start, bare, warmup, window=None, profiled=False):
         self.i, self.start, self.end, self.prev_start = i, start, None, None
         self.host_start, self.host_prev = time.perf_counter(), None
         self.marks = []  # (phase, start mark, end mark)
@@ -140,6 +136,7 @@ class _Cycle:
         self.graph, self.graph_mode = {}, {}
         self.tokens = {}  # phase -> tokens its forward took (the batch's verified tokens)
         self.window = window  # (K, ending) of the window it opened in; None without windows
+        self.profiled = profiled  # None, or under --profile's profiler ("warm", "read"): dropped
 
 
 class Timer:
@@ -179,6 +176,7 @@ class Timer:
         self.window = (0, False)
         self.window_base = 0
         self.last_call = time.perf_counter()
+        self.profile = Profile(cfg.get("profile"))
 
     # -- patching -------------------------------------------------------------------------------
     def patch_module(self, module):
@@ -246,18 +244,27 @@ class Timer:
         n = self.n_cycles
         self.n_cycles += 1
         w = n - self.window_base  # the warm-up and the ABBA blocks count from the window's start
-        bare = self.block > 0 and w >= self.warmup and ((w - self.warmup) // self.block) % 4 in (1, 2)
+        ended = bool(self.window_file) and self.window[1]  # the request that carries a window's end
+        profiled = not ended and self.profile.wants(w, self.warmup)
+        first = self.warmup + self.profile.span  # the first measured cycle: after the profiled ones
+        bare = self.block > 0 and w >= first and ((w - first) // self.block) % 4 in (1, 2)
         window = self.window if self.window_file else None
-        c = _Cycle(n, mark if mark is not None else self._mark(), bare, w < self.warmup, window)
+        c = _Cycle(n, mark if mark is not None else self._mark(), bare, w < first, window, profiled)
         if self.last_start is not None:  # the period: the previous cycle's start to this one's
             c.prev_start, c.host_prev = self.last_start
         self.last_start = (c.start, c.host_start)
         self.cycle = c
+        if profiled:
+            self.profile.start(self.cuda)
+        if profiled == "read":
+            self.profile.push("cycle")
 
     def _close(self, mark=None, synced=False):
         c = self.cycle
         self.cycle = None
         c.end = mark if mark is not None else self._mark()
+        if c.profiled == "read":
+            self.profile.pop()
         if self.first not in c.calls:  # e.g. a prefill through the cycle function: not a spec cycle
             self.skipped += 1
             self.n_cycles -= 1
@@ -265,6 +272,11 @@ class Timer:
             return
         self.pending.append(c)
         self._drain(force_all=synced)
+        if c.profiled == "read":
+            self.profile.done += 1
+            if self.profile.done >= self.profile.cycles:
+                self.profile.finish(self.phases, self.cuda, self.out, self._window_no())
+                self.last_start = None  # the next period would span the reading of the trace
 
     def _drain(self, force_all=False):
         while self.pending:
@@ -275,6 +287,9 @@ class Timer:
                 c.end.synchronize()
             self.pending.pop(0)
             self._emit(c)
+
+    def _window_no(self):
+        return self.window[0] if self.window_file else None
 
     def _window_check(self):
         """After an idle gap: has regdiag moved to another window? (the module's docstring)"""
@@ -287,15 +302,20 @@ class Timer:
         if now == self.window:
             return
         if self.cycle is not None:  # left open over the idle gap: it would time the gap
+            if self.cycle.profiled == "read":
+                self.profile.pop()
             self.cycle = None
             self.n_cycles -= 1
         self.last_start = None
         self._drain(force_all=True)
+        # a window that ended before its profiled cycles did: what was profiled, under the old window
+        self.profile.finish(self.phases, self.cuda, self.out, self._window_no())
         ended = self.window
         self.window = now
         self.window_base = self.n_cycles
         if now[1] and not ended[1]:
             self._footer({"window": now[0]})
+        self.profile.reset()  # each window profiles its own cycles after its warm-up
 
     def _emit(self, c):
         if c.window is not None and c.window[1]:
@@ -324,6 +344,8 @@ class Timer:
                 line["graph_mode"] = dict(c.graph_mode)
         if c.warmup:
             line["warmup"] = True
+        if c.profiled:
+            line["profiled"] = c.profiled
         if c.window is not None:
             line["window"] = c.window[0]
         line["t"] = t
@@ -423,10 +445,15 @@ class Timer:
             self.readers.count_tokens(c, phase, target, args, kwargs)
         self.local.depth = depth + 1 if phase is not None else depth
         self.local.phase = (phase, target)
+        ranged = phase is not None and c is not None and c.profiled == "read"
+        if ranged:
+            self.profile.push(phase)
         try:
             result = fn(*args, **kwargs)
         finally:
             self.local.depth, self.local.phase = depth, None
+            if ranged:
+                self.profile.pop()
         if timed:
             c.marks.append((phase, start, self._mark()))
         if phase is not None and c is not None:
@@ -442,6 +469,7 @@ class Timer:
         if self.cycle is not None and self.cfg.get("sync") is None and not self.cfg.get("cycle"):
             self._close()  # the last cycle ended with the loop
         self._drain(force_all=True)
+        self.profile.finish(self.phases, self.cuda, self.out, self._window_no())
         self._footer({})
 
     def _footer(self, extra):

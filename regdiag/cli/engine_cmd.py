@@ -34,6 +34,7 @@ from regdiag.runs import RunWriter
 if TYPE_CHECKING:
     from regdiag.engine.plan import EngineRequest
 
+PROFILE_CYCLES = 5
 ENGINE_HELP = (
     "Time the phases (draft / verify / extend) inside your own engine, unchanged: --launch-cmd starts it "
     "with a hook that wraps the engine's phase functions (CUDA events, one synchronize per cycle) and "
@@ -137,6 +138,20 @@ def probe_engine(
         help="With --url: start the engine for every launch. Default: launches share engine starts, a "
         'fresh start at the first and third (docs/engine.md, "Reused starts").',
     ),
+    profile: bool = typer.Option(
+        False,
+        "--profile",
+        help="Run --profile-cycles cycles after each warm-up under torch.profiler, in every process of "
+        "the engine, read per phase: GPU work, GPU idle, host dispatch, syncs, copies, collectives, "
+        'top kernels (docs/engine.md, "Profile"). They are dropped as the warm-up is: the measured '
+        "cycles are not profiled.",
+    ),
+    profile_cycles: int = typer.Option(
+        PROFILE_CYCLES,
+        "--profile-cycles",
+        callback=bounded(2, 1000),
+        help=f"Cycles profiled with --profile (default {PROFILE_CYCLES}; 2 or more: their spread is the reading's noise).",
+    ),
     serve_launches: str | None = typer.Option(None, "--serve-launches", hidden=True),
     target: Target = TARGET,
 ) -> None:
@@ -163,6 +178,7 @@ def probe_engine(
         timeout=timeout,
         check=check,
         cold=cold,
+        profile_cycles=profile_cycles if profile else 0,
     )
     if serve_launches:  # bisect's and ab's keeper of this environment's engine (engine/keeper.py)
         _serve(request, target, snapshot, serve_launches)

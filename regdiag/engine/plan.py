@@ -53,6 +53,7 @@ class EngineRequest:
     timeout: float
     check: bool
     cold: bool = False  # --cold: every launch its own engine start (else launches share starts)
+    profile_cycles: int = 0  # --profile: cycles after the warm-up under torch.profiler; 0: none
 
 
 @dataclass
@@ -77,6 +78,7 @@ class EnginePlan:
             "load": self.ep is not None,
             "requests": r.requests if self.ep else None,
             "max_tokens": r.max_tokens if self.ep else None,
+            **({"profile_cycles": r.profile_cycles} if r.profile_cycles else {}),
         }
 
     def run_record(self, target: Host) -> dict[str, Any]:
@@ -120,6 +122,7 @@ class EnginePlan:
             prompts=list(BUILTIN_PROMPTS),
             load=LoadSpec(requests=r.requests, max_tokens=r.max_tokens, stream=False) if self.ep else None,
             reuse=not r.cold,
+            profile_cycles=r.profile_cycles,
         )
 
 

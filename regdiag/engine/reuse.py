@@ -148,7 +148,7 @@ class EngineStart:
             if not isinstance(obj, dict):
                 continue
             pid, kind = int(obj.get("pid") or 0), obj.get("type")
-            if kind in ("cycle", "footer") and obj.get("window") != k:
+            if kind in ("cycle", "footer", "profile") and obj.get("window") != k:
                 continue
             if kind == "error":
                 if line in self.told:

@@ -34,9 +34,16 @@ from regdiag.server.record import new_launch
 from .acceptance import launch_acceptance, per_position_rates
 from .acceptance import warnings as acceptance_warnings
 from .presets import Targets
+from .profiled import launch_profile
 
-HOOK_FILES = ("sitecustomize.py", "regdiag_phase_timer.py", "regdiag_phase_readers.py")
+HOOK_FILES = (
+    "sitecustomize.py",
+    "regdiag_phase_timer.py",
+    "regdiag_phase_readers.py",
+    "regdiag_phase_profile.py",
+)
 LOADED_FILE = "regdiag_loaded.py"
+PROFILE_FILE = "regdiag_profile.py"  # probes/_profile.py: --profile's reading, in the engine's processes
 
 # Prepends the hook to PYTHONPATH and becomes the engine (exec: same PID, same process group).
 EXEC_WITH_HOOK = (
@@ -83,6 +90,7 @@ class EngineProbe:
     timeout_s: float = 1800.0
     stop_grace_s: float = 30.0
     reuse: bool = True  # launches share engine starts where they can (engine/reuse.py)
+    profile_cycles: int = 0  # --profile: cycles after the warm-up under torch.profiler (engine/profiled.py)
 
 
 def _median(xs: list[float]) -> float | None:
@@ -247,11 +255,13 @@ def prepare_hook(
         host.put_file(src / name, f"{hook}/{name}")
     # what each engine process loaded (probes/_loaded.py), read by the hook's footer from beside it
     host.put_file(src.parent / "_loaded.py", f"{hook}/{LOADED_FILE}")
+    host.put_file(src.parent / "_profile.py", f"{hook}/{PROFILE_FILE}")
     cfg = {
         **probe.targets.config(),
         "out_dir": out,
         "warmup": probe.warmup,
         "block": probe.block,
+        **({"profile": {"cycles": probe.profile_cycles}} if probe.profile_cycles else {}),
         **(extra or {}),
     }
     with tempfile.TemporaryDirectory() as d:
@@ -268,6 +278,7 @@ def fill_launch(
     usage = [s.error for s in streams if s.error and s.error.get("kind") == "usage"]
     errors = [s.error for s in streams if s.error and s.error.get("kind") != "usage"]
     launch.update(combine(streams))
+    launch_profile(streams, launch)
     headers = [s.header for s in streams if s.header]
     launch["header"] = {**(headers[0] if headers else {}), "processes": len(streams)}
     launch["header"].pop("pid", None)

@@ -33,6 +33,7 @@ class LaunchStream:
     footer: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     teardown: dict[str, Any] | None = None
+    profile: dict[str, Any] | None = None  # the engine hook's "profile" line (engine/profiled.py)
     cycles: list[dict[str, Any]] = field(default_factory=list)
     stray: list[str] = field(default_factory=list)
     # Raw in memory only: scrubbed as one text when read (a private key spans lines), never stored raw.
@@ -62,6 +63,8 @@ class LaunchStream:
             self.error = obj
         elif kind == "teardown":
             self.teardown = obj
+        elif kind == "profile" and isinstance(obj.get("profile"), dict):
+            self.profile = obj["profile"]
 
     def stderr_line(self, line: str) -> None:
         if line.startswith(PROGRESS_PREFIX):

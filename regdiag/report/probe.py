@@ -113,8 +113,10 @@ def profile_lines(p: dict[str, Any] | None) -> list[str]:
 
     cost = p.get("cost_s_per_launch")
     slower = p.get("cycle_under_profiler_x")
+    engine = str(p.get("window") or "").startswith("the cycles after the warm-up")
+    where = "after the warm-up" if engine else "after the window"
     out = [
-        f"  profile ({p['device']}, {p['cycles']} cycles after the window, {p['launches']} launches): "
+        f"  profile ({p['device']}, {p['cycles']} cycles {where}, {p['launches']} launches): "
         + (f"cost {cost:g} s per launch" if cost is not None else "cost unknown")
         + (f", a cycle x{slower:.3g} under the profiler" if slower else "")
         + "; the measured cycles are not profiled"

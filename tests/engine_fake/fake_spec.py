@@ -20,6 +20,14 @@ class SpecWorker:
         if os.environ.get("FAKE_ATTN_BACKEND") == "TORCH_SDPA":  # the slow backend: verify does 10x the work
             self.verify_n *= 10
         self.extend_n = int(os.environ.get("FAKE_EXTEND_N", "2000"))
+        # A host sync planted in verify: this many `.item()` reads of a tensor per call (on a GPU each
+        # waits for the device; on CPU the profile counts them as the ops that would).
+        self.verify_syncs = int(os.environ.get("FAKE_VERIFY_SYNCS", "0"))
+        self.flag = None
+        if self.verify_syncs:
+            import torch
+
+            self.flag = torch.zeros(1)
         self.accept = int(os.environ.get("FAKE_ACCEPT", "2"))
         # A draft that loses its grip: the accepted drafts go from FAKE_ACCEPT_FROM to FAKE_ACCEPT over
         # the first FAKE_ACCEPT_OVER cycles (0: no drift).
@@ -38,6 +46,8 @@ class SpecWorker:
 
     def verify(self, drafts: list[bytes]) -> int:
         self.state = _work(self.verify_n, b"".join(drafts))
+        for _ in range(self.verify_syncs):
+            self.flag.add_(1).item()
         self.cycles += 1
         accept = self.accept
         if self.accept_over:

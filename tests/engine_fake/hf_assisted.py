@@ -16,6 +16,12 @@ ap.add_argument("--hidden", type=int, default=64)
 ap.add_argument("--layers", type=int, default=2)
 ap.add_argument("--device", default="cpu")
 ap.add_argument("--dtype", default="float32")
+ap.add_argument(
+    "--verify-syncs",
+    type=int,
+    default=0,
+    help="a host sync planted in verify: this many .item() reads after each forward of the target",
+)
 args = ap.parse_args()
 
 torch.set_num_threads(1)
@@ -38,6 +44,16 @@ def model(seed: int) -> LlamaForCausalLM:
 
 target = model(0)
 draft = copy.deepcopy(target) if args.same else model(1)
+if args.verify_syncs:  # the target's forward only (verify): the draft is its own module
+    forward = target.forward
+
+    def synced_forward(*a, **kw):
+        out = forward(*a, **kw)
+        for _ in range(args.verify_syncs):
+            out.logits[0, -1, 0].item()  # on CUDA: a copy to the host and a wait for the GPU
+        return out
+
+    target.forward = synced_forward
 draft.generation_config.num_assistant_tokens = 4
 draft.generation_config.num_assistant_tokens_schedule = "constant"
 # A random draft is never confident: without this it stops drafting after one token.
