@@ -56,6 +56,8 @@ def short_name(name: str, limit: int = 80) -> str:
     args, close = _template_args(s, i) if i > 0 else (None, len(s))
     if args is not None:
         first = _cut(next((a for a in args if not _literal(a)), args[0] if args else ""))
+        # a function-template argument reads by its name: no return type, no lambda inside it
+        first = first.removeprefix("void ").split("::[", 1)[0].strip()
         rest = _cut(s[close + 1 :])
         s = f"{_cut(s[:i])}<{first}>{rest}" if first else f"{_cut(s[:i])}{rest}"
     else:

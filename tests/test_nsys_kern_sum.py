@@ -52,7 +52,7 @@ def test_a_kernel_grown_and_one_new_in_verify_read_as_gpu_work_and_draft_unchang
     verify = _row(split, "verify")
     assert verify["moved"] and verify["delta"]["busy_ms"] == pytest.approx(2.1)
     assert verify["reading"]["kind"] == "gpu-work" and verify["reading"]["kernel"].startswith(ATTN)
-    assert verify["reading"]["text"] == "GPU work, kernel flash::flash_fwd_splitkv_kernel"
+    assert verify["reading"]["text"] == "GPU work, kernel flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits>"
     grown, added = verify["kernels"][:2]
     assert grown["name"].startswith(ATTN) and grown["name"].endswith("(Flash_fwd_params)")  # whole name
     assert grown["count"] == [61, 61] and grown["total_ms"] == [pytest.approx(1.8), pytest.approx(3.6)]
@@ -65,9 +65,9 @@ def test_a_kernel_grown_and_one_new_in_verify_read_as_gpu_work_and_draft_unchang
     text = "\n".join(split_lines(split))
     assert (
         "verify +2.1 ms: GPU work +2.1 ms" in text
-        and "-> GPU work, kernel flash::flash_fwd_splitkv_kernel" in text
+        and "-> GPU work, kernel flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits>" in text
     )
-    assert "at::native::index_elementwise_kernel: - -> 61 calls, - -> 0.3 ms (+0.3 ms)" in text
+    assert "at::native::index_elementwise_kernel<at::native::gpu_index_kernel>: - -> 61 calls, - -> 0.3 ms (+0.3 ms)" in text
     assert "draft" not in text and "extend" not in text
     assert "'-': not run on that side" in text  # nsys lists every kernel: one missing did not run
 
@@ -77,9 +77,9 @@ def test_compare_of_the_two_files_prints_the_split_and_keeps_whole_names_in_json
     p = run_cli("compare", str(OLD), str(NEW))
     assert p.returncode == 3, p.stderr  # one report a side: no CI
     out = " ".join(p.stdout.split())  # the terminal wraps lines
-    assert "verify +2.1 ms: GPU work +2.1 ms (kernels flash::flash_fwd_splitkv_kernel +1.8 ms" in out
-    assert "-> GPU work, kernel flash::flash_fwd_splitkv_kernel" in out
-    assert "flash::flash_fwd_splitkv_kernel: 61 -> 61 calls, 1.8 -> 3.6 ms (+1.8 ms)" in out
+    assert "verify +2.1 ms: GPU work +2.1 ms (kernels flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits> +1.8 ms" in out
+    assert "-> GPU work, kernel flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits>" in out
+    assert "flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits>: 61 -> 61 calls, 1.8 -> 3.6 ms (+1.8 ms)" in out
     assert "no nvtx_sum or nvtx_gpu_proj_sum beside nvtx_kern_sum" in out
     j = json.loads(run_cli("compare", str(OLD), str(NEW), "--json").stdout)
     verify = next(r for r in j["profile"]["phases"] if r["phase"] == "verify")

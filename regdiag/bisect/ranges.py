@@ -34,11 +34,24 @@ def resolve_commit(repo: str, rev: str) -> str:
     """Full sha of a revision, or one clear line."""
     import git
 
+    # git's own answer first: for a full sha GitPython asks a long-lived `git cat-file`, which exits at
+    # once on a checkout git refuses for its owner, and GitPython then says only "broken pipe"
+    try:
+        check = subprocess.run(
+            ["git", "-C", repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if _DUBIOUS in check.stderr:
+            raise BadInput(_refused_by_git(repo, _owner(repo)))
+    except (OSError, subprocess.TimeoutExpired):
+        pass  # no git to ask: GitPython says what it can below
     try:
         return git.Repo(repo).commit(rev).hexsha
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise BadInput(f"--repo {repo}: not a git repository") from None
-    except (git.BadName, ValueError, git.GitCommandError) as e:
+    except (git.BadName, ValueError, git.GitCommandError, BrokenPipeError) as e:
         if _DUBIOUS in str(e):
             raise BadInput(_refused_by_git(repo, _owner(repo))) from None
         raise BadInput(f"commit {rev!r} is not in {repo}") from None
