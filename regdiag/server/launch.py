@@ -31,7 +31,7 @@ from regdiag.server.engine_config import (
     EngineConfigReader,
     graphs_at_run_time,
 )
-from regdiag.snapshot.redact import scrub_lines, scrub_text
+from regdiag.snapshot.redact import scrub_lines, scrub_record, scrub_text
 
 MARK = "regdiag-launcher"
 
@@ -166,13 +166,9 @@ def _version_of(engine: Any, header: dict[str, Any]) -> str | None:
 
 
 def _scrubbed(v: Any) -> Any:
-    if isinstance(v, str):
-        return scrub_text(v)
-    if isinstance(v, dict):
-        return {k: _scrubbed(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_scrubbed(x) for x in v]
-    return v
+    """Through the one scrubber, each value judged under its key (a digest under `config_sha256` is kept;
+    a bare 64-hex word elsewhere reads as a token)."""
+    return scrub_record(v)
 
 
 class LaunchError(RuntimeError):
